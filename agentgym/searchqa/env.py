@@ -133,6 +133,8 @@ class SearchQAEnv(TextEnv):
             raise ValueError(f"top_k must be >= 1, got {top_k}")
         if data_path is not None and qa_items is not None:
             raise ValueError("give data_path or qa_items, not both")
+        if qa_items is not None and len(qa_items) == 0:
+            raise ValueError("qa_items is empty")
         uses_kb = data_path is None and qa_items is None
         if uses_kb and corpus_path is not None:
             raise ValueError(
@@ -147,8 +149,6 @@ class SearchQAEnv(TextEnv):
             )
         if corpus_path is not None and not Path(corpus_path).is_file():
             raise FileNotFoundError(f"corpus file not found: {corpus_path}")
-        if qa_items is not None and len(qa_items) == 0:
-            raise ValueError("qa_items is empty")
         self._data_path = data_path
         self._corpus_path = Path(corpus_path) if corpus_path is not None else None
         self._retriever_spec = retriever
