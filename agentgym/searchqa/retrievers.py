@@ -21,7 +21,9 @@ torch, FAISS or bm25s until the first search needs them.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,40 +63,26 @@ def check_spec(spec: object) -> None:
 
 
 def _documents(corpus_path: Path) -> Iterator[Document]:
+    """The corpus as a stream (the index builders consume it once, with a progress bar)."""
     from retrieval.corpus import read_corpus
 
     yield from read_corpus(corpus_path)
 
 
-def _progress_documents(corpus_path: Path, what: str) -> list[Document]:
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover - tqdm ships with the search extra
-        return list(_documents(corpus_path))
-    return list(tqdm(_documents(corpus_path), desc=f"reading corpus for {what}", unit=" passages"))
-
-
-def _encoder_from(encoder: Any) -> Any:
-    from retrieval.encoders import DEFAULT_ENCODER, Encoder, EncoderConfig
-
-    if encoder is None:
-        return Encoder(DEFAULT_ENCODER)
-    if isinstance(encoder, EncoderConfig):
-        return Encoder(encoder)
-    return encoder
-
-
-def _encoder_name(encoder: Any) -> str:
+def _encoder_key(encoder: Any) -> str:
+    """A readable, filesystem-safe key of what the encoder computes (model, prefixes, length)."""
     if encoder is None:
         from retrieval.encoders import DEFAULT_ENCODER
 
         encoder = DEFAULT_ENCODER
     config = getattr(encoder, "config", encoder)
-    for attribute in ("name", "model_name", "model_name_or_path", "model"):
-        value = getattr(config, attribute, None)
-        if isinstance(value, str) and value:
-            return Path(value).name
-    return type(encoder).__name__
+    model = str(getattr(config, "model", type(encoder).__name__))
+    settings = "|".join(
+        str(getattr(config, name, "")) for name in ("query_prefix", "passage_prefix", "max_length")
+    )
+    digest = hashlib.sha1(f"{model}|{settings}".encode()).hexdigest()[:8]
+    readable = re.sub(r"[^A-Za-z0-9]+", "_", model).strip("_")[-40:]
+    return f"{readable}-{digest}"
 
 
 def _build_bm25(corpus_path: Path, cache_dir: Path | None) -> Retriever:
@@ -105,7 +93,7 @@ def _build_bm25(corpus_path: Path, cache_dir: Path | None) -> Retriever:
         logger.warning("building a BM25 index over %s (first use; cached in %s)", corpus_path, target)
 
         def build(directory: Path) -> None:
-            BM25Retriever.build(_progress_documents(corpus_path, "BM25")).save(directory)
+            BM25Retriever.build(_documents(corpus_path)).save(directory)
 
         build_directory_atomically(target, build)
     return BM25Retriever.load(target)
@@ -113,18 +101,19 @@ def _build_bm25(corpus_path: Path, cache_dir: Path | None) -> Retriever:
 
 def _build_dense(corpus_path: Path, cache_dir: Path | None, encoder: Any) -> Retriever:
     from retrieval.dense import DenseRetriever
+    from retrieval.encoders import DEFAULT_ENCODER, Encoder, EncoderConfig
 
-    target = index_dir(f"dense-{_encoder_name(encoder)}", corpus_path, cache_dir)
-    model = _encoder_from(encoder)
+    target = index_dir(f"dense-{_encoder_key(encoder)}", corpus_path, cache_dir)
+    if encoder is None or isinstance(encoder, EncoderConfig):
+        encoder = Encoder(encoder or DEFAULT_ENCODER)
     if not target.is_dir():
         logger.warning("building a dense index over %s (first use; cached in %s)", corpus_path, target)
 
         def build(directory: Path) -> None:
-            documents = _progress_documents(corpus_path, "the dense index")
-            DenseRetriever.build(documents, model, index_type="flat").save(directory)
+            DenseRetriever.build(_documents(corpus_path), encoder, index_type="flat").save(directory)
 
         build_directory_atomically(target, build)
-    return DenseRetriever.load(target, encoder=model)
+    return DenseRetriever.load(target, encoder=encoder)
 
 
 def make_retriever(
@@ -153,8 +142,10 @@ def make_retriever(
         raise ValueError(f"retriever={spec!r} needs a corpus_path to index")
     corpus = Path(corpus_path).resolve()
     cache = Path(cache_dir).resolve() if cache_dir is not None else None
-    key = (spec, str(corpus), f"{cache}|{_encoder_name(encoder) if spec == 'dense' else ''}")
-    shareable = spec == "bm25" or encoder is None or not hasattr(encoder, "encode")
+    key = (spec, str(corpus), f"{cache}|{_encoder_key(encoder) if spec == 'dense' else ''}")
+    # Share loaded indexes between envs, except a dense one over a caller's own Encoder
+    # object (the caller owns that model; we do not keep it alive).
+    shareable = spec == "bm25" or encoder is None or not hasattr(encoder, "encode_queries")
     with _LOCK:
         if shareable and key in _LOADED:
             return _LOADED[key]

@@ -364,3 +364,20 @@ def test_hotpotqa_wrong_answer_and_truncation(hotpot) -> None:
     outcomes = [env.step(f"<search>{item.question}</search>") for _ in range(4)]
     assert [o[3] for o in outcomes] == [False, False, False, True]
     assert all(o[1] == 0.0 for o in outcomes)
+
+
+def test_importing_the_env_stays_light() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, agentgym, agentgym.searchqa.env, agentgym.searchqa.download; "
+        "heavy = {'torch', 'faiss', 'bm25s', 'sentence_transformers', 'transformers', 'pyarrow'}; "
+        "print(sorted(heavy & set(sys.modules)))"
+    )
+    from tests.conftest import REPO_ROOT
+
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    )
+    assert out.stdout.strip() == "[]"
