@@ -153,9 +153,7 @@ def _question_from_prompt(prompt: Any) -> str | None:
         text = prompt
     elif isinstance(prompt, Sequence):
         users = [
-            m.get("content")
-            for m in prompt
-            if isinstance(m, Mapping) and m.get("role") == "user"
+            m.get("content") for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"
         ]
         if not users or not isinstance(users[-1], str):
             return None

@@ -78,9 +78,13 @@ def plan(what: Sequence[str] = WHAT) -> list[Download]:
     items: list[Download] = []
     if "qa" in what:
         for split in ("train", "test"):
-            items.append(Download(f"{SEARCH_R1_QA}/{split}.parquet", f"search_r1/{split}.parquet", "qa"))
+            items.append(
+                Download(f"{SEARCH_R1_QA}/{split}.parquet", f"search_r1/{split}.parquet", "qa")
+            )
         for name, split in FLASHRAG_EVAL_SETS:
-            items.append(Download(f"{FLASHRAG}/{name}/{split}.jsonl", f"flashrag/{name}/{split}.jsonl", "qa"))
+            items.append(
+                Download(f"{FLASHRAG}/{name}/{split}.jsonl", f"flashrag/{name}/{split}.jsonl", "qa")
+            )
     if "corpus" in what:
         items.append(Download(WIKI18_CORPUS, "wiki-18.jsonl.gz", "corpus"))
     if "index" in what:
@@ -108,7 +112,9 @@ def fetch(url: str, target: Path, *, retries: int = 3, timeout: float = 60.0) ->
             return target
         except OSError as error:  # URLError and HTTPError are OSErrors
             if attempt == retries:
-                raise RuntimeError(f"download of {url} failed after {retries} tries: {error}") from error
+                raise RuntimeError(
+                    f"download of {url} failed after {retries} tries: {error}"
+                ) from error
             wait = 2.0**attempt
             print(f"{url}: {error}; retrying in {wait:.0f}s", file=sys.stderr)
             time.sleep(wait)

@@ -18,6 +18,8 @@ template). Each action is the model's whole tagged turn; the tag rule is in
   check), so learners penalize it.
 
 After ``max_steps`` (4) actions without an answer the episode is truncated with reward 0.
+A retriever that fails (a server that is down) raises from :meth:`step`: that is an
+infrastructure error, not a bad action, and the vector env reports it as such.
 
 Info, beside the contract keys (``task`` is the question): ``data_source``,
 ``golden_answers`` (never shown in observations), ``retrieved_ids`` (ids returned by
@@ -29,7 +31,7 @@ Anchors: ``"observation"`` is the returned text; ``"state"`` is
 same passages in a different order, or an invalid action, leave the state unchanged.
 
 Data. With no arguments the env plays the generated knowledge base
-(:mod:`agentgym.searchqa.knowledge_base`: 5,100 passages, 2,510 questions), written to the
+(:mod:`agentgym.searchqa.knowledge_base`: 5,100 passages, 2,509 questions), written to the
 cache directory on first use, with a BM25 index over it built on first search (about a
 second) and cached. BM25 is the default because a dense default would import torch and
 sentence-transformers into every env worker and encode the corpus on CPU on first use;

@@ -63,52 +63,248 @@ DEFAULT_COUNTS: dict[str, int] = {
 """Entities per type (one passage each): 5,100 passages."""
 
 DEFAULT_QUESTIONS_PER_TEMPLATE = 130
-"""Questions drawn per template (20 templates: 2,600 questions, fewer if a template runs
-out of subjects)."""
+"""Questions drawn per template: 2,509 questions for seed 0 (20 templates; "What is the
+capital of X?" runs out at 40 countries, and a two-hop draw whose answer happens to be in
+the subject's passage is dropped)."""
 
 TEST_FRACTION = 0.2
 """Share of questions in the ``"test"`` split; the rest are ``"train"``."""
 
 # ----------------------------------------------------------------------------- vocabulary
 _ONSETS = (
-    "b", "br", "d", "dr", "f", "g", "gr", "h", "k", "kr", "l", "m", "n", "p", "pr",
-    "r", "s", "st", "t", "tr", "v", "z", "th", "sh", "c", "j", "w", "y", "ql", "sk",
+    "b",
+    "br",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "k",
+    "kr",
+    "l",
+    "m",
+    "n",
+    "p",
+    "pr",
+    "r",
+    "s",
+    "st",
+    "t",
+    "tr",
+    "v",
+    "z",
+    "th",
+    "sh",
+    "c",
+    "j",
+    "w",
+    "y",
+    "ql",
+    "sk",
 )
 _VOWELS = ("a", "e", "i", "o", "u", "ae", "ei", "ou", "ia", "y")
 _CODAS = ("", "", "n", "r", "l", "s", "m", "th", "nd", "rk", "st", "x")
-_PLACE_ENDINGS = ("mor", "heim", "ford", "wick", "holm", "dale", "gard", "port", "by", "stead",
-                  "brook", "mouth", "vale", "ton", "grad", "ora", "ene", "ium")
+_PLACE_ENDINGS = (
+    "mor",
+    "heim",
+    "ford",
+    "wick",
+    "holm",
+    "dale",
+    "gard",
+    "port",
+    "by",
+    "stead",
+    "brook",
+    "mouth",
+    "vale",
+    "ton",
+    "grad",
+    "ora",
+    "ene",
+    "ium",
+)
 _COUNTRY_ENDINGS = ("ia", "land", "istan", "ova", "ene", "aria", "onia", "eth")
-_SURNAME_ENDINGS = ("son", "ova", "er", "ski", "berg", "ard", "ley", "ane", "etti", "aby",
-                    "ström", "ović", "ez", "wood", "ith", "enko")
-_CONTINENTS = ("the Verrant continent", "the Ossalic Isles", "the Northern Reach",
-               "the Calder Basin", "the Sundering Coast")
+_SURNAME_ENDINGS = (
+    "son",
+    "ova",
+    "er",
+    "ski",
+    "berg",
+    "ard",
+    "ley",
+    "ane",
+    "etti",
+    "aby",
+    "ström",
+    "ović",
+    "ez",
+    "wood",
+    "ith",
+    "enko",
+)
+_CONTINENTS = (
+    "the Verrant continent",
+    "the Ossalic Isles",
+    "the Northern Reach",
+    "the Calder Basin",
+    "the Sundering Coast",
+)
 _CURRENCIES = ("crown", "mark", "thaler", "drach", "sol", "florin", "real", "lira")
-_OCCUPATIONS = ("novelist", "poet", "film director", "engineer", "physicist", "painter",
-                "architect", "politician", "chemist", "economist", "singer", "entrepreneur")
-_INDUSTRIES = ("shipbuilding", "software", "textile", "food processing", "mining",
-               "pharmaceutical", "publishing", "railway", "brewing", "aerospace", "insurance")
-_COMPANY_WORDS = ("Works", "Industries", "Dynamics", "Holdings", "Systems", "Foods",
-                  "Mills", "Group", "Labs", "Trading Company", "Press", "Motors")
-_ADJECTIVES = ("Silent", "Crimson", "Hollow", "Distant", "Golden", "Broken", "Hidden",
-               "Bitter", "Quiet", "Burning", "Northern", "Pale", "Endless", "Winter",
-               "Restless", "Iron", "Glass", "Seventh", "Last", "Forgotten", "Salt",
-               "Velvet", "Copper", "Wandering", "Sleeping", "Scarlet", "Amber", "Frozen")
-_NOUNS = ("Harbour", "Orchard", "Lantern", "River", "Garden", "Mirror", "Tower", "Meadow",
-          "Bridge", "Compass", "Archive", "Voyage", "Cathedral", "Island", "Signal",
-          "Season", "Letter", "Frontier", "Chorus", "Harvest", "Kingdom", "Shore",
-          "Orchid", "Engine", "Canal", "Citadel", "Feather", "Labyrinth", "Window", "Tide")
-_BAND_NOUNS = ("Foxes", "Comets", "Lanterns", "Wolves", "Pilots", "Ravens", "Engines",
-               "Tides", "Sparrows", "Giants", "Echoes", "Strangers", "Hearts", "Saints",
-               "Knives", "Mirrors", "Owls", "Rivers", "Ghosts", "Mariners")
-_BOOK_GENRES = ("novel", "short-story collection", "poetry collection", "memoir",
-                "detective novel", "historical novel", "science-fiction novel")
+_OCCUPATIONS = (
+    "novelist",
+    "poet",
+    "film director",
+    "engineer",
+    "physicist",
+    "painter",
+    "architect",
+    "politician",
+    "chemist",
+    "economist",
+    "singer",
+    "entrepreneur",
+)
+_INDUSTRIES = (
+    "shipbuilding",
+    "software",
+    "textile",
+    "food processing",
+    "mining",
+    "pharmaceutical",
+    "publishing",
+    "railway",
+    "brewing",
+    "aerospace",
+    "insurance",
+)
+_COMPANY_WORDS = (
+    "Works",
+    "Industries",
+    "Dynamics",
+    "Holdings",
+    "Systems",
+    "Foods",
+    "Mills",
+    "Group",
+    "Labs",
+    "Trading Company",
+    "Press",
+    "Motors",
+)
+_ADJECTIVES = (
+    "Silent",
+    "Crimson",
+    "Hollow",
+    "Distant",
+    "Golden",
+    "Broken",
+    "Hidden",
+    "Bitter",
+    "Quiet",
+    "Burning",
+    "Northern",
+    "Pale",
+    "Endless",
+    "Winter",
+    "Restless",
+    "Iron",
+    "Glass",
+    "Seventh",
+    "Last",
+    "Forgotten",
+    "Salt",
+    "Velvet",
+    "Copper",
+    "Wandering",
+    "Sleeping",
+    "Scarlet",
+    "Amber",
+    "Frozen",
+)
+_NOUNS = (
+    "Harbour",
+    "Orchard",
+    "Lantern",
+    "River",
+    "Garden",
+    "Mirror",
+    "Tower",
+    "Meadow",
+    "Bridge",
+    "Compass",
+    "Archive",
+    "Voyage",
+    "Cathedral",
+    "Island",
+    "Signal",
+    "Season",
+    "Letter",
+    "Frontier",
+    "Chorus",
+    "Harvest",
+    "Kingdom",
+    "Shore",
+    "Orchid",
+    "Engine",
+    "Canal",
+    "Citadel",
+    "Feather",
+    "Labyrinth",
+    "Window",
+    "Tide",
+)
+_BAND_NOUNS = (
+    "Foxes",
+    "Comets",
+    "Lanterns",
+    "Wolves",
+    "Pilots",
+    "Ravens",
+    "Engines",
+    "Tides",
+    "Sparrows",
+    "Giants",
+    "Echoes",
+    "Strangers",
+    "Hearts",
+    "Saints",
+    "Knives",
+    "Mirrors",
+    "Owls",
+    "Rivers",
+    "Ghosts",
+    "Mariners",
+)
+_BOOK_GENRES = (
+    "novel",
+    "short-story collection",
+    "poetry collection",
+    "memoir",
+    "detective novel",
+    "historical novel",
+    "science-fiction novel",
+)
 _FILM_GENRES = ("drama", "comedy", "thriller", "documentary", "war", "musical", "western")
 _MUSIC_GENRES = ("folk", "rock", "jazz", "post-punk", "electronic", "blues", "pop")
-_FIELDS = ("law", "medicine", "engineering", "mathematics", "music", "agriculture",
-           "philosophy", "architecture")
-_SEAS = ("the Amber Sea", "the Gulf of Tarn", "the Pale Ocean", "the Selvic Sea",
-         "the Bay of Orrin")
+_FIELDS = (
+    "law",
+    "medicine",
+    "engineering",
+    "mathematics",
+    "music",
+    "agriculture",
+    "philosophy",
+    "architecture",
+)
+_SEAS = (
+    "the Amber Sea",
+    "the Gulf of Tarn",
+    "the Pale Ocean",
+    "the Selvic Sea",
+    "the Bay of Orrin",
+)
 
 
 @dataclass
@@ -200,14 +396,24 @@ def _build_world(rng: np.random.Generator, counts: dict[str, int]) -> dict[str, 
         return entity
 
     for _ in range(counts["country"]):
-        add("country", names.unique(names.country), continent=_choice(rng, _CONTINENTS),
-            currency=_choice(rng, _CURRENCIES), population=int(rng.integers(2, 90)))
+        add(
+            "country",
+            names.unique(names.country),
+            continent=_choice(rng, _CONTINENTS),
+            currency=_choice(rng, _CURRENCIES),
+            population=int(rng.integers(2, 90)),
+        )
     countries = world["country"]
     for i in range(counts["city"]):
         # Every country gets at least one city (its capital), then the rest at random.
         country = countries[i] if i < len(countries) else _choice(rng, countries)
-        add("city", names.unique(names.place), country=country,
-            founded=int(rng.integers(800, 1900)), population=int(rng.integers(5, 2000)) * 1000)
+        add(
+            "city",
+            names.unique(names.place),
+            country=country,
+            founded=int(rng.integers(800, 1900)),
+            population=int(rng.integers(5, 2000)) * 1000,
+        )
     for country in countries:
         country.facts["capital"] = world["city"][country.index]
     cities = world["city"]
@@ -219,16 +425,27 @@ def _build_world(rng: np.random.Generator, counts: dict[str, int]) -> dict[str, 
             make = lambda n=named_after_city[style]: n  # noqa: E731
         else:
             make = lambda: f"{names.place()} College"  # noqa: E731
-        add("university", names.unique(make), city=city, founded=int(rng.integers(1200, 1990)),
-            students=int(rng.integers(2, 60)) * 1000, field=_choice(rng, _FIELDS))
+        add(
+            "university",
+            names.unique(make),
+            city=city,
+            founded=int(rng.integers(1200, 1990)),
+            students=int(rng.integers(2, 60)) * 1000,
+            field=_choice(rng, _FIELDS),
+        )
     universities = world["university"]
     surnames = [names.unique(names.surname) for _ in range(counts["person"] // 3)]
     for _ in range(counts["person"]):
         # Surnames are shared by about three people each: a realistic retrieval distractor.
         make = lambda: f"{names.given_name()} {_choice(rng, surnames)}"  # noqa: E731
-        add("person", names.unique(make), birth_year=int(rng.integers(1890, 1996)),
-            birth_city=_choice(rng, cities), occupation=_choice(rng, _OCCUPATIONS),
-            university=_choice(rng, universities))
+        add(
+            "person",
+            names.unique(make),
+            birth_year=int(rng.integers(1890, 1996)),
+            birth_city=_choice(rng, cities),
+            occupation=_choice(rng, _OCCUPATIONS),
+            university=_choice(rng, universities),
+        )
     people = world["person"]
     married = 2 * (len(people) // 6)
     for a, b in rng.permutation(len(people))[:married].reshape(-1, 2):
@@ -242,10 +459,15 @@ def _build_world(rng: np.random.Generator, counts: dict[str, int]) -> dict[str, 
     for founder_index in founders:
         founder = people[int(founder_index)]
         make = lambda: f"{names.place()} {_choice(rng, _COMPANY_WORDS)}"  # noqa: E731
-        company = add("company", names.unique(make), founder=founder,
-                      founded=_year_before(founder.facts["birth_year"] + int(rng.integers(20, 50))),
-                      city=_choice(rng, cities), industry=_choice(rng, _INDUSTRIES),
-                      employees=int(rng.integers(1, 500)) * 100)
+        company = add(
+            "company",
+            names.unique(make),
+            founder=founder,
+            founded=_year_before(founder.facts["birth_year"] + int(rng.integers(20, 50))),
+            city=_choice(rng, cities),
+            industry=_choice(rng, _INDUSTRIES),
+            employees=int(rng.integers(1, 500)) * 100,
+        )
         founder.facts.setdefault("founded", company)
     companies = world["company"]
     for person in people:
@@ -259,29 +481,49 @@ def _build_world(rng: np.random.Generator, counts: dict[str, int]) -> dict[str, 
         if rng.random() < 0.4:
             make = lambda: f"{_choice(rng, _NOUNS)} of {names.place()}"  # noqa: E731
         author = _choice(rng, writers)
-        add("book", names.unique(make), author=author, genre=_choice(rng, _BOOK_GENRES),
-            year=_year_before(author.facts["birth_year"] + int(rng.integers(20, 60))))
+        add(
+            "book",
+            names.unique(make),
+            author=author,
+            genre=_choice(rng, _BOOK_GENRES),
+            year=_year_before(author.facts["birth_year"] + int(rng.integers(20, 60))),
+        )
     directors = role("film director")
     for _ in range(counts["film"]):
         make = lambda: f"{_choice(rng, _ADJECTIVES)} {_choice(rng, _NOUNS)}"  # noqa: E731
         if rng.random() < 0.5:
             make = lambda: f"{names.given_name()} and the {_choice(rng, _NOUNS)}"  # noqa: E731
         director = _choice(rng, directors)
-        add("film", names.unique(make), director=director, genre=_choice(rng, _FILM_GENRES),
+        add(
+            "film",
+            names.unique(make),
+            director=director,
+            genre=_choice(rng, _FILM_GENRES),
             year=_year_before(director.facts["birth_year"] + int(rng.integers(22, 60))),
-            shot_in=_choice(rng, cities))
+            shot_in=_choice(rng, cities),
+        )
     singers = role("singer")
     singer_order = rng.permutation(len(singers))
     for i in range(counts["band"]):
         make = lambda: f"The {_choice(rng, _ADJECTIVES)} {_choice(rng, _BAND_NOUNS)}"  # noqa: E731
         singer = singers[int(singer_order[i % len(singers)])]
-        add("band", names.unique(make), city=_choice(rng, cities), singer=singer,
+        add(
+            "band",
+            names.unique(make),
+            city=_choice(rng, cities),
+            singer=singer,
             genre=_choice(rng, _MUSIC_GENRES),
-            year=_year_before(singer.facts["birth_year"] + int(rng.integers(17, 35))))
+            year=_year_before(singer.facts["birth_year"] + int(rng.integers(17, 35))),
+        )
     for _ in range(counts["river"]):
         make = lambda: f"{names.place()} River"  # noqa: E731
-        add("river", names.unique(make), country=_choice(rng, countries),
-            length=int(rng.integers(40, 3000)), mouth=_choice(rng, _SEAS))
+        add(
+            "river",
+            names.unique(make),
+            country=_choice(rng, countries),
+            length=int(rng.integers(40, 3000)),
+            mouth=_choice(rng, _SEAS),
+        )
     return world
 
 
@@ -292,10 +534,13 @@ def _person_text(p: Entity, rng: np.random.Generator) -> str:
     article = "an" if f["occupation"][0] in "aeiou" else "a"
     parts = [
         f"{p.name} (born {f['birth_year']}) is {article} {f['occupation']}.",
-        _choice(rng, (
-            f"{surname} was born in {f['birth_city'].name} and studied at {_institution(f['university'].name)}.",
-            f"Born in {f['birth_city'].name}, {surname} attended {_institution(f['university'].name)}.",
-        )),
+        _choice(
+            rng,
+            (
+                f"{surname} was born in {f['birth_city'].name} and studied at {_institution(f['university'].name)}.",
+                f"Born in {f['birth_city'].name}, {surname} attended {_institution(f['university'].name)}.",
+            ),
+        ),
     ]
     if "employer" in f:
         parts.append(f"{surname} worked for {f['employer'].name} for many years.")
@@ -309,37 +554,55 @@ def _person_text(p: Entity, rng: np.random.Generator) -> str:
 def _passage_text(e: Entity, rng: np.random.Generator) -> str:
     f = e.facts
     if e.kind == "country":
-        return (f"{e.name} is a country in {f['continent']}. Its capital is {f['capital'].name}. "
-                f"It has about {f['population']} million inhabitants and its currency is the "
-                f"{e.name.lower()} {f['currency']}.")
+        return (
+            f"{e.name} is a country in {f['continent']}. Its capital is {f['capital'].name}. "
+            f"It has about {f['population']} million inhabitants and its currency is the "
+            f"{e.name.lower()} {f['currency']}."
+        )
     if e.kind == "city":
-        return (f"{e.name} is a city in {f['country'].name} with a population of "
-                f"{f['population']:,}. It was first recorded in {f['founded']}.")
+        return (
+            f"{e.name} is a city in {f['country'].name} with a population of "
+            f"{f['population']:,}. It was first recorded in {f['founded']}."
+        )
     if e.kind == "person":
         return _person_text(e, rng)
     if e.kind == "university":
-        return (f"{e.name} is a university in {f['city'].name}, founded in {f['founded']}. "
-                f"It has about {f['students']:,} students and is known for its faculty of "
-                f"{f['field']}.")
+        return (
+            f"{e.name} is a university in {f['city'].name}, founded in {f['founded']}. "
+            f"It has about {f['students']:,} students and is known for its faculty of "
+            f"{f['field']}."
+        )
     if e.kind == "company":
-        return (f"{e.name} is a {f['industry']} company founded in {f['founded']} by "
-                f"{f['founder'].name}. It is headquartered in {f['city'].name} and employs "
-                f"about {f['employees']:,} people.")
+        return (
+            f"{e.name} is a {f['industry']} company founded in {f['founded']} by "
+            f"{f['founder'].name}. It is headquartered in {f['city'].name} and employs "
+            f"about {f['employees']:,} people."
+        )
     if e.kind == "book":
-        return (f"{e.name} is a {f['year']} {f['genre']} by {f['author'].name}. "
-                + _choice(rng, ("It was well received by critics.",
-                                "It sold poorly at first but later became a classic.",
-                                "It was translated into several languages.")))
+        return f"{e.name} is a {f['year']} {f['genre']} by {f['author'].name}. " + _choice(
+            rng,
+            (
+                "It was well received by critics.",
+                "It sold poorly at first but later became a classic.",
+                "It was translated into several languages.",
+            ),
+        )
     if e.kind == "film":
-        return (f"{e.name} is a {f['year']} {f['genre']} film directed by "
-                f"{f['director'].name}. It was shot on location in {f['shot_in'].name}.")
+        return (
+            f"{e.name} is a {f['year']} {f['genre']} film directed by "
+            f"{f['director'].name}. It was shot on location in {f['shot_in'].name}."
+        )
     if e.kind == "band":
         article = "an" if f["genre"][0] in "aeiou" else "a"
-        return (f"{e.name} are {article} {f['genre']} band formed in {f['city'].name} in {f['year']}. "
-                f"The band's lead singer is {f['singer'].name}.")
+        return (
+            f"{e.name} are {article} {f['genre']} band formed in {f['city'].name} in {f['year']}. "
+            f"The band's lead singer is {f['singer'].name}."
+        )
     if e.kind == "river":
-        return (f"The {e.name} is a river in {f['country'].name}. It is {f['length']:,} km "
-                f"long and flows into {f['mouth']}.")
+        return (
+            f"The {e.name} is a river in {f['country'].name}. It is {f['length']:,} km "
+            f"long and flows into {f['mouth']}."
+        )
     raise ValueError(f"unknown entity kind {e.kind!r}")
 
 
@@ -366,7 +629,9 @@ def _name(value: Any) -> str:
 TEMPLATES: tuple[_Template, ...] = (
     _Template("person.birth_city", "person", "In which city was {s} born?", ("birth_city",), _name),
     _Template("person.birth_year", "person", "In what year was {s} born?", ("birth_year",), _year),
-    _Template("person.university", "person", "Which university did {s} attend?", ("university",), _name),
+    _Template(
+        "person.university", "person", "Which university did {s} attend?", ("university",), _name
+    ),
     _Template("city.country", "city", "In which country is the city of {s}?", ("country",), _name),
     _Template("country.capital", "country", "What is the capital of {s}?", ("capital",), _name),
     _Template("company.founder", "company", "Who founded {s}?", ("founder",), _name),
@@ -374,30 +639,73 @@ TEMPLATES: tuple[_Template, ...] = (
     _Template("book.author", "book", "Who wrote {s}?", ("author",), _name),
     _Template("film.director", "film", "Who directed the film {s}?", ("director",), _name),
     _Template("band.singer", "band", "Who is the lead singer of {s}?", ("singer",), _name),
-    _Template("university.founded", "university", "In what year was {s} founded?", ("founded",), _year),
+    _Template(
+        "university.founded", "university", "In what year was {s} founded?", ("founded",), _year
+    ),
     _Template("river.country", "river", "In which country is the {s}?", ("country",), _name),
-    _Template("book.author.birth_city", "book", "In which city was the author of {s} born?",
-              ("author", "birth_city"), _name),
-    _Template("film.director.birth_year", "film", "In what year was the director of {s} born?",
-              ("director", "birth_year"), _year),
-    _Template("person.birth_city.country", "person",
-              "In which country is the city where {s} was born?", ("birth_city", "country"), _name),
-    _Template("company.city.country", "company",
-              "In which country is {s} headquartered?", ("city", "country"), _name),
-    _Template("company.founder.university", "company",
-              "Which university did the founder of {s} attend?", ("founder", "university"), _name),
-    _Template("band.singer.birth_city", "band",
-              "In which city was the lead singer of {s} born?", ("singer", "birth_city"), _name),
-    _Template("person.spouse.birth_year", "person",
-              "In what year was the spouse of {s} born?", ("spouse", "birth_year"), _year),
-    _Template("person.employer.founder", "person",
-              "Who founded the company that {s} worked for?", ("employer", "founder"), _name),
+    _Template(
+        "book.author.birth_city",
+        "book",
+        "In which city was the author of {s} born?",
+        ("author", "birth_city"),
+        _name,
+    ),
+    _Template(
+        "film.director.birth_year",
+        "film",
+        "In what year was the director of {s} born?",
+        ("director", "birth_year"),
+        _year,
+    ),
+    _Template(
+        "person.birth_city.country",
+        "person",
+        "In which country is the city where {s} was born?",
+        ("birth_city", "country"),
+        _name,
+    ),
+    _Template(
+        "company.city.country",
+        "company",
+        "In which country is {s} headquartered?",
+        ("city", "country"),
+        _name,
+    ),
+    _Template(
+        "company.founder.university",
+        "company",
+        "Which university did the founder of {s} attend?",
+        ("founder", "university"),
+        _name,
+    ),
+    _Template(
+        "band.singer.birth_city",
+        "band",
+        "In which city was the lead singer of {s} born?",
+        ("singer", "birth_city"),
+        _name,
+    ),
+    _Template(
+        "person.spouse.birth_year",
+        "person",
+        "In what year was the spouse of {s} born?",
+        ("spouse", "birth_year"),
+        _year,
+    ),
+    _Template(
+        "person.employer.founder",
+        "person",
+        "Who founded the company that {s} worked for?",
+        ("employer", "founder"),
+        _name,
+    ),
 )
 """12 single-hop and 8 two-hop question templates."""
 
 
-def _questions(world: dict[str, list[Entity]], rng: np.random.Generator,
-               per_template: int) -> list[dict[str, Any]]:
+def _questions(
+    world: dict[str, list[Entity]], rng: np.random.Generator, per_template: int
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for template in TEMPLATES:
         candidates = [e for e in world[template.kind] if template.path[0] in e.facts]
@@ -425,14 +733,16 @@ def _questions(world: dict[str, list[Entity]], rng: np.random.Generator,
             # Passages that must be read: the subject's, then each bridge entity's.
             hops = len(template.path)
             supporting = [c.passage_id for c in chain[:hops]]
-            rows.append({
-                "question": template.question.format(s=subject.name),
-                "golden_answers": [answer],
-                "template": template.name,
-                "hops": hops,
-                "supporting_ids": supporting,
-                "entities": [c.name for c in chain],
-            })
+            rows.append(
+                {
+                    "question": template.question.format(s=subject.name),
+                    "golden_answers": [answer],
+                    "template": template.name,
+                    "hops": hops,
+                    "supporting_ids": supporting,
+                    "entities": [c.name for c in chain],
+                }
+            )
     return rows
 
 
@@ -447,7 +757,7 @@ def generate_knowledge_base(
     Args:
         seed: seed of the ``np.random.Generator`` everything is drawn from.
         counts: entities per type (default :data:`DEFAULT_COUNTS`, 5,100 passages).
-        questions_per_template: questions drawn per template (default 130: 2,600).
+        questions_per_template: questions drawn per template (default 130: 2,509 questions).
 
     Returns:
         The passages (ids ``"0"``...) and questions (ids ``"kb-00000"``..., split

@@ -90,7 +90,9 @@ def _build_bm25(corpus_path: Path, cache_dir: Path | None) -> Retriever:
 
     target = index_dir("bm25", corpus_path, cache_dir)
     if not target.is_dir():
-        logger.warning("building a BM25 index over %s (first use; cached in %s)", corpus_path, target)
+        logger.warning(
+            "building a BM25 index over %s (first use; cached in %s)", corpus_path, target
+        )
 
         def build(directory: Path) -> None:
             BM25Retriever.build(_documents(corpus_path)).save(directory)
@@ -107,10 +109,14 @@ def _build_dense(corpus_path: Path, cache_dir: Path | None, encoder: Any) -> Ret
     if encoder is None or isinstance(encoder, EncoderConfig):
         encoder = Encoder(encoder or DEFAULT_ENCODER)
     if not target.is_dir():
-        logger.warning("building a dense index over %s (first use; cached in %s)", corpus_path, target)
+        logger.warning(
+            "building a dense index over %s (first use; cached in %s)", corpus_path, target
+        )
 
         def build(directory: Path) -> None:
-            DenseRetriever.build(_documents(corpus_path), encoder, index_type="flat").save(directory)
+            DenseRetriever.build(_documents(corpus_path), encoder, index_type="flat").save(
+                directory
+            )
 
         build_directory_atomically(target, build)
     return DenseRetriever.load(target, encoder=encoder)

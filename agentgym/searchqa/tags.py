@@ -103,9 +103,6 @@ def parse_action(text: str) -> ParsedAction:
         return ParsedAction("invalid", "", False, f"the <{kind}> block is empty", thoughts)
     tag_count = len(_OPENING_TAG.findall(body))
     if tag_count > 1:
-        problem = (
-            f"{tag_count} <search>/<answer> tags in one action; "
-            f"only the {kind} was executed"
-        )
+        problem = f"{tag_count} <search>/<answer> tags in one action; only the {kind} was executed"
         return ParsedAction(kind, content, False, problem, thoughts)
     return ParsedAction(kind, content, True, None, thoughts)

@@ -21,7 +21,9 @@ def kb_retriever(kb: KnowledgeBase) -> OverlapRetriever:
 
 
 @pytest.fixture(autouse=True)
-def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def isolated_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     """Point ``$AGENTGYM_CACHE`` at a per-session temporary folder (never ``~/.cache``)."""
     root = tmp_path_factory.getbasetemp() / "agentgym-cache"
     monkeypatch.setenv("AGENTGYM_CACHE", str(root))

@@ -23,10 +23,13 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def test_flashrag_jsonl(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "nq" / "test.jsonl", [
-        {"id": "test_0", "question": "who wrote the iliad?", "golden_answers": ["Homer"]},
-        {"id": "test_1", "question": "capital of france", "golden_answers": ["Paris", "paris"]},
-    ])
+    path = write_jsonl(
+        tmp_path / "nq" / "test.jsonl",
+        [
+            {"id": "test_0", "question": "who wrote the iliad?", "golden_answers": ["Homer"]},
+            {"id": "test_1", "question": "capital of france", "golden_answers": ["Paris", "paris"]},
+        ],
+    )
     items = load_qa(path)
     assert items[0] == QAItem("test_0", "who wrote the iliad?", ("Homer",), "nq", "test")
     assert items[1].golden_answers == ("Paris", "paris")
@@ -35,13 +38,18 @@ def test_flashrag_jsonl(tmp_path: Path) -> None:
 def test_verl_row_prompt_and_plain_ground_truth(tmp_path: Path) -> None:
     row = {
         "data_source": "bamboogle",
-        "prompt": [{"role": "system", "content": "be brief"},
-                   {"role": "user", "content": "Who founded X?"}],
+        "prompt": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "Who founded X?"},
+        ],
         "reward_model": {"ground_truth": "Ann Lee", "style": "rule"},
     }
     (item,) = load_qa(write_jsonl(tmp_path / "test.jsonl", [row]))
     assert (item.question, item.golden_answers, item.data_source) == (
-        "Who founded X?", ("Ann Lee",), "bamboogle")
+        "Who founded X?",
+        ("Ann Lee",),
+        "bamboogle",
+    )
     assert item.id == "test-0"
 
 
@@ -60,9 +68,18 @@ def test_search_r1_template_prompt_and_target(tmp_path: Path) -> None:
 
 def test_hotpotqa_original_json_list(tmp_path: Path) -> None:
     path = tmp_path / "hotpot.json"
-    path.write_text(json.dumps([
-        {"_id": "5a8b", "question": "Same nationality?", "answer": "yes", "type": "comparison"},
-    ]))
+    path.write_text(
+        json.dumps(
+            [
+                {
+                    "_id": "5a8b",
+                    "question": "Same nationality?",
+                    "answer": "yes",
+                    "type": "comparison",
+                },
+            ]
+        )
+    )
     (item,) = load_qa(path, data_source="hotpotqa")
     assert (item.id, item.golden_answers, item.data_source) == ("5a8b", ("yes",), "hotpotqa")
 
@@ -73,10 +90,18 @@ def test_numeric_answers_become_strings(tmp_path: Path) -> None:
 
 
 def test_split_by_field(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "all.jsonl", [
-        {"id": str(i), "question": f"q{i}", "golden_answers": ["a"],
-         "split": "train" if i % 3 else "test"} for i in range(9)
-    ])
+    path = write_jsonl(
+        tmp_path / "all.jsonl",
+        [
+            {
+                "id": str(i),
+                "question": f"q{i}",
+                "golden_answers": ["a"],
+                "split": "train" if i % 3 else "test",
+            }
+            for i in range(9)
+        ],
+    )
     assert [i.id for i in load_qa(path, split="test")] == ["0", "3", "6"]
     assert len(load_qa(path, split="train")) == 6
     with pytest.raises(QADataError, match=r"splits \['test', 'train'\]"):
@@ -94,17 +119,29 @@ def test_split_by_file_in_a_folder(tmp_path: Path) -> None:
 
 
 def test_data_source_filter_and_limit(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path / "m.jsonl", [
-        {"id": str(i), "question": "q", "golden_answers": ["a"],
-         "data_source": "nq" if i % 2 else "hotpotqa"} for i in range(10)
-    ])
+    path = write_jsonl(
+        tmp_path / "m.jsonl",
+        [
+            {
+                "id": str(i),
+                "question": "q",
+                "golden_answers": ["a"],
+                "data_source": "nq" if i % 2 else "hotpotqa",
+            }
+            for i in range(10)
+        ],
+    )
     items = load_qa(path, data_sources=["nq"], limit=3)
     assert [i.id for i in items] == ["1", "3", "5"]
 
 
 def test_colliding_ids_across_files_are_prefixed(tmp_path: Path) -> None:
-    a = write_jsonl(tmp_path / "nq" / "test.jsonl", [{"id": "test_0", "question": "a", "golden_answers": ["x"]}])
-    b = write_jsonl(tmp_path / "tq" / "test.jsonl", [{"id": "test_0", "question": "b", "golden_answers": ["y"]}])
+    a = write_jsonl(
+        tmp_path / "nq" / "test.jsonl", [{"id": "test_0", "question": "a", "golden_answers": ["x"]}]
+    )
+    b = write_jsonl(
+        tmp_path / "tq" / "test.jsonl", [{"id": "test_0", "question": "b", "golden_answers": ["y"]}]
+    )
     assert [i.id for i in load_qa([a, b])] == ["nq:test_0", "tq:test_0"]
 
 
@@ -150,18 +187,24 @@ def test_missing_and_unsupported_files(tmp_path: Path) -> None:
 def test_parquet_nested_fields(tmp_path: Path) -> None:
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    table = pa.table({
-        "id": ["train_0", "train_1"],
-        "question": ["who wrote the iliad?", "capital of france?"],
-        "data_source": ["nq", "hotpotqa"],
-        "reward_model": [{"ground_truth": {"target": ["Homer"]}, "style": "rule"},
-                         {"ground_truth": {"target": ["Paris"]}, "style": "rule"}],
-        "extra_info": [{"index": 0, "split": "train"}, {"index": 1, "split": "train"}],
-    })
+    table = pa.table(
+        {
+            "id": ["train_0", "train_1"],
+            "question": ["who wrote the iliad?", "capital of france?"],
+            "data_source": ["nq", "hotpotqa"],
+            "reward_model": [
+                {"ground_truth": {"target": ["Homer"]}, "style": "rule"},
+                {"ground_truth": {"target": ["Paris"]}, "style": "rule"},
+            ],
+            "extra_info": [{"index": 0, "split": "train"}, {"index": 1, "split": "train"}],
+        }
+    )
     pq.write_table(table, tmp_path / "train.parquet")
     items = load_qa(tmp_path / "train.parquet")
     assert [(i.id, i.golden_answers, i.data_source) for i in items] == [
-        ("train_0", ("Homer",), "nq"), ("train_1", ("Paris",), "hotpotqa")]
+        ("train_0", ("Homer",), "nq"),
+        ("train_1", ("Paris",), "hotpotqa"),
+    ]
 
 
 def test_corrupt_parquet_error(tmp_path: Path) -> None:
@@ -193,8 +236,11 @@ def test_real_search_r1_parquet() -> None:
         (("search_r1_qa", "flashrag_format", "popqa", "test.jsonl"), 1000, "popqa"),
         (("search_r1_qa", "verl_format", "musique", "test.jsonl"), 2417, "bdsaglam/musique"),
         (("hotpotqa", "rpt_hf_format", "dev.jsonl"), 300, "rpt_hf_format"),
-        (("hotpotqa", "hotpot_dev_distractor_v1.sample1143.original_format.json"), 1143,
-         "hotpot_dev_distractor_v1.sample1143.original_format"),
+        (
+            ("hotpotqa", "hotpot_dev_distractor_v1.sample1143.original_format.json"),
+            1143,
+            "hotpot_dev_distractor_v1.sample1143.original_format",
+        ),
     ],
 )
 def test_real_jsonl_and_json_files(parts: tuple[str, ...], rows: int, source: str) -> None:

@@ -57,13 +57,17 @@ def test_format_information_reproduces_real_search_r1_rollouts() -> None:
     rollouts = json.loads(path.read_text(encoding="utf-8"))
     checked = 0
     for rollout in rollouts:
-        for block in re.findall(r"<information>.*?</information>", rollout["output"]["final_response"], re.S):
+        for block in re.findall(
+            r"<information>.*?</information>", rollout["output"]["final_response"], re.S
+        ):
             inner = block[len("<information>") : -len("</information>")]
             documents = []
             for piece in re.split(r"(?:^|\n)Doc \d+\(Title: ", inner)[1:]:
                 end = piece.index('") ') + 1 if piece.startswith('"') else piece.index(") ")
                 title, text = piece[:end], piece[end + 2 :]
-                documents.append(SearchResult(Document(str(len(documents)), f"{title}\n{text}"), 0.0))
+                documents.append(
+                    SearchResult(Document(str(len(documents)), f"{title}\n{text}"), 0.0)
+                )
             assert len(documents) == 3
             assert format_information(documents) == block
             checked += 1
@@ -81,7 +85,9 @@ def test_single_hop_episode(kb: KnowledgeBase, kb_retriever: OverlapRetriever) -
     assert (info["action_type"], info["retrieved_ids"], info["answer"]) == ("reset", (), None)
     assert info["data_source"] == "generated_kb"
 
-    obs, reward, terminated, truncated, info = env.step(f"<think>Search it.</think><search>{item.question}</search>")
+    obs, reward, terminated, truncated, info = env.step(
+        f"<think>Search it.</think><search>{item.question}</search>"
+    )
     assert (reward, terminated, truncated, info["valid_action"]) == (0.0, False, False, True)
     assert obs.startswith("<information>Doc 1(Title: ") and obs.endswith("</information>")
     assert obs.count("Doc ") == 3 and len(info["retrieved_ids"]) == 3
@@ -89,23 +95,27 @@ def test_single_hop_episode(kb: KnowledgeBase, kb_retriever: OverlapRetriever) -
     assert item.golden_answers[0] in obs
     assert info["action_type"] == "search"
 
-    obs, reward, terminated, truncated, info = env.step(f"<answer> {item.golden_answers[0].upper()} </answer>")
+    obs, reward, terminated, truncated, info = env.step(
+        f"<answer> {item.golden_answers[0].upper()} </answer>"
+    )
     assert (reward, terminated, truncated) == (1.0, True, False)
     assert info["success"] and info["valid_action"]
     assert info["answer"] == item.golden_answers[0].upper()
     assert item.golden_answers[0] not in obs.replace(item.golden_answers[0].upper(), "")
 
 
-def test_two_hop_episode_needs_two_searches(kb: KnowledgeBase, kb_retriever: OverlapRetriever) -> None:
+def test_two_hop_episode_needs_two_searches(
+    kb: KnowledgeBase, kb_retriever: OverlapRetriever
+) -> None:
     item = first_of(kb, "book.author.birth_city")
     subject_id, bridge_id = item.metadata["supporting_ids"]
     bridge, answer = item.metadata["entities"][1], item.golden_answers[0]
     env = make_env(kb, kb_retriever, anchor="state")
     env.reset(options={"task_id": item.id})
-    obs, *_ , info = env.step(f"<search>{item.question}</search>")
+    obs, *_, info = env.step(f"<search>{item.question}</search>")
     assert subject_id in info["retrieved_ids"]
     assert bridge in obs
-    obs, *_ , info = env.step(f"<search>{bridge}</search>")
+    obs, *_, info = env.step(f"<search>{bridge}</search>")
     assert bridge_id in info["retrieved_ids"]
     assert answer in obs
     assert info["anchor"][1] >= {subject_id, bridge_id}
@@ -123,7 +133,9 @@ def test_wrong_answer_ends_with_zero(kb: KnowledgeBase, kb_retriever: OverlapRet
     assert env.step("<answer>x</answer>")[:4] == (obs, 0.0, True, False)
 
 
-def test_scripted_agent_solves_most_questions(kb: KnowledgeBase, kb_retriever: OverlapRetriever) -> None:
+def test_scripted_agent_solves_most_questions(
+    kb: KnowledgeBase, kb_retriever: OverlapRetriever
+) -> None:
     """Search the question, then the bridge entity, then answer what the passages say."""
     env = make_env(kb, kb_retriever)
     rng = np.random.default_rng(0)
@@ -163,7 +175,9 @@ def test_answer_on_the_last_turn_counts(kb: KnowledgeBase, kb_retriever: Overlap
     assert (reward, terminated, truncated) == (1.0, True, False)
 
 
-def test_invalid_action_feedback_changes_nothing(kb: KnowledgeBase, kb_retriever: OverlapRetriever) -> None:
+def test_invalid_action_feedback_changes_nothing(
+    kb: KnowledgeBase, kb_retriever: OverlapRetriever
+) -> None:
     env = make_env(kb, kb_retriever, anchor="state", max_steps=10)
     _, info0 = env.reset(seed=1)
     calls = kb_retriever.calls
@@ -176,26 +190,42 @@ def test_invalid_action_feedback_changes_nothing(kb: KnowledgeBase, kb_retriever
     assert kb_retriever.calls == calls  # nothing was searched
 
 
-def test_both_tags_execute_the_first_and_flag_invalid(kb: KnowledgeBase, kb_retriever: OverlapRetriever) -> None:
+def test_both_tags_execute_the_first_and_flag_invalid(
+    kb: KnowledgeBase, kb_retriever: OverlapRetriever
+) -> None:
     item = first_of(kb, "film.director")
     env = make_env(kb, kb_retriever)
     env.reset(options={"task_id": item.id})
     obs, reward, terminated, _, info = env.step(
-        f"<search>{item.question}</search><answer>{item.golden_answers[0]}</answer>")
-    assert (info["action_type"], reward, terminated, info["valid_action"]) == ("search", 0.0, False, False)
+        f"<search>{item.question}</search><answer>{item.golden_answers[0]}</answer>"
+    )
+    assert (info["action_type"], reward, terminated, info["valid_action"]) == (
+        "search",
+        0.0,
+        False,
+        False,
+    )
     assert obs.startswith("<information>")
     _, reward, terminated, _, info = env.step(
-        f"<answer>wrong</answer> <answer>{item.golden_answers[0]}</answer>")
-    assert (info["action_type"], reward, terminated, info["valid_action"]) == ("answer", 1.0, True, False)
+        f"<answer>wrong</answer> <answer>{item.golden_answers[0]}</answer>"
+    )
+    assert (info["action_type"], reward, terminated, info["valid_action"]) == (
+        "answer",
+        1.0,
+        True,
+        False,
+    )
     assert info["success"]  # the last <answer> counts
 
 
-def test_non_string_and_oversized_actions(kb: KnowledgeBase, kb_retriever: OverlapRetriever) -> None:
+def test_non_string_and_oversized_actions(
+    kb: KnowledgeBase, kb_retriever: OverlapRetriever
+) -> None:
     env = make_env(kb, kb_retriever, max_action_length=100)
     env.reset(seed=2)
-    obs, *_ , info = env.step(12345)
+    obs, *_, info = env.step(12345)
     assert not info["valid_action"] and "expected text" in obs
-    obs, *_ , info = env.step("<search>" + "x" * 200 + "</search>")
+    obs, *_, info = env.step("<search>" + "x" * 200 + "</search>")
     assert not info["valid_action"] and "longer than" in obs
 
 
@@ -204,7 +234,7 @@ def test_anchors(kb: KnowledgeBase, kb_retriever: OverlapRetriever) -> None:
     observation_env = make_env(kb, kb_retriever)
     obs, info = observation_env.reset(options={"task_id": item.id})
     assert info["anchor"] == obs
-    obs, *_ , info = observation_env.step(f"<search>{item.question}</search>")
+    obs, *_, info = observation_env.step(f"<search>{item.question}</search>")
     assert info["anchor"] == obs
 
     state_env = make_env(kb, kb_retriever, anchor="state")
@@ -231,15 +261,19 @@ def test_seeds_fix_the_task(kb: KnowledgeBase, kb_retriever: OverlapRetriever) -
 def test_top_k(kb: KnowledgeBase, kb_retriever: OverlapRetriever) -> None:
     env = make_env(kb, kb_retriever, top_k=5)
     env.reset(seed=0)
-    obs, *_ , info = env.step("<search>University</search>")
+    obs, *_, info = env.step("<search>University</search>")
     assert obs.count("(Title: ") == 5 and len(info["retrieved_ids"]) == 5
 
 
-def test_split_and_limit_on_data_path(tmp_path, kb: KnowledgeBase, kb_retriever: OverlapRetriever) -> None:
+def test_split_and_limit_on_data_path(
+    tmp_path, kb: KnowledgeBase, kb_retriever: OverlapRetriever
+) -> None:
     from agentgym.searchqa.data import write_qa_jsonl
 
     write_qa_jsonl(kb.questions, tmp_path / "qa.jsonl")
-    env = SearchQAEnv(data_path=tmp_path / "qa.jsonl", split="test", limit=50, retriever=kb_retriever)
+    env = SearchQAEnv(
+        data_path=tmp_path / "qa.jsonl", split="test", limit=50, retriever=kb_retriever
+    )
     assert len(env.task_ids) == 50
     assert all(item.split == "test" for item in env.items)
 
@@ -252,7 +286,11 @@ def test_split_and_limit_on_data_path(tmp_path, kb: KnowledgeBase, kb_retriever:
         ({"top_k": 0}, ValueError, "top_k"),
         ({"corpus_path": "x.jsonl"}, ValueError, "corpus_path without data_path"),
         ({"data_path": "qa.jsonl"}, ValueError, "needs corpus_path"),
-        ({"data_path": "qa.jsonl", "corpus_path": "/no/such/corpus.jsonl"}, FileNotFoundError, "corpus"),
+        (
+            {"data_path": "qa.jsonl", "corpus_path": "/no/such/corpus.jsonl"},
+            FileNotFoundError,
+            "corpus",
+        ),
         ({"qa_items": []}, ValueError, "empty"),
         ({"anchor": "text"}, ValueError, "anchor"),
     ],
@@ -265,7 +303,9 @@ def test_bad_construction(kwargs: dict, error: type, message: str) -> None:
 def test_construction_has_no_side_effects(isolated_cache) -> None:
     SearchQAEnv()
     SearchQAEnv(retriever="dense")
-    SearchQAEnv(qa_items=[QAItem("a", "q?", ("x",), "s", "test")], retriever="http://127.0.0.1:9/retrieve")
+    SearchQAEnv(
+        qa_items=[QAItem("a", "q?", ("x",), "s", "test")], retriever="http://127.0.0.1:9/retrieve"
+    )
     assert not (isolated_cache / "searchqa").exists()
 
 
@@ -276,9 +316,32 @@ def test_check_env(kb: KnowledgeBase, kb_retriever: OverlapRetriever) -> None:
 
 
 FRAGMENTS = (
-    "<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>", "<SEARCH>",
-    "</Answer>", "<information>", "Doc 1(Title: x)", "who", "founded", " ", "\n", "\t",
-    "北京", "Ærø", "🎵", "\u200b", "<", ">", "/", "the", "1999", "\x00", "\ud800",
+    "<search>",
+    "</search>",
+    "<answer>",
+    "</answer>",
+    "<think>",
+    "</think>",
+    "<SEARCH>",
+    "</Answer>",
+    "<information>",
+    "Doc 1(Title: x)",
+    "who",
+    "founded",
+    " ",
+    "\n",
+    "\t",
+    "北京",
+    "Ærø",
+    "🎵",
+    "\u200b",
+    "<",
+    ">",
+    "/",
+    "the",
+    "1999",
+    "\x00",
+    "\ud800",
 )
 
 
@@ -302,7 +365,9 @@ def test_fuzzed_actions_with_hypothesis(kb: KnowledgeBase, kb_retriever: Overlap
     from hypothesis import strategies as st
 
     env = make_env(kb, kb_retriever)
-    tagged = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=20)), max_size=10).map("".join)
+    tagged = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=20)), max_size=10).map(
+        "".join
+    )
 
     @hypothesis.settings(max_examples=300, deadline=None, derandomize=True)
     @hypothesis.given(st.one_of(st.text(max_size=200), tagged))
@@ -320,8 +385,11 @@ def test_fuzzed_actions_with_hypothesis(kb: KnowledgeBase, kb_retriever: Overlap
 @pytest.fixture(scope="module")
 def hotpot() -> tuple[list[QAItem], dict, OverlapRetriever]:
     corpus = read_jsonl_corpus(
-        shared_data_path("search_r1_qa", "hotpotqa_distractor_paragraphs_corpus.jsonl"))
-    qa_path = shared_data_path("hotpotqa", "hotpot_dev_distractor_v1.sample1143.original_format.json")
+        shared_data_path("search_r1_qa", "hotpotqa_distractor_paragraphs_corpus.jsonl")
+    )
+    qa_path = shared_data_path(
+        "hotpotqa", "hotpot_dev_distractor_v1.sample1143.original_format.json"
+    )
     items = load_qa(qa_path, data_source="hotpotqa")
     supporting = {
         row["_id"]: sorted({title for title, _ in row["supporting_facts"]})
@@ -345,7 +413,9 @@ def test_hotpotqa_scripted_episodes(hotpot) -> None:
             assert (reward, terminated, info["valid_action"]) == (0.0, False, True)
             titles_total += 1
             titles_found += f'(Title: "{title}")' in obs
-        _, reward, terminated, truncated, info = env.step(f"<answer>{item.golden_answers[0]}</answer>")
+        _, reward, terminated, truncated, info = env.step(
+            f"<answer>{item.golden_answers[0]}</answer>"
+        )
         assert (reward, terminated, truncated, info["success"]) == (1.0, True, False, True)
         assert len(info["anchor"][1]) >= 3
     assert titles_found >= 0.75 * titles_total

@@ -25,7 +25,9 @@ from tests.conftest import shared_data_path
 
 def needs(*modules: str) -> None:
     for module in modules:
-        pytest.importorskip(module, reason=f"{module} is not available (retrieval branch not merged?)")
+        pytest.importorskip(
+            module, reason=f"{module} is not available (retrieval branch not merged?)"
+        )
 
 
 def test_make_retriever_checks_spec() -> None:
@@ -48,7 +50,7 @@ def test_default_env_plays_the_generated_kb(isolated_cache: Path, kb: KnowledgeB
     item = next(q for q in kb.questions if q.metadata["template"] == "company.founder")
     obs, info = env.reset(options={"task_id": item.id})
     assert obs == item.question
-    obs, *_ , info = env.step(f"<search>{item.question}</search>")
+    obs, *_, info = env.step(f"<search>{item.question}</search>")
     assert item.metadata["supporting_ids"][0] in info["retrieved_ids"]
     assert item.golden_answers[0] in obs
     _, reward, terminated, _, info = env.step(f"<answer>{item.golden_answers[0]}</answer>")
@@ -96,7 +98,9 @@ def test_bm25_over_the_real_hotpotqa_corpus(isolated_cache: Path) -> None:
     corpus = shared_data_path("search_r1_qa", "hotpotqa_distractor_paragraphs_corpus.jsonl")
     qa = shared_data_path("hotpotqa", "hotpot_dev_distractor_v1.sample1143.original_format.json")
     env = SearchQAEnv(data_path=qa, corpus_path=corpus, limit=40)
-    supporting = {r["_id"]: {t for t, _ in r["supporting_facts"]} for r in json.loads(qa.read_text())}
+    supporting = {
+        r["_id"]: {t for t, _ in r["supporting_facts"]} for r in json.loads(qa.read_text())
+    }
     found = total = 0
     for item in env.items:
         env.reset(options={"task_id": item.id})
@@ -110,11 +114,17 @@ def test_bm25_over_the_real_hotpotqa_corpus(isolated_cache: Path) -> None:
 
 @pytest.mark.slow
 def test_dense_env_on_the_kb(kb: KnowledgeBase) -> None:
-    needs("retrieval.dense", "retrieval.encoders", "retrieval.corpus", "sentence_transformers", "faiss")
+    needs(
+        "retrieval.dense",
+        "retrieval.encoders",
+        "retrieval.corpus",
+        "sentence_transformers",
+        "faiss",
+    )
     env = SearchQAEnv(retriever="dense", split="test")
     item = next(q for q in env.items if q.metadata["template"] == "book.author")
     env.reset(options={"task_id": item.id})
-    obs, *_ , info = env.step(f"<search>{item.question}</search>")
+    obs, *_, info = env.step(f"<search>{item.question}</search>")
     assert obs.startswith("<information>Doc 1(Title: ") and len(info["retrieved_ids"]) == 3
     assert env.step(f"<answer>{item.golden_answers[0]}</answer>")[1] == 1.0
 
@@ -132,8 +142,12 @@ def stub_server(kb: KnowledgeBase) -> Iterator[str]:
             k = int(body.get("topk", 3))
             scores = body.get("return_scores", True)
             result = [
-                [{"document": r.document.to_json(), "score": r.score} if scores else r.document.to_json()
-                 for r in retriever.search(q, k)]
+                [
+                    {"document": r.document.to_json(), "score": r.score}
+                    if scores
+                    else r.document.to_json()
+                    for r in retriever.search(q, k)
+                ]
                 for q in queries
             ]
             self._send({"result": result})
@@ -163,7 +177,9 @@ def stub_server(kb: KnowledgeBase) -> Iterator[str]:
         thread.join(timeout=5)
 
 
-def test_remote_retriever_env(stub_server: str, kb: KnowledgeBase, kb_retriever: OverlapRetriever) -> None:
+def test_remote_retriever_env(
+    stub_server: str, kb: KnowledgeBase, kb_retriever: OverlapRetriever
+) -> None:
     needs("retrieval.client")
     items: list[QAItem] = [q for q in kb.questions if q.metadata["hops"] == 1][:5]
     remote = SearchQAEnv(qa_items=items, retriever=stub_server)

@@ -68,8 +68,17 @@ def test_questions_need_their_passages(kb: KnowledgeBase) -> None:
 def test_small_counts() -> None:
     small = generate_knowledge_base(
         1,
-        counts={"country": 3, "city": 10, "person": 60, "university": 5, "company": 10,
-                "book": 10, "film": 10, "band": 5, "river": 3},
+        counts={
+            "country": 3,
+            "city": 10,
+            "person": 60,
+            "university": 5,
+            "company": 10,
+            "book": 10,
+            "film": 10,
+            "band": 5,
+            "river": 3,
+        },
         questions_per_template=2,
     )
     assert len(small.passages) == 116

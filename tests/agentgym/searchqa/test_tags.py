@@ -21,9 +21,17 @@ def test_single_answer_is_stripped_and_multiline() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "Paris", "<search>unclosed", "unopened</search>", "<answer>x</search>",
-     "<search/>", "< search>q</search>", "<think>only thinking</think>",
-     "＜search＞q＜/search＞"],  # full-width brackets are not tags
+    [
+        "",
+        "Paris",
+        "<search>unclosed",
+        "unopened</search>",
+        "<answer>x</search>",
+        "<search/>",
+        "< search>q</search>",
+        "<think>only thinking</think>",
+        "＜search＞q＜/search＞",
+    ],  # full-width brackets are not tags
 )
 def test_missing_or_broken_tags_are_invalid(text: str) -> None:
     parsed = parse_action(text)
@@ -33,7 +41,9 @@ def test_missing_or_broken_tags_are_invalid(text: str) -> None:
     assert "no complete" in parsed.problem
 
 
-@pytest.mark.parametrize("text", ["<search></search>", "<search>  \n </search>", "<answer> </answer>"])
+@pytest.mark.parametrize(
+    "text", ["<search></search>", "<search>  \n </search>", "<answer> </answer>"]
+)
 def test_empty_blocks_are_invalid(text: str) -> None:
     parsed = parse_action(text)
     assert parsed.kind == "invalid"
@@ -82,7 +92,9 @@ def test_stray_opening_tag_flags_but_executes() -> None:
 
 
 def test_tags_mentioned_inside_think_are_ignored() -> None:
-    parsed = parse_action("<think>I could use <search> or <answer>x</answer></think><search>q</search>")
+    parsed = parse_action(
+        "<think>I could use <search> or <answer>x</answer></think><search>q</search>"
+    )
     assert (parsed.kind, parsed.content, parsed.well_formed) == ("search", "q", True)
     assert parsed.thoughts == ("I could use <search> or <answer>x</answer>",)
 
