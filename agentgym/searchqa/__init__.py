@@ -7,6 +7,7 @@
 ``em``              SQuAD answer normalization and exact match (the reward);
 ``data``            Search-R1 / FlashRAG / verl / HotpotQA question files;
 ``knowledge_base``  the generated offline default (invented entities, 1- and 2-hop questions);
+``kb_vocabulary``   the word lists its invented names come from;
 ``cache``           where the generated files and retrieval indexes are kept;
 ``retrievers``      ``"bm25"`` / ``"dense"`` / server URL -> a Retriever (lazy imports);
 ``download``        ``python -m agentgym.searchqa.download`` for the public data.

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from agentgym.searchqa import kb_vocabulary as words
 from agentgym.searchqa.data import QAItem
 from retrieval.base import Document
 
@@ -69,242 +70,6 @@ the subject's passage is dropped)."""
 
 TEST_FRACTION = 0.2
 """Share of questions in the ``"test"`` split; the rest are ``"train"``."""
-
-# ----------------------------------------------------------------------------- vocabulary
-_ONSETS = (
-    "b",
-    "br",
-    "d",
-    "dr",
-    "f",
-    "g",
-    "gr",
-    "h",
-    "k",
-    "kr",
-    "l",
-    "m",
-    "n",
-    "p",
-    "pr",
-    "r",
-    "s",
-    "st",
-    "t",
-    "tr",
-    "v",
-    "z",
-    "th",
-    "sh",
-    "c",
-    "j",
-    "w",
-    "y",
-    "ql",
-    "sk",
-)
-_VOWELS = ("a", "e", "i", "o", "u", "ae", "ei", "ou", "ia", "y")
-_CODAS = ("", "", "n", "r", "l", "s", "m", "th", "nd", "rk", "st", "x")
-_PLACE_ENDINGS = (
-    "mor",
-    "heim",
-    "ford",
-    "wick",
-    "holm",
-    "dale",
-    "gard",
-    "port",
-    "by",
-    "stead",
-    "brook",
-    "mouth",
-    "vale",
-    "ton",
-    "grad",
-    "ora",
-    "ene",
-    "ium",
-)
-_COUNTRY_ENDINGS = ("ia", "land", "istan", "ova", "ene", "aria", "onia", "eth")
-_SURNAME_ENDINGS = (
-    "son",
-    "ova",
-    "er",
-    "ski",
-    "berg",
-    "ard",
-    "ley",
-    "ane",
-    "etti",
-    "aby",
-    "ström",
-    "ović",
-    "ez",
-    "wood",
-    "ith",
-    "enko",
-)
-_CONTINENTS = (
-    "the Verrant continent",
-    "the Ossalic Isles",
-    "the Northern Reach",
-    "the Calder Basin",
-    "the Sundering Coast",
-)
-_CURRENCIES = ("crown", "mark", "thaler", "drach", "sol", "florin", "real", "lira")
-_OCCUPATIONS = (
-    "novelist",
-    "poet",
-    "film director",
-    "engineer",
-    "physicist",
-    "painter",
-    "architect",
-    "politician",
-    "chemist",
-    "economist",
-    "singer",
-    "entrepreneur",
-)
-_INDUSTRIES = (
-    "shipbuilding",
-    "software",
-    "textile",
-    "food processing",
-    "mining",
-    "pharmaceutical",
-    "publishing",
-    "railway",
-    "brewing",
-    "aerospace",
-    "insurance",
-)
-_COMPANY_WORDS = (
-    "Works",
-    "Industries",
-    "Dynamics",
-    "Holdings",
-    "Systems",
-    "Foods",
-    "Mills",
-    "Group",
-    "Labs",
-    "Trading Company",
-    "Press",
-    "Motors",
-)
-_ADJECTIVES = (
-    "Silent",
-    "Crimson",
-    "Hollow",
-    "Distant",
-    "Golden",
-    "Broken",
-    "Hidden",
-    "Bitter",
-    "Quiet",
-    "Burning",
-    "Northern",
-    "Pale",
-    "Endless",
-    "Winter",
-    "Restless",
-    "Iron",
-    "Glass",
-    "Seventh",
-    "Last",
-    "Forgotten",
-    "Salt",
-    "Velvet",
-    "Copper",
-    "Wandering",
-    "Sleeping",
-    "Scarlet",
-    "Amber",
-    "Frozen",
-)
-_NOUNS = (
-    "Harbour",
-    "Orchard",
-    "Lantern",
-    "River",
-    "Garden",
-    "Mirror",
-    "Tower",
-    "Meadow",
-    "Bridge",
-    "Compass",
-    "Archive",
-    "Voyage",
-    "Cathedral",
-    "Island",
-    "Signal",
-    "Season",
-    "Letter",
-    "Frontier",
-    "Chorus",
-    "Harvest",
-    "Kingdom",
-    "Shore",
-    "Orchid",
-    "Engine",
-    "Canal",
-    "Citadel",
-    "Feather",
-    "Labyrinth",
-    "Window",
-    "Tide",
-)
-_BAND_NOUNS = (
-    "Foxes",
-    "Comets",
-    "Lanterns",
-    "Wolves",
-    "Pilots",
-    "Ravens",
-    "Engines",
-    "Tides",
-    "Sparrows",
-    "Giants",
-    "Echoes",
-    "Strangers",
-    "Hearts",
-    "Saints",
-    "Knives",
-    "Mirrors",
-    "Owls",
-    "Rivers",
-    "Ghosts",
-    "Mariners",
-)
-_BOOK_GENRES = (
-    "novel",
-    "short-story collection",
-    "poetry collection",
-    "memoir",
-    "detective novel",
-    "historical novel",
-    "science-fiction novel",
-)
-_FILM_GENRES = ("drama", "comedy", "thriller", "documentary", "war", "musical", "western")
-_MUSIC_GENRES = ("folk", "rock", "jazz", "post-punk", "electronic", "blues", "pop")
-_FIELDS = (
-    "law",
-    "medicine",
-    "engineering",
-    "mathematics",
-    "music",
-    "agriculture",
-    "philosophy",
-    "architecture",
-)
-_SEAS = (
-    "the Amber Sea",
-    "the Gulf of Tarn",
-    "the Pale Ocean",
-    "the Selvic Sea",
-    "the Bay of Orrin",
-)
 
 
 @dataclass
@@ -345,8 +110,8 @@ class _Names:
         return options[int(self.rng.integers(len(options)))]
 
     def stem(self, syllables: int) -> str:
-        parts = [self._pick(_ONSETS) + self._pick(_VOWELS) for _ in range(syllables)]
-        return "".join(parts) + self._pick(_CODAS)
+        parts = [self._pick(words.ONSETS) + self._pick(words.VOWELS) for _ in range(syllables)]
+        return "".join(parts) + self._pick(words.CODAS)
 
     def unique(self, make: Callable[[], str]) -> str:
         for _ in range(10_000):
@@ -360,13 +125,19 @@ class _Names:
         return self.stem(int(self.rng.integers(1, 3))).capitalize()
 
     def surname(self) -> str:
-        return (self.stem(int(self.rng.integers(1, 3))) + self._pick(_SURNAME_ENDINGS)).capitalize()
+        return (
+            self.stem(int(self.rng.integers(1, 3))) + self._pick(words.SURNAME_ENDINGS)
+        ).capitalize()
 
     def place(self) -> str:
-        return (self.stem(int(self.rng.integers(1, 3))) + self._pick(_PLACE_ENDINGS)).capitalize()
+        return (
+            self.stem(int(self.rng.integers(1, 3))) + self._pick(words.PLACE_ENDINGS)
+        ).capitalize()
 
     def country(self) -> str:
-        return (self.stem(int(self.rng.integers(1, 3))) + self._pick(_COUNTRY_ENDINGS)).capitalize()
+        return (
+            self.stem(int(self.rng.integers(1, 3))) + self._pick(words.COUNTRY_ENDINGS)
+        ).capitalize()
 
 
 LAST_YEAR = 2024
@@ -399,8 +170,8 @@ def _build_world(rng: np.random.Generator, counts: dict[str, int]) -> dict[str, 
         add(
             "country",
             names.unique(names.country),
-            continent=_choice(rng, _CONTINENTS),
-            currency=_choice(rng, _CURRENCIES),
+            continent=_choice(rng, words.CONTINENTS),
+            currency=_choice(rng, words.CURRENCIES),
             population=int(rng.integers(2, 90)),
         )
     countries = world["country"]
@@ -431,7 +202,7 @@ def _build_world(rng: np.random.Generator, counts: dict[str, int]) -> dict[str, 
             city=city,
             founded=int(rng.integers(1200, 1990)),
             students=int(rng.integers(2, 60)) * 1000,
-            field=_choice(rng, _FIELDS),
+            field=_choice(rng, words.FIELDS),
         )
     universities = world["university"]
     surnames = [names.unique(names.surname) for _ in range(counts["person"] // 3)]
@@ -443,7 +214,7 @@ def _build_world(rng: np.random.Generator, counts: dict[str, int]) -> dict[str, 
             names.unique(make),
             birth_year=int(rng.integers(1890, 1996)),
             birth_city=_choice(rng, cities),
-            occupation=_choice(rng, _OCCUPATIONS),
+            occupation=_choice(rng, words.OCCUPATIONS),
             university=_choice(rng, universities),
         )
     people = world["person"]
@@ -458,14 +229,14 @@ def _build_world(rng: np.random.Generator, counts: dict[str, int]) -> dict[str, 
     founders = rng.permutation(len(people))[: counts["company"]]
     for founder_index in founders:
         founder = people[int(founder_index)]
-        make = lambda: f"{names.place()} {_choice(rng, _COMPANY_WORDS)}"  # noqa: E731
+        make = lambda: f"{names.place()} {_choice(rng, words.COMPANY_WORDS)}"  # noqa: E731
         company = add(
             "company",
             names.unique(make),
             founder=founder,
             founded=_year_before(founder.facts["birth_year"] + int(rng.integers(20, 50))),
             city=_choice(rng, cities),
-            industry=_choice(rng, _INDUSTRIES),
+            industry=_choice(rng, words.INDUSTRIES),
             employees=int(rng.integers(1, 500)) * 100,
         )
         founder.facts.setdefault("founded", company)
@@ -477,42 +248,42 @@ def _build_world(rng: np.random.Generator, counts: dict[str, int]) -> dict[str, 
                 person.facts["employer"] = employer
     writers = role("novelist") + role("poet")
     for _ in range(counts["book"]):
-        make = lambda: f"The {_choice(rng, _ADJECTIVES)} {_choice(rng, _NOUNS)}"  # noqa: E731
+        make = lambda: f"The {_choice(rng, words.ADJECTIVES)} {_choice(rng, words.NOUNS)}"  # noqa: E731
         if rng.random() < 0.4:
-            make = lambda: f"{_choice(rng, _NOUNS)} of {names.place()}"  # noqa: E731
+            make = lambda: f"{_choice(rng, words.NOUNS)} of {names.place()}"  # noqa: E731
         author = _choice(rng, writers)
         add(
             "book",
             names.unique(make),
             author=author,
-            genre=_choice(rng, _BOOK_GENRES),
+            genre=_choice(rng, words.BOOK_GENRES),
             year=_year_before(author.facts["birth_year"] + int(rng.integers(20, 60))),
         )
     directors = role("film director")
     for _ in range(counts["film"]):
-        make = lambda: f"{_choice(rng, _ADJECTIVES)} {_choice(rng, _NOUNS)}"  # noqa: E731
+        make = lambda: f"{_choice(rng, words.ADJECTIVES)} {_choice(rng, words.NOUNS)}"  # noqa: E731
         if rng.random() < 0.5:
-            make = lambda: f"{names.given_name()} and the {_choice(rng, _NOUNS)}"  # noqa: E731
+            make = lambda: f"{names.given_name()} and the {_choice(rng, words.NOUNS)}"  # noqa: E731
         director = _choice(rng, directors)
         add(
             "film",
             names.unique(make),
             director=director,
-            genre=_choice(rng, _FILM_GENRES),
+            genre=_choice(rng, words.FILM_GENRES),
             year=_year_before(director.facts["birth_year"] + int(rng.integers(22, 60))),
             shot_in=_choice(rng, cities),
         )
     singers = role("singer")
     singer_order = rng.permutation(len(singers))
     for i in range(counts["band"]):
-        make = lambda: f"The {_choice(rng, _ADJECTIVES)} {_choice(rng, _BAND_NOUNS)}"  # noqa: E731
+        make = lambda: f"The {_choice(rng, words.ADJECTIVES)} {_choice(rng, words.BAND_NOUNS)}"  # noqa: E731
         singer = singers[int(singer_order[i % len(singers)])]
         add(
             "band",
             names.unique(make),
             city=_choice(rng, cities),
             singer=singer,
-            genre=_choice(rng, _MUSIC_GENRES),
+            genre=_choice(rng, words.MUSIC_GENRES),
             year=_year_before(singer.facts["birth_year"] + int(rng.integers(17, 35))),
         )
     for _ in range(counts["river"]):
@@ -522,7 +293,7 @@ def _build_world(rng: np.random.Generator, counts: dict[str, int]) -> dict[str, 
             names.unique(make),
             country=_choice(rng, countries),
             length=int(rng.integers(40, 3000)),
-            mouth=_choice(rng, _SEAS),
+            mouth=_choice(rng, words.SEAS),
         )
     return world
 
