@@ -1,0 +1,298 @@
+"""``AgentGym/SearchQA-v0``: answer questions by searching a corpus (Search-R1's protocol).
+
+An episode is one question. The observation at reset is the raw question (no prompt
+template). Each action is the model's whole tagged turn; the tag rule is in
+:mod:`agentgym.searchqa.tags`:
+
+* ``<search>query</search>`` -- the top ``top_k`` (3) passages come back as
+  ``<information>Doc 1(Title: t) text\\nDoc 2(Title: t) text\\n...</information>``,
+  Search-R1's format (``Title`` is the passage's first line verbatim, quotes included,
+  as in wiki-18). Search-R1 splices it into the chat as ``"\\n\\n" + obs + "\\n\\n"``;
+  that padding is the prompt builder's business, not the env's.
+* ``<answer>x</answer>`` -- ends the episode (``terminated``) with reward 1.0 if ``x``
+  exactly matches a gold answer after SQuAD normalization (:mod:`agentgym.searchqa.em`),
+  else 0.0 (Search-R1's EM reward, Jin et al. 2025, Sec. 3.4).
+* anything else -- feedback explaining the format, ``valid_action=False``, nothing
+  changes. An action with several ``<search>``/``<answer>`` tags is executed by
+  Search-R1's rule but also reported with ``valid_action=False`` (verl-agent's format
+  check), so learners penalize it.
+
+After ``max_steps`` (4) actions without an answer the episode is truncated with reward 0.
+A retriever that fails (a server that is down) raises from :meth:`step`: that is an
+infrastructure error, not a bad action, and the vector env reports it as such.
+
+Info, beside the contract keys (``task`` is the question): ``data_source``,
+``golden_answers`` (never shown in observations), ``retrieved_ids`` (ids returned by
+this step's search; ``()`` otherwise), ``action_type`` (``"reset"``, ``"search"``,
+``"answer"`` or ``"invalid"``) and ``answer`` (the parsed answer, else ``None``).
+
+Anchors: ``"observation"`` is the returned text; ``"state"`` is
+``(question, frozenset of passage ids retrieved so far)``, so two searches that return the
+same passages in a different order, or an invalid action, leave the state unchanged.
+
+Data. With no arguments the env plays the generated knowledge base
+(:mod:`agentgym.searchqa.knowledge_base`: 5,100 passages, 2,509 questions), written to the
+cache directory on first use, with a BM25 index over it built on first search (about a
+second) and cached. BM25 is the default because a dense default would import torch and
+sentence-transformers into every env worker and encode the corpus on CPU on first use;
+the invented names of the knowledge base are rare tokens that lexical search finds well.
+``retriever="dense"`` gives the dense retriever (default encoder all-MiniLM-L6-v2,
+offline; E5 on request). Real data: ``data_path=`` a Search-R1/FlashRAG/verl QA file (or
+folder of split files) and ``corpus_path=`` a JSONL corpus, or ``retriever=`` a server
+URL or a :class:`~retrieval.base.Retriever` object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentgym.core import AnchorMode, TextEnv, Transition
+from agentgym.searchqa.cache import knowledge_base_files
+from agentgym.searchqa.data import QAItem, load_qa
+from agentgym.searchqa.em import exact_match
+from agentgym.searchqa.retrievers import check_spec, is_url, make_retriever
+from agentgym.searchqa.tags import FORMAT_HINT, parse_action
+from retrieval.base import Retriever, SearchResult
+
+DEFAULT_RETRIEVER = "bm25"
+"""Retriever of a default-constructed env (see the module docstring for why BM25)."""
+DEFAULT_TOP_K = 3
+"""Passages returned per search (Search-R1 and the GiGPO recipe)."""
+DEFAULT_MAX_TURNS = 4
+"""Actions per episode before truncation (Search-R1's ``max_turns``)."""
+
+
+def format_information(results: Sequence[SearchResult]) -> str:
+    """Search-R1's observation for a search: ``<information>Doc 1(Title: t) text ...</information>``.
+
+    Each passage's ``contents`` is split at its first newline into the title (kept verbatim,
+    quotes included) and the text; a passage without a newline has an empty title. Lines
+    are joined with ``"\\n"`` and the whole is stripped, as Search-R1 does.
+    """
+    lines = []
+    for rank, result in enumerate(results, start=1):
+        head, newline, rest = result.document.contents.partition("\n")
+        title, text = (head, rest) if newline else ("", head)
+        lines.append(f"Doc {rank}(Title: {title}) {text}")
+    return "<information>" + "\n".join(lines).strip() + "</information>"
+
+
+class SearchQAEnv(TextEnv):
+    """Search-augmented question answering on the Search-R1 protocol (module docstring).
+
+    Args:
+        data_path: a QA file or split folder (:func:`~agentgym.searchqa.data.load_qa`);
+            ``None`` plays the generated knowledge base.
+        corpus_path: JSONL corpus (``{"id", "contents"}`` lines) for ``"bm25"``/``"dense"``;
+            ``None`` with no ``data_path`` uses the generated knowledge base's corpus.
+        qa_items: questions given directly (instead of ``data_path``).
+        retriever: a :class:`~retrieval.base.Retriever`, ``"bm25"``, ``"dense"`` or a
+            retrieval server URL (:mod:`agentgym.searchqa.retrievers`).
+        split: keep only this split (``"train"``/``"test"`` for the knowledge base).
+        data_sources: keep only these data sources.
+        limit: keep at most this many questions.
+        top_k: passages per search.
+        kb_seed: seed of the generated knowledge base.
+        cache_dir: where the knowledge base and indexes are cached
+            (default ``$AGENTGYM_CACHE/searchqa`` or ``~/.cache/agentgym/searchqa``).
+        encoder: encoder for ``retriever="dense"`` (an ``Encoder`` or ``EncoderConfig``).
+        anchor, max_steps, max_action_length, render_mode: see
+            :class:`~agentgym.core.TextEnv`.
+
+    Construction only checks arguments; questions are read on first use, the knowledge
+    base is written and the index is built or loaded on first use too.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_path: str | Path | Sequence[str | Path] | None = None,
+        corpus_path: str | Path | None = None,
+        qa_items: Sequence[QAItem] | None = None,
+        retriever: Retriever | str = DEFAULT_RETRIEVER,
+        split: str | None = None,
+        data_sources: Sequence[str] | None = None,
+        limit: int | None = None,
+        top_k: int = DEFAULT_TOP_K,
+        kb_seed: int = 0,
+        cache_dir: str | Path | None = None,
+        encoder: Any = None,
+        anchor: AnchorMode = "observation",
+        max_steps: int | None = DEFAULT_MAX_TURNS,
+        max_action_length: int = 1 << 16,
+        render_mode: str | None = None,
+    ):
+        super().__init__(
+            anchor=anchor,
+            max_steps=max_steps,
+            max_action_length=max_action_length,
+            render_mode=render_mode,
+        )
+        check_spec(retriever)
+        if top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {top_k}")
+        if data_path is not None and qa_items is not None:
+            raise ValueError("give data_path or qa_items, not both")
+        if qa_items is not None and len(qa_items) == 0:
+            raise ValueError("qa_items is empty")
+        uses_kb = data_path is None and qa_items is None
+        if uses_kb and corpus_path is not None:
+            raise ValueError(
+                "corpus_path without data_path: the generated questions only make sense with "
+                "the generated corpus; give data_path (or qa_items) for your corpus"
+            )
+        local = isinstance(retriever, str) and not is_url(retriever)
+        if not uses_kb and local and corpus_path is None:
+            raise ValueError(
+                f"retriever={retriever!r} over your questions needs corpus_path (a JSONL "
+                "corpus), or pass a Retriever object or a retrieval server URL"
+            )
+        if corpus_path is not None and not Path(corpus_path).is_file():
+            raise FileNotFoundError(f"corpus file not found: {corpus_path}")
+        self._data_path = data_path
+        self._corpus_path = Path(corpus_path) if corpus_path is not None else None
+        self._retriever_spec = retriever
+        self._split = split
+        self._data_sources = tuple(data_sources) if data_sources is not None else None
+        self._limit = limit
+        self.top_k = top_k
+        self.kb_seed = kb_seed
+        self._cache_dir = cache_dir
+        self._encoder = encoder
+        self._uses_kb = uses_kb
+        self._items: tuple[QAItem, ...] | None = tuple(qa_items) if qa_items is not None else None
+        self._by_id: dict[str, QAItem] = {}
+        self._ids: tuple[str, ...] = ()
+        self._retriever: Retriever | None = None
+        self._item: QAItem | None = None
+        self._retrieved: frozenset[str] = frozenset()
+        self._correct = False
+        if self._items is not None:
+            self._index_items(self._items)
+
+    # ------------------------------------------------------------------ lazy loading
+    def _index_items(self, items: Sequence[QAItem]) -> None:
+        by_id = {item.id: item for item in items}
+        if len(by_id) != len(items):
+            raise ValueError("question ids are not unique")
+        self._items = tuple(items)
+        self._by_id = by_id
+        self._ids = tuple(item.id for item in items)
+
+    def _load_items(self) -> None:
+        if self._items is not None:
+            return
+        if self._uses_kb:
+            files = knowledge_base_files(self.kb_seed, self._cache_dir)
+            self._corpus_path = files.corpus_path
+            paths: Any = files.qa_path
+        else:
+            paths = self._data_path
+        items = load_qa(
+            paths, split=self._split, data_sources=self._data_sources, limit=self._limit
+        )
+        self._index_items(items)
+
+    @property
+    def retriever(self) -> Retriever:
+        """The retriever, built or loaded on first access."""
+        if self._retriever is None:
+            if self._uses_kb and self._corpus_path is None:
+                self._corpus_path = knowledge_base_files(self.kb_seed, self._cache_dir).corpus_path
+            self._retriever = make_retriever(
+                self._retriever_spec,
+                corpus_path=self._corpus_path,
+                cache_dir=self._cache_dir,
+                encoder=self._encoder,
+            )
+        return self._retriever
+
+    @property
+    def items(self) -> tuple[QAItem, ...]:
+        """The questions this env plays, in task-id order."""
+        self._load_items()
+        assert self._items is not None
+        return self._items
+
+    # ------------------------------------------------------------------ the contract
+    @property
+    def task_ids(self) -> Sequence[str]:
+        self._load_items()
+        return self._ids
+
+    @property
+    def task(self) -> str:
+        return self._item.question if self._item is not None else ""
+
+    @property
+    def success(self) -> bool:
+        return self._correct
+
+    @property
+    def question(self) -> QAItem:
+        """The current question (after :meth:`reset`)."""
+        if self._item is None:
+            raise RuntimeError("call reset() first")
+        return self._item
+
+    def state_key(self) -> Hashable:
+        return (self.task, self._retrieved)
+
+    def _extras(
+        self,
+        action_type: str,
+        retrieved_ids: tuple[str, ...] = (),
+        answer: str | None = None,
+    ) -> dict[str, Any]:
+        item = self.question
+        return {
+            "data_source": item.data_source,
+            "golden_answers": item.golden_answers,
+            "retrieved_ids": retrieved_ids,
+            "action_type": action_type,
+            "answer": answer,
+        }
+
+    def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
+        self._load_items()
+        item = self._by_id.get(task_id)
+        if item is None:
+            raise KeyError(f"unknown task id {task_id!r} ({len(self._ids)} tasks)")
+        self._item = item
+        self._retrieved = frozenset()
+        self._correct = False
+        return item.question, self._extras("reset")
+
+    def _step_text(self, action: str) -> Transition:
+        parsed = parse_action(action)
+        if parsed.kind == "invalid":
+            feedback = f"Invalid action: {parsed.problem}. {FORMAT_HINT}"
+            return Transition(feedback, valid_action=False, info=self._extras("invalid"))
+        if parsed.kind == "search":
+            results = self.retriever.search(parsed.content, self.top_k)
+            ids = tuple(result.document.id for result in results)
+            self._retrieved = self._retrieved | frozenset(ids)
+            return Transition(
+                format_information(results),
+                valid_action=parsed.well_formed,
+                info=self._extras("search", retrieved_ids=ids),
+            )
+        self._correct = exact_match(parsed.content, self.question.golden_answers)
+        return Transition(
+            f"Your answer: {parsed.content}",
+            reward=1.0 if self._correct else 0.0,
+            terminated=True,
+            valid_action=parsed.well_formed,
+            info=self._extras("answer", answer=parsed.content),
+        )
+
+
+__all__ = [
+    "DEFAULT_MAX_TURNS",
+    "DEFAULT_RETRIEVER",
+    "DEFAULT_TOP_K",
+    "SearchQAEnv",
+    "format_information",
+]
