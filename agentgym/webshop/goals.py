@@ -259,7 +259,7 @@ class GoalTable:
             instruction = self.catalog.synthetic_instructions[product.asin]
             names = sorted(product.options)
             values = _combination(product, names, variant)
-            option_text = ", and ".join(f"{n}: {v}" for n, v in zip(names, values))
+            option_text = ", and ".join(f"{n}: {v}" for n, v in zip(names, values, strict=True))
             option_text = f" with {option_text}" if option_text else ""
             attributes = instruction.attributes
             weight = sum(1.0 / self._attribute_counts[a] for a in attributes) / len(attributes)

@@ -21,7 +21,11 @@ from types import MappingProxyType
 
 import numpy as np
 
-from agentgym.webshop.catalog_gen import DEFAULT_CATALOG_SEED, DEFAULT_NUM_PRODUCTS, generate_catalog
+from agentgym.webshop.catalog_gen import (
+    DEFAULT_CATALOG_SEED,
+    DEFAULT_NUM_PRODUCTS,
+    generate_catalog,
+)
 from agentgym.webshop.data import Catalog, Product, WebShopFiles, load_catalog
 from agentgym.webshop.goals import (
     DEFAULT_PRICE_SEED,
