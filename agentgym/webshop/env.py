@@ -36,8 +36,9 @@ seeds. Catalog, search index and goals are shared by all envs of a process
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict
+from types import MappingProxyType
 from typing import Any, Literal
 
 from agentgym.core import AnchorMode, TextEnv, Transition
@@ -162,6 +163,16 @@ class WebShopEnv(TextEnv):
     def page(self) -> pages.Page:
         """The page on screen."""
         return self._page
+
+    @property
+    def current_asin(self) -> str | None:
+        """The product whose page (or sub-page) is open, else ``None``."""
+        return self._asin
+
+    @property
+    def selected_options(self) -> Mapping[str, str]:
+        """Option name -> value chosen on the open product (read-only view)."""
+        return MappingProxyType(self._options)
 
     def admissible_actions(self) -> tuple[str, ...]:
         search = (SEARCH_PLACEHOLDER,) if self._page.has_search_bar else ()
