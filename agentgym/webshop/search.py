@@ -160,4 +160,4 @@ def _progress(items: Sequence[str], show: bool, description: str) -> Iterable[st
         from tqdm.auto import tqdm
     except ImportError:
         return items
-    return tqdm(items, desc=description, unit="doc", leave=False)
+    return tqdm(items, desc=description, unit="doc", leave=False, disable=None)

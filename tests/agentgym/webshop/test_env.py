@@ -33,6 +33,7 @@ def reach_target(env: WebShopEnv, task_id: str) -> None:
         env.step(oracle_action(env))
 
 
+@pytest.mark.filterwarnings("ignore:.*alternative render modes")
 def test_check_env_and_make():
     check_env(WebShopEnv(nouns="simple"))
     made = gym.make("AgentGym/WebShop-v0", nouns="simple")
