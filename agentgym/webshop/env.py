@@ -1,0 +1,325 @@
+"""``AgentGym/WebShop-v0``: WebShop's text shopping task (Yao et al., NeurIPS 2022), no Java.
+
+An episode: the agent reads a shopping instruction on the search page, searches, browses
+results (10 per page, up to 50 hits), opens products, reads their sub-pages, picks
+options and clicks "Buy Now". The purchase is scored with WebShop's formula
+(:mod:`agentgym.webshop.reward`) and the episode ends.
+
+**Actions** are WebShop's: ``search[keywords]`` where the page has a search bar (the
+search page) and ``click[x]`` for a clickable ``x`` of the page (lowercased labels,
+product ids, option values). The verb is case-insensitive and the argument is lowercased
+and stripped. ``info["admissible_actions"]`` lists ``"search[<your query>]"`` when a
+search is possible -- the reference's placeholder: any ``search[...]`` with non-empty
+keywords is accepted there -- followed by ``click[x]`` for every clickable. Anything else
+(an unknown click, a search without a search bar, empty keywords, free text) changes
+nothing: the page is shown again with ``valid_action=False`` and reward 0. WebShop itself
+also runs searches typed on pages without a search bar; we count them invalid.
+
+**Reward.** ``reward="success"`` (default, the GiGPO recipe): ``success_reward`` (10)
+when the purchase scores exactly 1, else 0. ``reward="score"``: the raw score in [0, 1].
+``info["score"]`` always carries the raw score (0 before the purchase) and the step of
+the purchase adds ``info["reward_info"]`` (the score's parts). ``success`` means a score
+of exactly 1.
+
+**Anchors.** ``"observation"``: the page text without the instruction block (the
+reference's choice: the same page for different goals of a group is one anchor).
+``"state"``: ``(page kind, query, results page, product, selected options, sub-page)``.
+
+**Data.** ``data=None`` uses a generated catalog (:mod:`agentgym.webshop.catalog_gen`);
+otherwise WebShop's files (:mod:`agentgym.webshop.data`). Goals, their fixed shuffle and
+the train/dev/test split are described in :mod:`agentgym.webshop.goals`: ``reset(seed=s)``
+draws a goal of this env's ``split`` only, so train and test never overlap whatever the
+seeds. Catalog, search index and goals are shared by all envs of a process
+(:mod:`agentgym.webshop.shop`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import asdict
+from types import MappingProxyType
+from typing import Any, Literal
+
+from agentgym.core import AnchorMode, TextEnv, Transition
+from agentgym.webshop import pages
+from agentgym.webshop.goals import (
+    DEFAULT_PRICE_SEED,
+    GOAL_SOURCES,
+    SPLITS,
+    Goal,
+    GoalSource,
+    GoalSplit,
+    SplitName,
+)
+from agentgym.webshop.nouns import NounBackend, noun_extractor
+from agentgym.webshop.reward import RewardInfo, webshop_score
+from agentgym.webshop.search import StemmerChoice
+from agentgym.webshop.shop import DataSource, get_shop
+
+RewardMode = Literal["success", "score"]
+SEARCH_PLACEHOLDER = "search[<your query>]"
+"""The admissible-action entry that stands for every ``search[...]``."""
+DEFAULT_MAX_STEPS = 15
+"""Steps per episode in the GiGPO WebShop recipe."""
+DEFAULT_SUCCESS_REWARD = 10.0
+
+_ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
+
+
+class WebShopEnv(TextEnv):
+    """WebShop's text environment.
+
+    Args:
+        data: ``None`` (generated catalog), a directory with WebShop's files, a product
+            file, or :class:`~agentgym.webshop.data.WebShopFiles`.
+        num_products: generated catalog size (default 1,000), or keep the first
+            ``num_products`` products of a real data set.
+        goals: ``"synthetic"`` (default), ``"human"`` (the WebShop paper's setting; needs
+            human instructions) or ``"all"``.
+        split: ``"train"``, ``"dev"`` or ``"test"``: the goals this env draws from.
+        goal_split: how the shuffled goals are cut (test 500, dev 1,000, train the rest).
+        reward: ``"success"`` (``success_reward`` iff the score is 1) or ``"score"``.
+        success_reward: reward of a perfect purchase in ``"success"`` mode.
+        show_attributes: offer the "Attributes" sub-page (WebShop's ``show_attrs``).
+        nouns: noun extraction for the type reward (``"auto"``, ``"spacy"``, ``"simple"``).
+        catalog_seed: seed of the generated catalog.
+        price_seed: seed of purchase prices in ranges and of goal price caps.
+        stemmer: search stemming (``"auto"``, ``"porter"``, ``"none"``).
+        anchor, max_steps, render_mode: see :class:`~agentgym.core.TextEnv`.
+    """
+
+    def __init__(
+        self,
+        data: DataSource = None,
+        *,
+        num_products: int | None = None,
+        goals: GoalSource = "synthetic",
+        split: SplitName = "train",
+        goal_split: GoalSplit | None = None,
+        reward: RewardMode = "success",
+        success_reward: float = DEFAULT_SUCCESS_REWARD,
+        show_attributes: bool = False,
+        nouns: NounBackend = "auto",
+        catalog_seed: int = 0,
+        price_seed: int = DEFAULT_PRICE_SEED,
+        stemmer: StemmerChoice = "auto",
+        anchor: AnchorMode = "observation",
+        max_steps: int | None = DEFAULT_MAX_STEPS,
+        render_mode: str | None = None,
+    ):
+        super().__init__(anchor=anchor, max_steps=max_steps, render_mode=render_mode)
+        if goals not in GOAL_SOURCES:
+            raise ValueError(f"goals must be one of {GOAL_SOURCES}, got {goals!r}")
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if reward not in ("success", "score"):
+            raise ValueError(f"reward must be 'success' or 'score', got {reward!r}")
+        self.split: SplitName = split
+        self.reward_mode: RewardMode = reward
+        self.success_reward = float(success_reward)
+        self.show_attributes = show_attributes
+        self.shop = get_shop(
+            data,
+            num_products=num_products,
+            catalog_seed=catalog_seed,
+            price_seed=price_seed,
+            stemmer=stemmer,
+        )
+        self.goal_table = self.shop.goal_table(goals, goal_split or GoalSplit())
+        self._task_ids = self.goal_table.split_ids(split)
+        if nouns not in ("auto", "spacy", "simple"):
+            raise ValueError(f"nouns must be 'auto', 'spacy' or 'simple', got {nouns!r}")
+        self.nouns: NounBackend = nouns
+        self._goal: Goal | None = None
+        self._page = pages.search_page("")
+        self._query: str | None = None
+        self._results: tuple[str, ...] = ()
+        self._page_number = 0
+        self._asin: str | None = None
+        self._options: dict[str, str] = {}
+        self._sub_page: str | None = None
+        self._score = 0.0
+
+    # ------------------------------------------------------------------ contract
+    @property
+    def task_ids(self) -> Sequence[str]:
+        return self._task_ids
+
+    @property
+    def task(self) -> str:
+        return self._goal.instruction if self._goal is not None else ""
+
+    @property
+    def goal(self) -> Goal | None:
+        """The goal of the current episode."""
+        return self._goal
+
+    @property
+    def success(self) -> bool:
+        return self._score == 1.0
+
+    @property
+    def page(self) -> pages.Page:
+        """The page on screen."""
+        return self._page
+
+    @property
+    def current_asin(self) -> str | None:
+        """The product whose page (or sub-page) is open, else ``None``."""
+        return self._asin
+
+    @property
+    def selected_options(self) -> Mapping[str, str]:
+        """Option name -> value chosen on the open product (read-only view)."""
+        return MappingProxyType(self._options)
+
+    def admissible_actions(self) -> tuple[str, ...]:
+        search = (SEARCH_PLACEHOLDER,) if self._page.has_search_bar else ()
+        return search + tuple(f"click[{c}]" for c in self._page.clickables)
+
+    def state_key(self) -> Hashable:
+        return (
+            self._page.kind,
+            self._query,
+            self._page_number,
+            self._asin,
+            tuple(sorted(self._options.items())),
+            self._sub_page,
+        )
+
+    def observation_anchor(self, observation: str) -> Hashable:
+        if observation == self._page.text:
+            return self._page.text_without_instruction
+        return observation
+
+    def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
+        try:
+            index = self.goal_table.index_of(task_id)
+        except KeyError:
+            raise ValueError(f"unknown WebShop task id {task_id!r}") from None
+        goal_split = self.goal_table.split_of(index)
+        if goal_split != self.split:
+            raise ValueError(
+                f"task {task_id!r} belongs to the {goal_split!r} split, not {self.split!r}"
+            )
+        self._goal = self.goal_table.goal(index)
+        self._to_search_page()
+        self._score = 0.0
+        return self._page.text, {"score": 0.0}
+
+    def _step_text(self, action: str) -> Transition:
+        match = _ACTION.match(action)
+        if match is None:
+            return self._invalid()
+        verb, argument = match.group(1).lower(), match.group(2).strip().lower()
+        if verb == "search":
+            if not self._page.has_search_bar or not argument:
+                return self._invalid()
+            self._show_results(argument, page_number=1)
+            return self._valid()
+        if argument not in self._page.clickables:
+            return self._invalid()
+        return self._click(argument)
+
+    # ------------------------------------------------------------------ navigation
+    def _click(self, label: str) -> Transition:
+        kind = self._page.kind
+        if label == pages.BUY_NOW.lower():
+            return self._buy()
+        if label == pages.BACK_TO_SEARCH.lower():
+            self._to_search_page()
+        elif label == pages.NEXT_PAGE.lower():
+            self._show_page(self._page_number + 1)
+        elif label == pages.PREV_PAGE.lower() and kind == "results":
+            self._show_page(self._page_number - 1)
+        elif label == pages.PREV_PAGE.lower() and kind == "sub_page":
+            self._show_item()
+        elif label == pages.PREV_PAGE.lower():  # item page -> its results page
+            self._show_page(self._page_number)
+        elif kind == "item" and label in (s.lower() for s in self._sub_page_names()):
+            self._sub_page = next(s for s in self._sub_page_names() if s.lower() == label)
+            product = self.shop.product(self._asin)  # type: ignore[arg-type]
+            self._page = pages.sub_page(self.task, product, self._sub_page)
+        elif kind == "results":
+            self._asin = next(a for a in self._visible_asins() if a.lower() == label)
+            self._options = {}
+            self._show_item()
+        else:  # an option value on the item page; a later group wins, as in WebShop
+            product = self.shop.product(self._asin)  # type: ignore[arg-type]
+            name = [n for n, values in product.options.items() if label in values][-1]
+            self._options[name] = label
+            self._show_item()
+        return self._valid()
+
+    def _buy(self) -> Transition:
+        assert self._goal is not None and self._asin is not None
+        product = self.shop.product(self._asin)
+        info = webshop_score(
+            product,
+            self._goal,
+            price=self.shop.price(self._asin),
+            options=self._options,
+            nouns=noun_extractor(self.nouns),  # spaCy loads on the first purchase
+        )
+        self._score = info.score
+        self._page = pages.done_page(info.score)
+        self._sub_page = None
+        if self.reward_mode == "score":
+            reward = info.score
+        else:
+            reward = self.success_reward if info.score == 1.0 else 0.0
+        return Transition(
+            observation=self._page.text,
+            reward=reward,
+            terminated=True,
+            info={"score": info.score, "reward_info": _reward_info(info, self._asin)},
+        )
+
+    def _to_search_page(self) -> None:
+        self._page = pages.search_page(self.task)
+        self._query = None
+        self._results = ()
+        self._page_number = 0
+        self._asin = None
+        self._options = {}
+        self._sub_page = None
+
+    def _show_results(self, query: str, *, page_number: int) -> None:
+        self._query = query
+        self._results = self.shop.search(query, pages.MAX_RESULTS)
+        self._show_page(page_number)
+
+    def _show_page(self, page_number: int) -> None:
+        self._page_number = max(1, page_number)
+        self._asin = None
+        self._options = {}
+        self._sub_page = None
+        products = [self.shop.product(a) for a in self._visible_asins()]
+        self._page = pages.results_page(
+            self.task, products, page=self._page_number, total=len(self._results)
+        )
+
+    def _visible_asins(self) -> tuple[str, ...]:
+        start = (self._page_number - 1) * pages.RESULTS_PER_PAGE
+        return self._results[start : start + pages.RESULTS_PER_PAGE]
+
+    def _show_item(self) -> None:
+        self._sub_page = None
+        product = self.shop.product(self._asin)  # type: ignore[arg-type]
+        self._page = pages.item_page(self.task, product, show_attributes=self.show_attributes)
+
+    def _sub_page_names(self) -> tuple[str, ...]:
+        return pages.sub_page_names(self.show_attributes)
+
+    def _valid(self) -> Transition:
+        return Transition(observation=self._page.text, info={"score": self._score})
+
+    def _invalid(self) -> Transition:
+        return Transition(
+            observation=self._page.text, valid_action=False, info={"score": self._score}
+        )
+
+
+def _reward_info(info: RewardInfo, asin: str) -> dict[str, Any]:
+    return {"purchased_asin": asin, **asdict(info)}
