@@ -237,7 +237,8 @@ def _normalize_in_groups(
     if normalize == "std":
         squares = np.bincount(group_index, weights=deviations**2, minlength=n_groups)
         stds = np.sqrt(squares / np.maximum(counts - 1, 1))
-        scores = deviations / (stds[group_index] + eps)
+        with np.errstate(invalid="ignore", divide="ignore"):  # 0 / 0 only where degenerate
+            scores = deviations / (stds[group_index] + eps)
     else:
         scores = deviations
     degenerate = (counts < 2) | (group_min == group_max)
