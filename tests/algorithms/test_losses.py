@@ -369,3 +369,19 @@ def test_masked_tokens_never_change_loss_or_gradient(name, seed):
                 continue
             torch.testing.assert_close(grad, clean, rtol=0, atol=0)
             assert (grad[~mask] == 0).all()
+
+
+@pytest.mark.parametrize("garbage", [1e6, math.inf, -math.inf, math.nan])
+def test_masked_tokens_never_change_diagnostics(garbage):
+    logprobs, old, advantages, mask = random_batch(7)
+    dirty = [x.clone() for x in (logprobs, old, advantages)]
+    for x in dirty:
+        x[~mask] = garbage
+    for fn in (
+        lambda lp, o, a: ppo_clip_policy_loss(lp, o, a, mask, dual_clip=2.0)[1],
+        lambda lp, o, a: clipped_value_loss(lp, o, a, mask, clip_range=0.1)[1],
+    ):
+        clean, noisy = fn(logprobs, old, advantages), fn(*dirty)
+        assert clean.keys() == noisy.keys()
+        for key in clean:
+            torch.testing.assert_close(noisy[key], clean[key], rtol=0, atol=0)
