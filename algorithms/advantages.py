@@ -121,14 +121,21 @@ def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         low, high = ids.min(), ids.max()
         span = int(high) - int(low) + 1
         if span <= 4 * ids.size + 1024:
-            offsets = (ids - low).astype(np.intp)
-            present = np.zeros(span, dtype=bool)
-            present[offsets] = True
-            rank = np.cumsum(present, dtype=np.intp) - 1
+            offsets = ids.astype(np.intp, copy=False) if low == 0 else (ids - low).astype(np.intp)
+            present, index = _dense_codes(offsets, span)
             uniques = (np.flatnonzero(present) + int(low)).astype(ids.dtype)
-            return uniques, rank[offsets]
+            return uniques, index
     uniques, index = np.unique(ids, return_inverse=True)
     return uniques, index.reshape(-1).astype(np.intp, copy=False)
+
+
+def _dense_codes(codes: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """Presence table (span,) and (N,) dense rank of ``codes`` in [0, span), O(N + span)."""
+    present = np.zeros(span, dtype=bool)
+    present[codes] = True
+    rank = np.cumsum(present, dtype=np.intp)
+    rank -= 1
+    return present, rank[codes]
 
 
 def _one_value_per_segment(
@@ -390,6 +397,8 @@ def _anchor_codes(anchors: Any, n: int) -> np.ndarray:
     if isinstance(anchors, np.ndarray) and anchors.dtype.kind != "O":
         if anchors.shape[:1] != (n,) or anchors.ndim > 2:
             raise ValueError(f"anchors must have {n} rows (1-D or 2-D), got {anchors.shape}")
+        if anchors.ndim == 1 and anchors.dtype.kind in "iu":
+            return _dense_ids(anchors)[1]
         axis = 0 if anchors.ndim == 2 else None
         _, codes = np.unique(anchors, axis=axis, return_inverse=True)
         return codes.reshape(-1)
@@ -406,7 +415,7 @@ def _anchor_codes(anchors: Any, n: int) -> np.ndarray:
             f"anchors must be hashable (str, int, tuple, ...); convert lists or arrays to "
             f"tuples first ({error})"
         ) from error
-    return _dense_ids(first_rows)[1]
+    return _dense_codes(first_rows, n)[1]
 
 
 def _similarity_codes(
@@ -517,6 +526,9 @@ def _step_group_index(
     if similarity_threshold is not None:
         codes = _similarity_codes(anchors, group_index, codes, float(similarity_threshold))
     keys = group_index * (int(codes.max()) + 1) + codes
+    span = int(keys.max()) + 1
+    if span <= 4 * n + 1024:
+        return _dense_codes(keys, span)[1]
     return _dense_ids(keys)[1]
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -233,6 +235,11 @@ class TestStepGroups:
         anchors = [("room", 1), 3, "3", ("room", 1), frozenset({1}), 3]
         ids = step_groups([0] * 6, anchors)
         np.testing.assert_array_equal(ids, [0, 1, 2, 0, 3, 1])
+
+    def test_object_array_of_tuples(self):
+        anchors = np.empty(4, dtype=object)
+        anchors[:] = [("a", 1), ("b", 2), ("a", 1), ("b", 3)]
+        assert same_partition(step_groups([0, 0, 0, 0], anchors), np.array([0, 1, 0, 2]))
 
     def test_numpy_anchor_paths_agree_with_objects(self):
         group_ids = np.array([0, 0, 1, 1, 0])
@@ -486,3 +493,8 @@ def test_inputs_are_never_mutated_nor_aliased(batch):
     for output in outputs:
         for value in (*arrays.values(), last_values):
             assert not np.shares_memory(output, value)
+
+
+def test_advantages_module_does_not_import_torch():
+    code = "import sys, algorithms.advantages; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
