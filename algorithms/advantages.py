@@ -154,42 +154,49 @@ def _one_value_per_segment(
     return per_row, mismatches == 0
 
 
-@dataclass(frozen=True)
 class _Trajectories:
-    """Row layout of the trajectories of a batch.
+    """Row layout of the trajectories of a batch (computed once, O(N)).
 
     Attributes:
         ids: (T,) the distinct trajectory ids, sorted.
-        index: (N,) dense trajectory index 0..T-1 of each row.
         order: (N,) stable permutation that sorts rows by trajectory, keeping time order.
-        lengths: (T,) rows per trajectory.
         starts: (T,) first position of each trajectory in sorted order.
+        lengths: (T,) rows per trajectory.
         ends: (N,) for each *sorted* position, the exclusive end of its trajectory.
+        index: (N,) dense trajectory index 0..T-1 of each row (computed on first use).
     """
 
-    ids: np.ndarray
-    index: np.ndarray
-    order: np.ndarray
-    lengths: np.ndarray
-    starts: np.ndarray
-    ends: np.ndarray
+    def __init__(self, traj_ids: np.ndarray) -> None:
+        n = traj_ids.size
+        key = None
+        if traj_ids.dtype.kind in "iu":
+            low = traj_ids.min()
+            span = int(traj_ids.max()) - int(low) + 1
+            if span <= 1 << 16:
+                key = (traj_ids - low).astype(np.uint16)
+        if key is None:  # str ids or a wide id range: dense codes first
+            uniques, dense = _dense_ids(traj_ids)
+            key = dense.astype(np.uint16) if uniques.size <= 1 << 16 else dense
+        # Stable sort; a 16-bit key lets NumPy use its O(N) radix sort.
+        self.order = np.argsort(key, kind="stable")
+        sorted_key = key[self.order]
+        is_start = np.empty(n, dtype=bool)
+        is_start[:1] = True
+        np.not_equal(sorted_key[1:], sorted_key[:-1], out=is_start[1:])
+        self.starts = np.flatnonzero(is_start)
+        stops = np.append(self.starts[1:], n)
+        self.lengths = stops - self.starts
+        self.ends = np.repeat(stops, self.lengths)
+        self.ids = traj_ids[self.order[self.starts]]  # sorted, as the keys are
+        self._index: np.ndarray | None = None
 
-    @classmethod
-    def from_ids(cls, traj_ids: np.ndarray) -> _Trajectories:
-        ids, index = _dense_ids(traj_ids)
-        # A 16-bit key lets NumPy use its O(N) radix sort for the stable sort.
-        key = index.astype(np.uint16) if ids.size <= 1 << 16 else index
-        order = np.argsort(key, kind="stable")
-        lengths = np.bincount(index, minlength=ids.size)
-        stops = np.cumsum(lengths)
-        return cls(
-            ids=ids,
-            index=index,
-            order=order,
-            lengths=lengths,
-            starts=stops - lengths,
-            ends=np.repeat(stops, lengths),
-        )
+    @property
+    def index(self) -> np.ndarray:
+        if self._index is None:
+            index = np.empty(self.order.size, dtype=np.intp)
+            index[self.order] = np.repeat(np.arange(self.starts.size), self.lengths)
+            self._index = index
+        return self._index
 
     def group_of_each(self, group_index: np.ndarray) -> np.ndarray:
         """(T,) dense group index of each trajectory; raises if a trajectory spans groups."""
@@ -269,21 +276,23 @@ def _normalize_in_groups(
     if values.size == 0:
         return np.zeros(0, dtype=np.float64)
     counts = np.bincount(group_index, minlength=n_groups)
-    representative, constant = _one_value_per_segment(values, group_index, n_groups)
-    # Shift by a member's value: a constant group then has exactly zero deviations.
-    shifted = values - representative
+    # Shift by one member's value (``out[index] = values`` keeps *some* member per slot):
+    # a singleton or constant group then has deviations that are exactly zero.
+    representative = np.zeros(n_groups)
+    representative[group_index] = values
+    shifted = values - representative[group_index]
     means = np.bincount(group_index, weights=shifted, minlength=n_groups) / np.maximum(counts, 1)
     deviations = shifted - means[group_index]
-    if normalize == "std":
-        squares = np.bincount(group_index, weights=deviations**2, minlength=n_groups)
-        stds = np.sqrt(squares / np.maximum(counts - 1, 1))
-        with np.errstate(invalid="ignore", divide="ignore"):  # 0 / 0 only where degenerate
-            scores = deviations / (stds[group_index] + eps)
-    else:
-        scores = deviations
-    degenerate = (counts < 2) | constant
-    scores[degenerate[group_index]] = 0.0
-    return scores
+    if normalize == "mean":
+        return deviations
+    squares = np.bincount(group_index, weights=deviations * deviations, minlength=n_groups)
+    stds = np.sqrt(squares / np.maximum(counts - 1, 1))
+    # Zero squares: a singleton or constant group (or spreads below 1e-154, whose
+    # squares underflow); such groups score exactly 0, whatever eps is.
+    degenerate = (counts < 2) | (squares == 0.0)
+    with np.errstate(divide="ignore"):
+        scales = np.where(degenerate, 0.0, 1.0 / (stds + eps))
+    return deviations * scales[group_index]
 
 
 # --------------------------------------------------------------------------- public API
@@ -313,7 +322,7 @@ def discounted_returns(rewards: Any, traj_ids: Any, *, gamma: float) -> np.ndarr
     gamma = _check_unit_interval(gamma, "gamma")
     if rewards.size == 0:
         return np.zeros(0, dtype=np.float64)
-    return _discounted_returns_sorted(rewards, _Trajectories.from_ids(traj_ids), gamma)
+    return _discounted_returns_sorted(rewards, _Trajectories(traj_ids), gamma)
 
 
 def grpo_advantages(
@@ -358,7 +367,7 @@ def grpo_advantages(
     eps = _check_eps(eps)
     if n == 0:
         return np.zeros(0, dtype=np.float64)
-    trajectories = _Trajectories.from_ids(traj_ids)
+    trajectories = _Trajectories(traj_ids)
     group_uniques, group_index = _dense_ids(group_ids)
     return _episode_advantages(
         rewards, trajectories, group_index, group_uniques.size, normalize, eps, episode_stats
@@ -586,7 +595,7 @@ def gigpo_terms(
     if n == 0:
         empty = np.zeros(0, dtype=np.float64)
         return GiGPOTerms(empty, empty.copy(), empty.copy(), step_group_ids)
-    trajectories = _Trajectories.from_ids(traj_ids)
+    trajectories = _Trajectories(traj_ids)
     episode = _episode_advantages(
         rewards, trajectories, group_index, group_uniques.size, normalize, eps, episode_stats
     )
@@ -730,7 +739,7 @@ def gae_advantages(
     lam = _check_unit_interval(lam, "lam")
     if n == 0:
         return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.float64)
-    trajectories = _Trajectories.from_ids(traj_ids)
+    trajectories = _Trajectories(traj_ids)
     bootstrap = _bootstrap_values(last_values, trajectories, n)
 
     order = trajectories.order

@@ -126,6 +126,16 @@ class TestDiscountedReturns:
         returns = discounted_returns(rewards, np.zeros(60, int), gamma=0.5)
         np.testing.assert_array_equal(returns, 0.5 ** np.arange(59, -1, -1))
 
+    def test_wide_id_range(self):
+        rewards = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+        traj_ids = np.array([10**12, -5, 10**12, -5, 7])
+        got = discounted_returns(rewards, traj_ids, gamma=0.5)
+        np.testing.assert_array_equal(got, [1 + 1.5, 2 + 2.0, 3.0, 4.0, 5.0])
+        adv, _ = gae_advantages(
+            rewards, np.zeros(5), traj_ids, gamma=0.5, lam=1.0, last_values={10**12: 2.0}
+        )
+        np.testing.assert_array_equal(adv, [1 + 1.5 + 0.25 * 2, 2 + 2.0, 3.0 + 1.0, 4.0, 5.0])
+
     def test_string_ids_and_empty(self):
         returns = discounted_returns([1.0, 1.0], np.array(["a", "b"]), gamma=0.5)
         np.testing.assert_array_equal(returns, [1.0, 1.0])
