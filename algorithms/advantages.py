@@ -23,9 +23,12 @@ Normalization convention (one choice, used everywhere here): inside a group,
 members are all equal (no rounding noise from the mean). TRL (eps 1e-4), verl (singleton ->
 raw score) and GRPO-Zero (ddof 0) choose differently; this module does not.
 
-Cost: every function is O(N log N) (``np.unique`` / ``argsort`` / ``bincount`` /
-``ufunc.reduceat``); there is no Python loop over rows except the single hashing pass that
-maps arbitrary anchor objects to integers in :func:`step_groups`.
+Cost: O(N) for integer ids in a compact range (up to 65,536 trajectories: a 16-bit radix
+``argsort``, presence tables, ``np.bincount``), O(N log N) otherwise (``np.unique`` for str or
+widely spread ids); discounted sums take ceil(log2(longest trajectory)) vectorized passes. There is no
+Python loop over rows: arbitrary anchor objects are hashed by one C-level
+``map(dict.setdefault, ...)`` pass, and the optional similarity grouping loops over
+*distinct* anchors only.
 """
 
 from __future__ import annotations
@@ -110,6 +113,13 @@ def _check_eps(eps: float) -> float:
 # --------------------------------------------------------------------------- segments
 
 
+def _widened(ids: np.ndarray) -> np.ndarray:
+    """Integer ids as a 64-bit array, so that ``ids - ids.min()`` cannot overflow."""
+    if ids.dtype.itemsize == 8:
+        return ids
+    return ids.astype(np.uint64 if ids.dtype.kind == "u" else np.int64)
+
+
 def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct ids (sorted) and the (N,) dense index 0..K-1 of each row.
 
@@ -118,12 +128,14 @@ def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     other ids (str, very sparse ints) through ``np.unique`` in O(N log N).
     """
     if ids.size and ids.dtype.kind in "iu":
+        original_dtype = ids.dtype
+        ids = _widened(ids)
         low, high = ids.min(), ids.max()
         span = int(high) - int(low) + 1
         if span <= 4 * ids.size + 1024:
             offsets = ids.astype(np.intp, copy=False) if low == 0 else (ids - low).astype(np.intp)
             present, index = _dense_codes(offsets, span)
-            uniques = (np.flatnonzero(present) + int(low)).astype(ids.dtype)
+            uniques = (np.flatnonzero(present) + int(low)).astype(original_dtype)
             return uniques, index
     uniques, index = np.unique(ids, return_inverse=True)
     return uniques, index.reshape(-1).astype(np.intp, copy=False)
@@ -170,10 +182,11 @@ class _Trajectories:
         n = traj_ids.size
         key = None
         if traj_ids.dtype.kind in "iu":
-            low = traj_ids.min()
-            span = int(traj_ids.max()) - int(low) + 1
+            wide = _widened(traj_ids)
+            low = wide.min()
+            span = int(wide.max()) - int(low) + 1
             if span <= 1 << 16:
-                key = (traj_ids - low).astype(np.uint16)
+                key = (wide - low).astype(np.uint16)
         if key is None:  # str ids or a wide id range: dense codes first
             uniques, dense = _dense_ids(traj_ids)
             key = dense.astype(np.uint16) if uniques.size <= 1 << 16 else dense

@@ -136,6 +136,13 @@ class TestDiscountedReturns:
         )
         np.testing.assert_array_equal(adv, [1 + 1.5 + 0.25 * 2, 2 + 2.0, 3.0 + 1.0, 4.0, 5.0])
 
+    def test_small_integer_dtypes_do_not_overflow(self):
+        traj_ids = np.array([-100, 100, -100, 100], dtype=np.int8)
+        got = discounted_returns([1.0, 2.0, 3.0, 4.0], traj_ids, gamma=1.0)
+        np.testing.assert_array_equal(got, [4.0, 6.0, 3.0, 4.0])
+        adv = grpo_advantages([1.0, 2.0, 3.0, 4.0], traj_ids, traj_ids.astype(np.uint8) * 0)
+        assert adv[0] < 0 < adv[1]
+
     def test_string_ids_and_empty(self):
         returns = discounted_returns([1.0, 1.0], np.array(["a", "b"]), gamma=0.5)
         np.testing.assert_array_equal(returns, [1.0, 1.0])
