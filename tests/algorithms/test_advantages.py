@@ -142,10 +142,11 @@ class TestDiscountedReturns:
         np.testing.assert_array_equal(got, [4.0, 6.0, 3.0, 4.0])
         adv = grpo_advantages([1.0, 2.0, 3.0, 4.0], traj_ids, traj_ids.astype(np.uint8) * 0)
         assert adv[0] < 0 < adv[1]
-        # three singleton groups (100 - (-100) overflows int8 unless widened)
-        group_ids = np.array([-100, 100, 45], dtype=np.int8)
-        adv = grpo_advantages([1.0, 2.0, 3.0], [0, 1, 2], group_ids)
-        np.testing.assert_array_equal(adv, [0.0, 0.0, 0.0])
+        # four singleton groups; offsets from -100 overflow int8 unless widened, and the
+        # wrapped offset of 30 would collide with the offset of -25
+        group_ids = np.array([-100, 100, 30, -25], dtype=np.int8)
+        adv = grpo_advantages([1.0, 2.0, 3.0, 4.0], [0, 1, 2, 3], group_ids)
+        np.testing.assert_array_equal(adv, [0.0, 0.0, 0.0, 0.0])
 
     def test_string_ids_and_empty(self):
         returns = discounted_returns([1.0, 1.0], np.array(["a", "b"]), gamma=0.5)
