@@ -169,7 +169,9 @@ def aggregate(
     return masked_mean(per_sequence, mask.any(dim=-1))
 
 
-def broadcast_to_tokens(step_values: torch.Tensor | np.ndarray, response_mask: torch.Tensor):
+def broadcast_to_tokens(
+    step_values: torch.Tensor | np.ndarray, response_mask: torch.Tensor
+) -> torch.Tensor:
     """Give every response token its step's value (e.g. the step's advantage).
 
     Args:

@@ -348,6 +348,14 @@ class TestGiGPO:
         half = gigpo_advantages(rewards, traj_ids, [0] * 5, anchors, gamma=0.5, step_weight=0.5)
         np.testing.assert_allclose(half, terms.episode + 0.5 * terms.step)
 
+    def test_similarity_threshold_equals_merged_anchors(self):
+        rewards, traj_ids, group_ids = [0.0, 0.0, 1.0, 0.0], [0, 1, 0, 1], [0, 0, 0, 0]
+        fuzzy = ["You see a mug 1.", "You see a mug 2.", "Nothing.", "Nothing happens."]
+        merged = ["mug", "mug", "Nothing.", "Nothing happens."]
+        got = gigpo_advantages(rewards, traj_ids, group_ids, fuzzy, similarity_threshold=0.9)
+        np.testing.assert_array_equal(got, gigpo_advantages(rewards, traj_ids, group_ids, merged))
+        assert not np.array_equal(got, gigpo_advantages(rewards, traj_ids, group_ids, fuzzy))
+
     @settings(max_examples=40, deadline=None)
     @given(batch=batches(), normalize=st.sampled_from(["std", "mean"]))
     def test_distinct_anchors_equal_grpo(self, batch, normalize):
