@@ -169,7 +169,7 @@ def main() -> None:
         rows_of[n_traj] = n
         for name, (loop_fn, vector_fn) in cases(batch).items():
             check_agreement(name, loop_fn(), vector_fn())
-            loop_s = best_time(loop_fn, repeats=2 if n > 50_000 else 3)
+            loop_s = best_time(loop_fn, repeats=2 if n > 50_000 else 5)
             vector_s = best_time(vector_fn, repeats=args.repeats)
             vector_times[(name, n_traj)] = vector_s
             print(
