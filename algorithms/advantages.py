@@ -410,8 +410,8 @@ def _episode_advantages(
 def _anchor_codes(anchors: Any, n: int) -> np.ndarray:
     """(N,) int codes, equal exactly when the anchors are equal.
 
-    NumPy arrays of numbers or strings (1-D) or rows of a 2-D numeric array are coded by
-    ``np.unique`` without a Python loop. Anything else goes through a dict in one
+    NumPy arrays are coded without a Python loop: 1-D integers by a presence table,
+    other 1-D dtypes and rows of 2-D arrays by ``np.unique``. Anything else goes through a dict in one
     ``map(dict.setdefault, ...)`` pass over the rows (C-level, no Python bytecode per
     row), coded by first occurrence: equality is Python's ``==``/``hash``, so ``1``,
     ``1.0`` and ``True`` are the same anchor, and unhashable anchors (lists, dicts) raise.
