@@ -528,3 +528,57 @@ def test_inputs_are_never_mutated_nor_aliased(batch):
 def test_advantages_module_does_not_import_torch():
     code = "import sys, algorithms.advantages; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# --------------------------------------------------------------------------- large batches
+
+
+@pytest.mark.slow
+def test_large_time_major_batch_matches_reference():
+    rng = np.random.default_rng(123)
+    lengths = rng.integers(1, 300, size=96)  # long trajectories: 9 scan rounds
+    traj = np.repeat(np.arange(lengths.size), lengths)
+    time_of_row = np.arange(traj.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    order = np.lexsort((traj, time_of_row))  # time-major
+    traj_ids, group_ids = traj[order] * 3 + 1, traj[order] // 8
+    rewards = np.where(rng.random(traj.size) < 0.2, rng.normal(size=traj.size), 0.0)
+    anchors = [f"state {s}" for s in rng.integers(0, 30, size=traj.size)]
+    values = rng.normal(size=traj.size)
+    for gamma in (0.0, 0.5, 0.95, 1.0):
+        np.testing.assert_allclose(
+            discounted_returns(rewards, traj_ids, gamma=gamma),
+            ref_discounted_returns(rewards, traj_ids, gamma=gamma),
+            **TOL,
+        )
+    np.testing.assert_allclose(
+        gigpo_advantages(rewards, traj_ids, group_ids, anchors),
+        ref_gigpo_advantages(rewards, traj_ids, group_ids, anchors),
+        **TOL,
+    )
+    last_values = {int(t): 1.5 for t in np.unique(traj_ids)[::2]}
+    for got, want in zip(
+        gae_advantages(rewards, values, traj_ids, gamma=0.99, lam=0.95, last_values=last_values),
+        ref_gae_advantages(
+            rewards, values, traj_ids, gamma=0.99, lam=0.95, last_values=last_values
+        ),
+        strict=True,
+    ):
+        np.testing.assert_allclose(got, want, **TOL)
+
+
+@pytest.mark.slow
+def test_more_trajectories_than_a_16_bit_key():
+    n_traj = 70_000  # beyond the radix-sort fast path
+    rng = np.random.default_rng(5)
+    traj_ids = np.concatenate([np.arange(n_traj), np.arange(0, n_traj, 2)]) * 1000
+    rewards = rng.normal(size=traj_ids.size)
+    got = discounted_returns(rewards, traj_ids, gamma=0.5)
+    expected = rewards.copy()
+    expected[:n_traj:2] += 0.5 * rewards[n_traj:]  # even trajectories have a second step
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    # groups of two trajectories: advantages are +-(|d| / 2) / (|d| / sqrt(2) + eps)
+    adv = grpo_advantages(rewards, traj_ids, traj_ids // 2000)
+    np.testing.assert_allclose(np.abs(adv), 1 / np.sqrt(2), atol=1e-4)
+    episode = np.bincount(traj_ids // 1000, weights=rewards)
+    higher = episode[0::2] > episode[1::2]
+    np.testing.assert_array_equal(adv[:n_traj:2] > 0, higher)
