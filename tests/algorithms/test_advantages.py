@@ -583,3 +583,13 @@ def test_more_trajectories_than_a_16_bit_key():
     expected_even = (gap / 2) / (np.abs(gap) / np.sqrt(2) + 1e-6)
     np.testing.assert_allclose(adv[:n_traj:2], expected_even, rtol=1e-9)
     np.testing.assert_allclose(adv[1:n_traj:2], -expected_even, rtol=1e-9)
+
+
+def test_empty_batches():
+    empty = np.zeros(0)
+    ids = np.zeros(0, dtype=np.int64)
+    assert grpo_advantages(empty, ids, ids).shape == (0,)
+    assert gigpo_advantages(empty, ids, ids, []).shape == (0,)
+    assert step_groups(ids, []).shape == (0,)
+    advantages, returns = gae_advantages(empty, empty, ids, gamma=0.9, lam=0.9)
+    assert advantages.shape == returns.shape == (0,)
