@@ -248,6 +248,8 @@ def _reverse_discounted_scan(values: np.ndarray, ends: np.ndarray, coef: float) 
         return out
     remaining = ends - np.arange(n)  # rows left in the segment, counting this one
     longest = int(remaining.max())
+    if longest < 1 << 15:  # 2-byte gates: less memory traffic per round
+        remaining = remaining.astype(np.int16)
     step = 1
     while step < longest:
         # The addend is built from the old values before the in-place add; values are
