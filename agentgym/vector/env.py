@@ -251,6 +251,12 @@ class TextVectorEnv(VectorEnv):
         """Stop the workers and close every sub-env (``close()`` calls this once)."""
         self._backend.close()
 
+    def __enter__(self) -> TextVectorEnv:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
     def __del__(self) -> None:
         # VectorEnv has no finaliser: without one, a dropped subprocess vector env would
         # keep its workers until the interpreter exits.
