@@ -343,7 +343,9 @@ class TextVectorEnv(VectorEnv):
         if seed is None:
             if self.group_size == 1:
                 return [None] * self.num_envs
-            group_seeds = self.np_random.integers(_SEED_LIMIT, size=self.num_envs // self.group_size)
+            group_seeds = self.np_random.integers(
+                _SEED_LIMIT, size=self.num_envs // self.group_size
+            )
             return [int(group_seeds[g]) for g in self._group_ids]
         if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
             super().reset(seed=int(seed))  # seeds the vector env's own RNG
@@ -417,4 +419,6 @@ def _env_id_from_make_vec(frame: Any) -> str:
         spec = frame.f_locals.get("env_spec")
         if isinstance(spec, gym.envs.registration.EnvSpec):
             return spec.id
-    raise TypeError("make_vector_env() needs env_id (a registered id such as 'AgentGym/Scripted-v0')")
+    raise TypeError(
+        "make_vector_env() needs env_id (a registered id such as 'AgentGym/Scripted-v0')"
+    )

@@ -71,8 +71,13 @@ def trace(venv: TextVectorEnv, seed: int, steps: int = 30) -> list[Any]:
         actions = [ACTIONS[int(k)] for k in rng.integers(len(ACTIONS), size=n)]
         observations, rewards, terminated, truncated, infos = venv.step(actions)
         record.append(
-            (observations, rewards.tolist(), terminated.tolist(), truncated.tolist(),
-             infos_to_list(infos, n))
+            (
+                observations,
+                rewards.tolist(),
+                terminated.tolist(),
+                truncated.tolist(),
+                infos_to_list(infos, n),
+            )
         )
         done = terminated | truncated
         if done.all():  # unseeded: group seeds come from the vector env's RNG
