@@ -431,3 +431,23 @@ def test_make_vec_stock_modes_give_the_same_observations(mode, vector_kwargs):
     finally:
         stock.close()
         ours.close()
+
+
+def _text_space_has_shared_memory_guard() -> bool:
+    from gymnasium.vector.utils.shared_memory import create_shared_memory
+
+    return create_shared_memory.dispatch(TextSpace) is not create_shared_memory.dispatch(
+        gym.spaces.Text
+    )
+
+
+def test_make_vec_async_with_shared_memory_is_a_clear_error():
+    """Gymnasium's Text shared memory holds only charset characters (and 4 bytes per
+    character of the 1 Mi bound per env): text observations must not go through it."""
+    if not _text_space_has_shared_memory_guard():
+        pytest.xfail(
+            "agentgym.core registers no shared-memory guard for TextSpace yet: "
+            "AsyncVectorEnv(shared_memory=True) silently returns wrong observations"
+        )
+    with pytest.raises(TypeError, match="shared_memory"):
+        gym.make_vec("AgentGym/Scripted-v0", num_envs=2, vectorization_mode="async")
