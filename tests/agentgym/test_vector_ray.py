@@ -12,7 +12,7 @@ from tests.agentgym.test_vector_backends import faulty_vector, trace, wait_until
 
 ray = pytest.importorskip("ray")
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # starting Ray and its actors takes > 20 s here
 
 
 @pytest.fixture(scope="module", autouse=True)
