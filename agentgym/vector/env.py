@@ -28,9 +28,12 @@ Semantics (the same for every backend):
   traceback or the signal). Every other env of a dead worker ends the same way; the
   other workers' envs go on. The env (or worker) is rebuilt and serves the next reset.
   ``env_error`` is masked in only for those envs. A failed *reset* gives the observation
-  ``""``, an info with only ``env_error`` (and ``group_id``) and an episode that is
-  already over (``truncated`` on the next step). Learners should treat ``env_error``
-  steps as cut episodes, not as agent mistakes.
+  ``""``, an episode that is already over (``truncated`` on the next step) and an info
+  whose contract keys are placeholders, so every env always has them: ``task=""``,
+  ``task_id`` = the requested id or ``""``, ``admissible_actions=()``,
+  ``anchor=("env_error", i)`` (never equal to a real anchor), ``success=False``,
+  ``valid_action=True``. Learners should treat ``env_error`` steps as cut episodes,
+  not as agent mistakes.
 * **Actions.** A batch must be a sequence (list, tuple, 1-D array) of ``num_envs`` items,
   else ``ValueError``. Individual bad actions (empty, huge, non-text) never raise: the
   envs answer them with feedback and ``valid_action=False``.
@@ -192,7 +195,7 @@ class TextVectorEnv(VectorEnv):
             self._terminated[i] = False
             if isinstance(result, EnvFailure):
                 self._observations[i] = EMPTY_OBSERVATION
-                self._infos[i] = {"env_error": result.message}
+                self._infos[i] = _failed_reset_info(i, requests[i][1], result.message)
                 self._truncated[i] = True
             else:
                 self._observations[i], self._infos[i] = result
@@ -355,6 +358,20 @@ class TextVectorEnv(VectorEnv):
                 raise ValueError(f"expected {self.num_envs} seeds, got {len(seed)}")
             return list(seed)
         raise TypeError(f"seed must be an int, a sequence of {self.num_envs} seeds or None")
+
+
+def _failed_reset_info(i: int, options: dict[str, Any] | None, message: str) -> dict[str, Any]:
+    """Placeholder contract keys for an env whose reset failed (see the module docstring)."""
+    task_id = (options or {}).get("task_id")
+    return {
+        "task": "",
+        "task_id": "" if task_id is None else str(task_id),
+        "admissible_actions": (),
+        "anchor": ("env_error", i),
+        "success": False,
+        "valid_action": True,
+        "env_error": message,
+    }
 
 
 def _make_backend(name: str, env_fns: list[Callable[[], gym.Env]], num_workers: int) -> Backend:

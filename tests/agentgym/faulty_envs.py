@@ -81,3 +81,13 @@ class StrictCounterEnv(gym.Env[str, str]):
         self._count += 1
         done = self._count >= self.length
         return f"count {self._count} after {action!r}", 1.0, done, False, {"count": self._count}
+
+
+class MarkerGuardedEnv(FaultyTextEnv):
+    """A :class:`FaultyTextEnv` that cannot be built while the file ``marker`` exists
+    (to make rebuilding an env, or restarting a worker, fail on demand)."""
+
+    def __init__(self, marker: str, **kwargs: Any):
+        if os.path.exists(marker):
+            raise InjectedFault(f"cannot be built while {marker} exists")
+        super().__init__(**kwargs)

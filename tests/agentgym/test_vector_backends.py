@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agentgym.core import INFO_KEYS
 from agentgym.scripted import ScriptedTextEnv
 from agentgym.vector import TextVectorEnv, infos_to_list
 from tests.agentgym.faulty_envs import (
@@ -28,6 +29,7 @@ from tests.agentgym.faulty_envs import (
     SIGKILL,
     BrokenInitEnv,
     FaultyTextEnv,
+    MarkerGuardedEnv,
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -240,11 +242,32 @@ def test_exception_in_reset_gives_an_empty_finished_episode(backend):
         assert observations[1] == ""
         assert infos["_env_error"].tolist() == [False, True, False]
         assert "injected fault in reset" in infos["env_error"][1]
-        assert infos_to_list(infos, 3)[1].keys() == {"env_error", "group_id"}
+        failed = infos_to_list(infos, 3)[1]
+        assert failed.keys() == {*INFO_KEYS, "env_error", "group_id"}
+        assert failed["task_id"] == FAULTY_TASK and failed["anchor"] == ("env_error", 1)
+        assert infos["_task_id"].all()  # the contract keys are there for every env
         _, rewards, terminated, truncated, _ = venv.step(["look"] * 3)
         assert truncated.tolist() == [False, True, False] and not rewards.any()
         _, infos = venv.reset(seed=0)
         assert "env_error" not in infos
+
+
+@pytest.mark.parametrize(("backend", "fault"), [("sync", RAISE), ("subprocess", SIGKILL)])
+def test_env_that_cannot_be_rebuilt_fails_each_reset_until_it_can(tmp_path, backend, fault):
+    marker = tmp_path / "no-rebuild"
+    env_fn = functools.partial(MarkerGuardedEnv, str(marker), num_tasks=8)
+    with TextVectorEnv([env_fn] * 2, group_size=2, backend=backend, num_workers=2) as venv:
+        venv.reset(seed=0)
+        marker.touch()  # from now on the env (its worker) cannot be built again
+        _, _, _, truncated, infos = venv.step(["look", fault])
+        assert truncated.tolist() == [False, True]
+        for _ in range(2):
+            observations, infos = venv.reset(seed=0)
+            assert observations[1] == "" and infos["_env_error"].tolist() == [False, True]
+            assert "cannot be built while" in infos["env_error"][1]
+        marker.unlink()
+        observations, infos = venv.reset(seed=0)
+        assert "env_error" not in infos and observations[0] == observations[1]
 
 
 # ---------------------------------------------------------------------- processes
@@ -270,7 +293,8 @@ def test_workers_exit_when_their_parent_is_killed():
     driver = textwrap.dedent(
         """
         import functools, sys, time
-        from agentgym.scripted import ScriptedTextEnv
+        from agentgym.core import INFO_KEYS
+from agentgym.scripted import ScriptedTextEnv
         from agentgym.vector import TextVectorEnv
 
         if __name__ == "__main__":
