@@ -42,6 +42,7 @@ Semantics (the same for every backend):
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -54,6 +55,8 @@ from gymnasium.vector.utils import batch_space
 
 from agentgym.vector.backend import BACKENDS, Backend
 from agentgym.vector.host import EnvFailure
+
+logger = logging.getLogger(__name__)
 
 EMPTY_OBSERVATION = ""
 """Observation of an env whose reset failed."""
@@ -194,6 +197,7 @@ class TextVectorEnv(VectorEnv):
             self._needs_reset[i] = False
             self._terminated[i] = False
             if isinstance(result, EnvFailure):
+                _log_failure(i, "reset", result)
                 self._observations[i] = EMPTY_OBSERVATION
                 self._infos[i] = _failed_reset_info(i, requests[i][1], result.message)
                 self._truncated[i] = True
@@ -233,6 +237,7 @@ class TextVectorEnv(VectorEnv):
         for i in active:
             result = results[i]
             if isinstance(result, EnvFailure):
+                _log_failure(i, "step", result)
                 self._truncated[i] = True
                 self._infos[i] = {**self._infos[i], "env_error": result.message}
             else:
@@ -294,6 +299,7 @@ class TextVectorEnv(VectorEnv):
                 continue
             if self._needs_reset[i] or self._terminated[i] or self._truncated[i]:
                 continue
+            _log_failure(i, "reset of a neighbour", result)
             self._truncated[i] = True
             self._infos[i] = {**self._infos[i], "env_error": result.message}
 
@@ -358,6 +364,11 @@ class TextVectorEnv(VectorEnv):
                 raise ValueError(f"expected {self.num_envs} seeds, got {len(seed)}")
             return list(seed)
         raise TypeError(f"seed must be an int, a sequence of {self.num_envs} seeds or None")
+
+
+def _log_failure(i: int, during: str, failure: EnvFailure) -> None:
+    headline = failure.message.splitlines()[0] if failure.message else "unknown error"
+    logger.warning("env %d failed during %s; its episode ends truncated: %s", i, during, headline)
 
 
 def _failed_reset_info(i: int, options: dict[str, Any] | None, message: str) -> dict[str, Any]:

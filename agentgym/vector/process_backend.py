@@ -328,7 +328,10 @@ class ProcessBackend:
     def _restart_dead(self, worker: _Worker, command: str) -> str:
         name = worker.name
         how = _describe_exit(worker.reap())
-        worker.start()  # boots while the other envs go on; serves the next reset
+        try:
+            worker.start()  # boots while the other envs go on; serves the next reset
+        except OSError:  # cannot spawn right now: _ensure_ready tries again at next use
+            worker.process = None
         return (
             f"{name} {how} during {command}(); the worker was restarted and "
             "its episodes were ended (truncated)"

@@ -292,9 +292,8 @@ def test_dropped_vector_env_reaps_its_workers():
 def test_workers_exit_when_their_parent_is_killed():
     driver = textwrap.dedent(
         """
-        import functools, sys, time
-        from agentgym.core import INFO_KEYS
-from agentgym.scripted import ScriptedTextEnv
+        import time
+        from agentgym.scripted import ScriptedTextEnv
         from agentgym.vector import TextVectorEnv
 
         if __name__ == "__main__":
