@@ -77,7 +77,8 @@ def main() -> None:
     batch_steps = 20 if args.quick else 60
     overhead_steps = 300 if args.quick else 2000
 
-    print(f"cpu_count={os.cpu_count()}  loadavg before={os.getloadavg()}")
+    load_before = os.getloadavg()
+    print(f"cpu_count={os.cpu_count()}  loadavg before={load_before}")
     print(f"\nThroughput on ScriptedTextEnv(work_ms={WORK_MS:g}), env steps/s")
     print(f"{'backend':<11}{'envs':>5}{'workers':>8}{'steps/s':>10}{'vs sync':>9}")
     sync_rate: dict[int, float] = {}
@@ -101,7 +102,13 @@ def main() -> None:
         overheads[backend] = ms - sync_ms
         print(f"{backend:<11}{ms:>9.3f}{ms - sync_ms:>23.3f}", flush=True)
 
-    print(f"\nloadavg after={os.getloadavg()}")
+    load_after = os.getloadavg()
+    print(f"\nloadavg after={load_after}")
+    if max(load_before[0], load_after[0]) > (os.cpu_count() or 1) - 0.5:
+        print(
+            "WARNING: other processes kept the CPUs busy during this run (1-min load "
+            "average >= cores): every figure, the ratios most, is distorted."
+        )
     if "subprocess" in backends:
         for n in (2, 8):
             ratio = rates["subprocess", n] / sync_rate[n]

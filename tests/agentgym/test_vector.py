@@ -4,6 +4,7 @@ infos, the differential test against Gymnasium's SyncVectorEnv, and gym.make_vec
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -61,6 +62,12 @@ def test_is_a_gymnasium_vector_env_with_autoreset_disabled():
 def test_bad_arguments_are_clear_value_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         scripted_vector(4, **kwargs)
+
+
+def test_ray_backend_without_ray_is_a_clear_import_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # makes `import ray` fail
+    with pytest.raises(ImportError, match=r"agentgym\[ray\]"):
+        scripted_vector(2, backend="ray")
 
 
 def test_env_that_cannot_be_built_raises():
