@@ -449,8 +449,10 @@ def _text_space_has_shared_memory_guard() -> bool:
 
 
 def test_make_vec_async_with_shared_memory_is_a_clear_error():
-    """Gymnasium's Text shared memory holds only charset characters (and 4 bytes per
-    character of the 1 Mi bound per env): text observations must not go through it."""
+    """Text observations must not go through Gymnasium's shared memory: AsyncVectorEnv
+    reads a Text buffer once, at construction (strings are copies, not views), so every
+    later observation is that stale snapshot; characters outside the space's charset
+    cannot be written at all; and the buffer takes 4 bytes x 1 Mi characters per env."""
     if not _text_space_has_shared_memory_guard():
         pytest.xfail(
             "agentgym.core registers no shared-memory guard for TextSpace yet: "
