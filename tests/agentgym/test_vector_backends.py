@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 from agentgym.core import INFO_KEYS
 from agentgym.scripted import ScriptedTextEnv
 from agentgym.vector import TextVectorEnv, infos_to_list
+from agentgym.vector.backend import dumps_env_fns, partition
 from tests.agentgym.faulty_envs import (
     EXIT,
     FAULTY_TASK,
@@ -109,13 +111,31 @@ def test_subprocess_equals_sync(sync_trace, num_workers):
         assert ours == expected
 
 
-def test_lambda_env_fns_are_shipped_with_cloudpickle():
+def test_partial_and_lambda_env_fns_are_shipped_to_workers():
     num_tasks = 3
-    with TextVectorEnv(
-        [lambda: ScriptedTextEnv(num_tasks=num_tasks)] * 2, backend="subprocess"
-    ) as venv:
+    env_fns = [
+        functools.partial(ScriptedTextEnv, num_tasks=num_tasks),
+        lambda: ScriptedTextEnv(num_tasks=num_tasks),  # needs cloudpickle
+    ]
+    with TextVectorEnv(env_fns, backend="subprocess", num_workers=2) as venv:
         _, infos = venv.reset(seed=0)
     assert set(infos["task_id"]) <= {"doors-0000", "doors-0001", "doors-0002"}
+
+
+def test_plain_pickle_is_the_fallback_without_cloudpickle(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cloudpickle", None)  # makes `import cloudpickle` fail
+    payload = dumps_env_fns([functools.partial(ScriptedTextEnv, num_tasks=3)])
+    assert pickle.loads(payload)[0]().task_ids == ("doors-0000", "doors-0001", "doors-0002")
+    with pytest.raises(TypeError, match="picklable"):
+        dumps_env_fns([lambda: ScriptedTextEnv()])
+
+
+def test_partition_into_contiguous_blocks():
+    assert partition(5, 2) == [range(0, 3), range(3, 5)]
+    assert partition(4, 3) == [range(0, 2), range(2, 3), range(3, 4)]
+    assert partition(3, 3) == [range(0, 1), range(1, 2), range(2, 3)]
+    with pytest.raises(ValueError):
+        partition(2, 3)
 
 
 def test_unpicklable_env_fn_is_a_clear_type_error():
