@@ -65,6 +65,17 @@ def ms_per_step(backend: str, batch_steps: int) -> float:
         return best
 
 
+def _autogroup_note() -> str:
+    """Linux autogroup gives each session one fair CPU share: on a machine busy with other
+    sessions, all subprocess workers together get one session's share (Ray's workers run
+    in sessions of their own, so they get more)."""
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as file:
+            return f"sched_autogroup_enabled={file.read().strip()}"
+    except OSError:
+        return "sched_autogroup_enabled=n/a"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     available = ["sync", "subprocess"]
@@ -78,7 +89,7 @@ def main() -> None:
     overhead_steps = 300 if args.quick else 2000
 
     load_before = os.getloadavg()
-    print(f"cpu_count={os.cpu_count()}  loadavg before={load_before}")
+    print(f"cpu_count={os.cpu_count()}  loadavg before={load_before}  {_autogroup_note()}")
     print(f"\nThroughput on ScriptedTextEnv(work_ms={WORK_MS:g}), env steps/s")
     print(f"{'backend':<11}{'envs':>5}{'workers':>8}{'steps/s':>10}{'vs sync':>9}")
     sync_rate: dict[int, float] = {}
