@@ -18,6 +18,9 @@ worker loop) every env it hosted gets an :class:`~agentgym.vector.host.EnvFailur
 saying how it died; a replacement is started at once and serves those envs' next reset.
 Workers ignore SIGINT (the parent handles Ctrl-C and closes them) and exit when the
 parent's end of their pipe closes, so they never outlive a killed parent for long.
+
+POSIX only (Linux, macOS): the parent waits on pipes and process sentinels with
+``select.poll``.
 """
 
 from __future__ import annotations
