@@ -16,6 +16,8 @@ Semantics (the same for every backend):
   Gymnasium). A list of seeds, one per env, is used as given.
 * **Per-env tasks.** ``reset(options={"task_ids": [...]})`` (one id or ``None`` per env)
   passes ``{"task_id": id}`` to each env; other option keys go to every env unchanged.
+  The envs validate ids: an env that rejects its id by raising fails that reset (see
+  Faults below) without affecting the others.
   ``options={"reset_mask": bool array}`` resets only the masked envs (Gymnasium's
   ``DISABLED``-mode protocol); the others keep their state and get no reset info.
 * **Infos** use Gymnasium's dict-of-arrays layout with ``_key`` masks. Every env's info
