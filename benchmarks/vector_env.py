@@ -67,8 +67,7 @@ def ms_per_step(backend: str, batch_steps: int) -> float:
 
 def _autogroup_note() -> str:
     """Linux autogroup gives each session one fair CPU share: on a machine busy with other
-    sessions, all subprocess workers together get one session's share (Ray's workers run
-    in sessions of their own, so they get more)."""
+    sessions, this script's workers (subprocess and Ray alike) share one session's CPU."""
     try:
         with open("/proc/sys/kernel/sched_autogroup_enabled") as file:
             return f"sched_autogroup_enabled={file.read().strip()}"
