@@ -45,6 +45,7 @@ from typing import Any, ClassVar, Literal
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils.shared_memory import create_shared_memory
 
 INFO_KEYS: tuple[str, ...] = (
     "task",
@@ -104,6 +105,16 @@ class TextSpace(spaces.Text):
 
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, TextSpace) and other.max_length == self.max_length
+
+
+@create_shared_memory.register(TextSpace)
+def _no_text_shared_memory(space: TextSpace, n: int = 1, ctx: Any = None) -> Any:
+    """Gymnasium's ``AsyncVectorEnv`` shared memory cannot carry arbitrary text: refuse."""
+    raise TypeError(
+        "TextSpace observations cannot go through Gymnasium's shared memory: use "
+        "vector_kwargs={'shared_memory': False} with vectorization_mode='async', or "
+        "AgentGym's own vector env (the default of gym.make_vec)."
+    )
 
 
 @dataclass(frozen=True)

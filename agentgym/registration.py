@@ -6,7 +6,9 @@ only when ``gym.make`` builds that env.
 
 from __future__ import annotations
 
+import functools
 from types import MappingProxyType
+from typing import Any
 
 import gymnasium as gym
 
@@ -20,7 +22,14 @@ ENTRY_POINTS = MappingProxyType(
 )
 """Every registered id and the class behind it."""
 
-VECTOR_ENTRY_POINT = "agentgym.vector:make_vector_env"
+def _make_vector_env(env_id: str, num_envs: int = 1, **kwargs: Any):
+    """The vector entry point of every id: ``agentgym.vector.make_vector_env``.
+
+    ``gym.make_vec`` passes ``num_envs`` and kwargs but not the id, so it is bound here.
+    """
+    from agentgym.vector import make_vector_env
+
+    return make_vector_env(env_id, num_envs, **kwargs)
 
 
 def register_envs() -> None:
@@ -31,7 +40,7 @@ def register_envs() -> None:
         gym.register(
             id=env_id,
             entry_point=entry_point,
-            vector_entry_point=VECTOR_ENTRY_POINT,
+            vector_entry_point=functools.partial(_make_vector_env, env_id),
             # Each env enforces its own ``max_steps`` and reports ``truncated`` itself.
             max_episode_steps=None,
         )

@@ -46,7 +46,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -409,7 +408,7 @@ def make_single_env(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env:
 
 
 def make_vector_env(
-    env_id: str | None = None,
+    env_id: str,
     num_envs: int = 1,
     *,
     group_size: int = 1,
@@ -425,30 +424,13 @@ def make_vector_env(
     ``"async"`` give Gymnasium's own vector envs instead.
 
     Args:
-        env_id: a registered id, e.g. ``"AgentGym/ALFWorld-v0"``. ``gym.make_vec`` does
-            not pass the id to a vector entry point; when called from it, the id is
-            read from ``make_vec``'s spec.
+        env_id: a registered id, e.g. ``"AgentGym/ALFWorld-v0"`` (``gym.make_vec`` binds
+            it through :mod:`agentgym.registration`).
         num_envs: number of sub-envs.
         group_size, backend, num_workers: see :class:`TextVectorEnv`.
         **env_kwargs: passed to every ``gym.make(env_id, ...)``.
     """
-    if env_id is None:
-        env_id = _env_id_from_make_vec(sys._getframe(1))
     env_fn = functools.partial(make_single_env, env_id, dict(env_kwargs))
     return TextVectorEnv(
         [env_fn] * num_envs, group_size=group_size, backend=backend, num_workers=num_workers
-    )
-
-
-def _env_id_from_make_vec(frame: Any) -> str:
-    """Read the env id from a calling ``gym.make_vec`` frame (it passes ``num_envs`` and
-    the env kwargs to the vector entry point, but not the id)."""
-    from gymnasium.envs.registration import make_vec
-
-    if frame is not None and frame.f_code is make_vec.__code__:
-        spec = frame.f_locals.get("env_spec")
-        if isinstance(spec, gym.envs.registration.EnvSpec):
-            return spec.id
-    raise TypeError(
-        "make_vector_env() needs env_id (a registered id such as 'AgentGym/Scripted-v0')"
     )

@@ -440,23 +440,10 @@ def test_make_vec_stock_modes_give_the_same_observations(mode, vector_kwargs):
         ours.close()
 
 
-def _text_space_has_shared_memory_guard() -> bool:
-    from gymnasium.vector.utils.shared_memory import create_shared_memory
-
-    return create_shared_memory.dispatch(TextSpace) is not create_shared_memory.dispatch(
-        gym.spaces.Text
-    )
-
-
 def test_make_vec_async_with_shared_memory_is_a_clear_error():
     """Text observations must not go through Gymnasium's shared memory: AsyncVectorEnv
     reads a Text buffer once, at construction (strings are copies, not views), so every
     later observation is that stale snapshot; characters outside the space's charset
     cannot be written at all; and the buffer takes 4 bytes x 1 Mi characters per env."""
-    if not _text_space_has_shared_memory_guard():
-        pytest.xfail(
-            "agentgym.core registers no shared-memory guard for TextSpace yet: "
-            "AsyncVectorEnv(shared_memory=True) silently returns wrong observations"
-        )
     with pytest.raises(TypeError, match="shared_memory"):
         gym.make_vec("AgentGym/Scripted-v0", num_envs=2, vectorization_mode="async")
