@@ -22,6 +22,7 @@ ENTRY_POINTS = MappingProxyType(
 )
 """Every registered id and the class behind it."""
 
+
 def _make_vector_env(env_id: str, num_envs: int = 1, **kwargs: Any):
     """The vector entry point of every id: ``agentgym.vector.make_vector_env``.
 
