@@ -72,9 +72,13 @@ class MicroBatcher:
         max_wait_s: how long the first queued request waits for company.
     """
 
-    def __init__(self, search_fn: SearchFn, *, max_batch: int = 64, max_wait_s: float = 0.002) -> None:
+    def __init__(
+        self, search_fn: SearchFn, *, max_batch: int = 64, max_wait_s: float = 0.002
+    ) -> None:
         if max_batch < 1 or max_wait_s < 0:
-            raise ValueError(f"need max_batch >= 1 and max_wait_s >= 0, got {max_batch}, {max_wait_s}")
+            raise ValueError(
+                f"need max_batch >= 1 and max_wait_s >= 0, got {max_batch}, {max_wait_s}"
+            )
         self.search_fn = search_fn
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
@@ -160,7 +164,9 @@ class MicroBatcher:
         try:
             results = await loop.run_in_executor(self._executor, self.search_fn, queries, k_max)
             if len(results) != len(queries):
-                raise RuntimeError(f"search_fn returned {len(results)} result lists for {len(queries)} queries")
+                raise RuntimeError(
+                    f"search_fn returned {len(results)} result lists for {len(queries)} queries"
+                )
         except Exception as error:  # handed to every waiting request, never raised here
             self.stats.errors += 1
             for request in batch:

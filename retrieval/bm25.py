@@ -1,7 +1,8 @@
 """Sparse retrieval with BM25 (the ``bm25s`` library: eager sparse scoring, numpy backend).
 
-Scoring is Lucene's BM25 (Robertson & Zaragoza 2009, eq. 3.15 with Lucene's idf), ``k1 =
-1.5``, ``b = 0.75`` by default. Text is lowercased, split on ``\\w\\w+`` and English
+Scoring is Lucene's BM25 as catalogued by Kamphuis et al. (ECIR 2020, table 1, "Lucene
+(default)"): ``Σ_t idf(t) · tf / (tf + k1 · (1 - b + b · |d| / avgdl))`` with
+``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))``, ``k1 = 1.5``, ``b = 0.75`` by default. Text is lowercased, split on ``\\w\\w+`` and English
 stopwords are dropped; stemming is optional (``stemmer="english"``, needs PyStemmer).
 
 Documents without a single query term are never returned (their score is 0), so a query
@@ -125,12 +126,17 @@ class BM25Retriever:
         token_ids: list[list[int]] = []
         with (
             DocumentStoreWriter(store_dir) as writer,
-            tqdm(total=total, desc="tokenizing (bm25)", unit="doc", disable=not show_progress) as bar,
+            tqdm(
+                total=total, desc="tokenizing (bm25)", unit="doc", disable=not show_progress
+            ) as bar,
         ):
             for chunk in _chunks(documents, batch_size):
                 token_ids.extend(
                     tokenizer.tokenize(
-                        [d.contents for d in chunk], update_vocab=True, return_as="ids", show_progress=False
+                        [d.contents for d in chunk],
+                        update_vocab=True,
+                        return_as="ids",
+                        show_progress=False,
                     )
                 )
                 writer.add_many(chunk)
@@ -173,7 +179,9 @@ class BM25Retriever:
             raise FileNotFoundError(f"{meta_path} not found: not a BM25 retriever folder")
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{meta_path}: unsupported format_version {meta.get('format_version')!r}")
+            raise ValueError(
+                f"{meta_path}: unsupported format_version {meta.get('format_version')!r}"
+            )
         settings = {key: meta[key] for key in ("k1", "b", "method", "stemmer")}
         tokenizer = _new_tokenizer(settings["stemmer"])
         tokenizer.load_vocab(str(directory))
@@ -181,7 +189,9 @@ class BM25Retriever:
         model = bm25s.BM25.load(str(directory), mmap=mmap, show_progress=False)
         store = DocumentStore.open(directory)
         if model.scores["num_docs"] != len(store):
-            raise ValueError(f"{directory}: index has {model.scores['num_docs']} documents, store {len(store)}")
+            raise ValueError(
+                f"{directory}: index has {model.scores['num_docs']} documents, store {len(store)}"
+            )
         return cls(model, tokenizer, store, settings)
 
     def search(self, query: str, k: int) -> list[SearchResult]:
@@ -205,8 +215,8 @@ class BM25Retriever:
         return [
             [
                 SearchResult(self.store[int(row)], float(score))
-                for row, score in zip(row_ids, score_row)
+                for row, score in zip(row_ids, score_row, strict=True)
                 if score > 0
             ]
-            for row_ids, score_row in zip(np.asarray(rows), np.asarray(scores))
+            for row_ids, score_row in zip(np.asarray(rows), np.asarray(scores), strict=True)
         ]

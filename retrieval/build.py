@@ -48,7 +48,10 @@ def build(args: argparse.Namespace) -> dict[str, float]:
         config = encoder_config(args.encoder)
         overrides = {
             key: value
-            for key, value in (("query_prefix", args.query_prefix), ("passage_prefix", args.passage_prefix))
+            for key, value in (
+                ("query_prefix", args.query_prefix),
+                ("passage_prefix", args.passage_prefix),
+            )
             if value is not None
         }
         if args.encoder_batch_size is not None:
@@ -67,7 +70,13 @@ def build(args: argparse.Namespace) -> dict[str, float]:
         )
         retriever.save(args.out)
         timings["dense"] = time.perf_counter() - start
-        logger.info("dense %s index of %d passages in %s (%.1fs)", args.index, len(retriever), args.out, timings["dense"])
+        logger.info(
+            "dense %s index of %d passages in %s (%.1fs)",
+            args.index,
+            len(retriever),
+            args.out,
+            timings["dense"],
+        )
     if args.bm25:
         from retrieval.bm25 import BM25Retriever
 
@@ -78,23 +87,37 @@ def build(args: argparse.Namespace) -> dict[str, float]:
         )
         retriever.save(bm25_dir)
         timings["bm25"] = time.perf_counter() - start
-        logger.info("BM25 index of %d passages in %s (%.1fs)", len(retriever), bm25_dir, timings["bm25"])
+        logger.info(
+            "BM25 index of %d passages in %s (%.1fs)", len(retriever), bm25_dir, timings["bm25"]
+        )
     return timings
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(prog="python -m retrieval.build", description=__doc__.split("\n")[0])
-    parser.add_argument("--corpus", type=Path, required=True, help='JSONL with {"id", "contents"} lines')
+    parser = argparse.ArgumentParser(
+        prog="python -m retrieval.build", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--corpus", type=Path, required=True, help='JSONL with {"id", "contents"} lines'
+    )
     parser.add_argument("--out", type=Path, required=True, help="output folder")
-    parser.add_argument("--encoder", default="minilm", help="minilm (default, offline), e5-base-v2, or a model id/path")
+    parser.add_argument(
+        "--encoder",
+        default="minilm",
+        help="minilm (default, offline), e5-base-v2, or a model id/path",
+    )
     parser.add_argument("--query-prefix", help="override the encoder's query prefix")
     parser.add_argument("--passage-prefix", help="override the encoder's passage prefix")
     parser.add_argument("--index", choices=("flat", "hnsw", "ivfpq"), default="flat")
-    parser.add_argument("--batch-size", type=int, default=1024, help="passages encoded per streaming step")
+    parser.add_argument(
+        "--batch-size", type=int, default=1024, help="passages encoded per streaming step"
+    )
     parser.add_argument("--encoder-batch-size", type=int, help="texts per encoder forward pass")
     parser.add_argument("--bm25", action="store_true", help="also build BM25 into OUT/bm25")
-    parser.add_argument("--no-dense", action="store_true", help="skip the dense index (with --bm25)")
+    parser.add_argument(
+        "--no-dense", action="store_true", help="skip the dense index (with --bm25)"
+    )
     parser.add_argument("--stemmer", help="PyStemmer language for BM25 (e.g. english)")
     group = parser.add_argument_group("index parameters (defaults in retrieval.faiss_index)")
     group.add_argument("--hnsw-m", dest="hnsw_m", type=int)

@@ -53,7 +53,9 @@ class RemoteRetriever:
         transport: Any = None,
     ) -> None:
         if retries < 0 or backoff < 0 or timeout <= 0 or max_queries_per_request < 1:
-            raise ValueError("need retries >= 0, backoff >= 0, timeout > 0, max_queries_per_request >= 1")
+            raise ValueError(
+                "need retries >= 0, backoff >= 0, timeout > 0, max_queries_per_request >= 1"
+            )
         base = url.rstrip("/")
         if base.endswith("/retrieve"):
             base = base[: -len("/retrieve")]
@@ -123,8 +125,12 @@ class RemoteRetriever:
             try:
                 return response.json()
             except ValueError:
-                raise RetrievalError(f"{method} {url} answered non-JSON: {response.text[:200]!r}") from None
-        raise RetrievalError(f"{method} {url} failed after {attempts} attempt(s); last error: {last_cause}")
+                raise RetrievalError(
+                    f"{method} {url} answered non-JSON: {response.text[:200]!r}"
+                ) from None
+        raise RetrievalError(
+            f"{method} {url} failed after {attempts} attempt(s); last error: {last_cause}"
+        )
 
     def health(self) -> dict[str, Any]:
         """The server's ``GET /health`` answer (with the same retries)."""
@@ -150,7 +156,9 @@ class RemoteRetriever:
         for start in range(0, len(queries), step):
             chunk = list(queries[start : start + step])
             payload = {"queries": chunk, "topk": k, "return_scores": True}
-            results.extend(parse_response(self._request("POST", self.retrieve_url, payload), len(chunk)))
+            results.extend(
+                parse_response(self._request("POST", self.retrieve_url, payload), len(chunk))
+            )
         return results
 
 
@@ -177,7 +185,9 @@ def parse_response(body: Any, num_queries: int) -> list[list[SearchResult]]:
         raise RetrievalError(f"unexpected /retrieve answer (no 'result' list): {str(body)[:200]}")
     lists = body["result"]
     if len(lists) != num_queries:
-        raise RetrievalError(f"/retrieve answered {len(lists)} result lists for {num_queries} queries")
+        raise RetrievalError(
+            f"/retrieve answered {len(lists)} result lists for {num_queries} queries"
+        )
     parsed: list[list[SearchResult]] = []
     for hits in lists:
         if not isinstance(hits, list):
@@ -189,8 +199,14 @@ def parse_response(body: Any, num_queries: int) -> list[list[SearchResult]]:
                     document, score = hit["document"], float(hit.get("score", math.nan))
                 else:
                     document, score = hit, math.nan
-                row.append(SearchResult(Document(id=str(document["id"]), contents=str(document["contents"])), score))
+                row.append(
+                    SearchResult(
+                        Document(id=str(document["id"]), contents=str(document["contents"])), score
+                    )
+                )
             except (KeyError, TypeError, ValueError) as error:
-                raise RetrievalError(f"unexpected /retrieve hit {str(hit)[:200]}: {error!r}") from None
+                raise RetrievalError(
+                    f"unexpected /retrieve hit {str(hit)[:200]}: {error!r}"
+                ) from None
         parsed.append(row)
     return parsed

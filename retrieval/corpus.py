@@ -43,7 +43,9 @@ def parse_corpus_line(line: str, *, source: str = "<corpus>", line_number: int =
     try:
         row = json.loads(line)
     except json.JSONDecodeError as error:
-        raise CorpusFormatError(f"{where}: invalid JSON ({error.msg} at column {error.colno})") from None
+        raise CorpusFormatError(
+            f"{where}: invalid JSON ({error.msg} at column {error.colno})"
+        ) from None
     if not isinstance(row, dict):
         raise CorpusFormatError(f"{where}: expected a JSON object, got {type(row).__name__}")
     if "id" not in row:
@@ -54,7 +56,9 @@ def parse_corpus_line(line: str, *, source: str = "<corpus>", line_number: int =
     if "contents" in row:
         contents = row["contents"]
         if not isinstance(contents, str):
-            raise CorpusFormatError(f"{where}: 'contents' must be a string, got {type(contents).__name__}")
+            raise CorpusFormatError(
+                f"{where}: 'contents' must be a string, got {type(contents).__name__}"
+            )
     elif "text" in row:
         title, text = row.get("title", ""), row["text"]
         if not isinstance(text, str) or not isinstance(title, str):

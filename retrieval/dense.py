@@ -78,7 +78,9 @@ class DenseRetriever:
         workdir: tempfile.TemporaryDirectory | None = None,
     ) -> None:
         if index.ntotal != len(store):
-            raise ValueError(f"index has {index.ntotal} vectors but the store has {len(store)} documents")
+            raise ValueError(
+                f"index has {index.ntotal} vectors but the store has {len(store)} documents"
+            )
         self.index = index
         self.store = store
         self.encoder = encoder
@@ -140,17 +142,34 @@ class DenseRetriever:
         start = time.perf_counter()
         with (
             DocumentStoreWriter(store_dir) as writer,
-            tqdm(total=total, desc=f"encoding ({index_type})", unit="doc", disable=not show_progress) as bar,
+            tqdm(
+                total=total, desc=f"encoding ({index_type})", unit="doc", disable=not show_progress
+            ) as bar,
         ):
             for chunk in _chunks(documents, batch_size):
-                embeddings = encoder.encode_passages([d.contents for d in chunk], show_progress=False)
+                embeddings = encoder.encode_passages(
+                    [d.contents for d in chunk], show_progress=False
+                )
                 builder.add(embeddings)
                 writer.add_many(chunk)
                 bar.update(len(chunk))
             index = builder.finish()
-        logger.info("built %s index of %d passages in %.1fs", index_type, index.ntotal, time.perf_counter() - start)
+        logger.info(
+            "built %s index of %d passages in %.1fs",
+            index_type,
+            index.ntotal,
+            time.perf_counter() - start,
+        )
         store = DocumentStore.open(store_dir)
-        return cls(index, store, encoder, index_type=index_type, params=params, use_gpu=use_gpu, workdir=workdir)
+        return cls(
+            index,
+            store,
+            encoder,
+            index_type=index_type,
+            params=params,
+            use_gpu=use_gpu,
+            workdir=workdir,
+        )
 
     def save(self, directory: str | Path) -> Path:
         """Write the index, the documents and the metadata into ``directory``."""
@@ -198,20 +217,27 @@ class DenseRetriever:
             raise FileNotFoundError(f"{meta_path} not found: not a dense retriever folder")
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"{meta_path}: unsupported format_version {meta.get('format_version')!r}")
+            raise ValueError(
+                f"{meta_path}: unsupported format_version {meta.get('format_version')!r}"
+            )
         saved_encoder = EncoderConfig.from_json(meta["encoder"])
         if encoder is None:
             encoder = Encoder(saved_encoder)
         encoder = _as_encoder(encoder)
         if encoder.config.model != saved_encoder.model:
             logger.warning(
-                "%s was encoded with %r but queries will use %r", directory, saved_encoder.model, encoder.config.model
+                "%s was encoded with %r but queries will use %r",
+                directory,
+                saved_encoder.model,
+                encoder.config.model,
             )
         index = read_index(directory / INDEX_FILE, mmap=mmap)
         params = {**meta["params"], **search_params}
         set_search_params(index, params)
         store = DocumentStore.open(directory)
-        return cls(index, store, encoder, index_type=meta["index_type"], params=params, use_gpu=use_gpu)
+        return cls(
+            index, store, encoder, index_type=meta["index_type"], params=params, use_gpu=use_gpu
+        )
 
     def _index_for_search(self) -> Any:
         if self._search_index is None:
@@ -244,10 +270,10 @@ class DenseRetriever:
         return [
             [
                 SearchResult(self.store[int(row)], float(score))
-                for score, row in zip(score_row, row_ids)
+                for score, row in zip(score_row, row_ids, strict=True)
                 if row >= 0
             ]
-            for score_row, row_ids in zip(scores, rows)
+            for score_row, row_ids in zip(scores, rows, strict=True)
         ]
 
 
@@ -257,4 +283,3 @@ def _as_encoder(encoder: Encoder | EncoderConfig | None) -> Encoder:
     if isinstance(encoder, EncoderConfig):
         return Encoder(encoder)
     return encoder
-

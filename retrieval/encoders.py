@@ -141,7 +141,12 @@ class Encoder:
     @property
     def dim(self) -> int:
         """Embedding dimension (loads the model)."""
-        return int(self.model.get_sentence_embedding_dimension())
+        model = self.model
+        get_dim = (
+            getattr(model, "get_embedding_dimension", None)
+            or model.get_sentence_embedding_dimension
+        )
+        return int(get_dim())
 
     @property
     def device(self) -> str:
@@ -150,22 +155,35 @@ class Encoder:
 
     def _load(self) -> SentenceTransformer:
         import torch
-        from sentence_transformers import SentenceTransformer, models
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            from sentence_transformers.sentence_transformer.modules import (
+                Normalize,
+                Pooling,
+                Transformer,
+            )
+        except ImportError:  # sentence-transformers < 6
+            from sentence_transformers.models import Normalize, Pooling, Transformer
 
         device = self.config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        transformer = models.Transformer(
+        transformer = Transformer(
             resolve_model_path(self.config.model), max_seq_length=self.config.max_length
         )
-        pooling = models.Pooling(
-            transformer.get_word_embedding_dimension(), pooling_mode="mean"
+        get_dim = (
+            getattr(transformer, "get_embedding_dimension", None)
+            or transformer.get_word_embedding_dimension
         )
-        model = SentenceTransformer(modules=[transformer, pooling, models.Normalize()], device=device)
+        pooling = Pooling(get_dim(), pooling_mode="mean")
+        model = SentenceTransformer(modules=[transformer, pooling, Normalize()], device=device)
         if self.config.fp16_on_gpu and device.startswith("cuda"):
             model.half()
         model.eval()
         return model
 
-    def encode_queries(self, queries: Sequence[str], *, show_progress: bool | None = None) -> np.ndarray:
+    def encode_queries(
+        self, queries: Sequence[str], *, show_progress: bool | None = None
+    ) -> np.ndarray:
         """Embed queries (with ``query_prefix``).
 
         Args:
@@ -177,7 +195,9 @@ class Encoder:
         """
         return self._encode(queries, self.config.query_prefix, show_progress)
 
-    def encode_passages(self, passages: Sequence[str], *, show_progress: bool | None = None) -> np.ndarray:
+    def encode_passages(
+        self, passages: Sequence[str], *, show_progress: bool | None = None
+    ) -> np.ndarray:
         """Embed passages (with ``passage_prefix``); same shapes as :meth:`encode_queries`."""
         return self._encode(passages, self.config.passage_prefix, show_progress)
 

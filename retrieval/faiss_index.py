@@ -65,7 +65,9 @@ def _new_ivfpq(dim: int, train_vectors: np.ndarray, params: dict[str, Any]) -> A
     n_train = len(train_vectors)
     nlist = params["nlist"] or max(1, min(int(4 * math.sqrt(n_train)), n_train // 39))
     if nlist > n_train:
-        raise ValueError(f"ivfpq: nlist={nlist} needs at least that many training vectors, got {n_train}")
+        raise ValueError(
+            f"ivfpq: nlist={nlist} needs at least that many training vectors, got {n_train}"
+        )
     pq_m = params["pq_m"] or default_pq_m(dim)
     if dim % pq_m:
         raise ValueError(f"ivfpq: pq_m={pq_m} must divide the embedding dimension {dim}")
@@ -107,7 +109,9 @@ class StreamingIndexBuilder:
             self.index = faiss.IndexFlatIP(dim)
             self.index.add(embeddings)
         elif self.index_type == "hnsw":
-            self.index = faiss.IndexHNSWFlat(dim, int(self.params["hnsw_m"]), faiss.METRIC_INNER_PRODUCT)
+            self.index = faiss.IndexHNSWFlat(
+                dim, int(self.params["hnsw_m"]), faiss.METRIC_INNER_PRODUCT
+            )
             self.index.hnsw.efConstruction = int(self.params["ef_construction"])
             self.index.hnsw.efSearch = int(self.params["ef_search"])
             self.index.add(embeddings)
@@ -140,7 +144,11 @@ def index_type_of(index: Any) -> str:
     """``"flat"``, ``"hnsw"`` or ``"ivfpq"`` for an index built here."""
     import faiss
 
-    for cls, name in ((faiss.IndexHNSW, "hnsw"), (faiss.IndexIVFPQ, "ivfpq"), (faiss.IndexFlat, "flat")):
+    for cls, name in (
+        (faiss.IndexHNSW, "hnsw"),
+        (faiss.IndexIVFPQ, "ivfpq"),
+        (faiss.IndexFlat, "flat"),
+    ):
         if isinstance(index, cls):
             return name
     raise TypeError(f"unsupported FAISS index {type(index).__name__}")

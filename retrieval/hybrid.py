@@ -43,7 +43,7 @@ def reciprocal_rank_fusion(
     best_rank: dict[str, int] = {}
     first_seen: dict[str, int] = {}
     documents: dict[str, Document] = {}
-    for weight, ranking in zip(weights, rankings):
+    for weight, ranking in zip(weights, rankings, strict=True):
         for rank, result in enumerate(ranking, start=1):
             doc_id = result.document.id
             scores[doc_id] = scores.get(doc_id, 0.0) + weight / (k_rrf + rank)

@@ -61,19 +61,31 @@ def _is_loopback(host: str) -> bool:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
-    parser = argparse.ArgumentParser(prog="python -m retrieval.serve", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m retrieval.serve", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--index", type=Path, help="dense retriever folder (from retrieval.build)")
     parser.add_argument("--bm25", type=Path, help="BM25 folder (from retrieval.build --bm25)")
-    parser.add_argument("--encoder", help="override the saved query encoder: minilm, e5-base-v2 or a path")
+    parser.add_argument(
+        "--encoder", help="override the saved query encoder: minilm, e5-base-v2 or a path"
+    )
     parser.add_argument("--mmap", action="store_true", help="memory-map the index files")
-    parser.add_argument("--k-rrf", type=float, default=60.0, help="RRF constant for hybrid (default 60)")
+    parser.add_argument(
+        "--k-rrf", type=float, default=60.0, help="RRF constant for hybrid (default 60)"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--max-batch", type=int, default=64, help="queries per retriever call; 1 = no batching")
-    parser.add_argument("--batch-wait-ms", type=float, default=2.0, help="wait for a batch to fill (ms)")
+    parser.add_argument(
+        "--max-batch", type=int, default=64, help="queries per retriever call; 1 = no batching"
+    )
+    parser.add_argument(
+        "--batch-wait-ms", type=float, default=2.0, help="wait for a batch to fill (ms)"
+    )
     parser.add_argument("--max-queries", type=int, default=256, help="queries per request limit")
     parser.add_argument("--max-topk", type=int, default=100, help="topk limit")
-    parser.add_argument("--topk", type=int, default=3, help="topk when a request has none (default 3)")
+    parser.add_argument(
+        "--topk", type=int, default=3, help="topk when a request has none (default 3)"
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     if args.index is None and args.bm25 is None:
@@ -88,10 +100,14 @@ def main(argv: list[str] | None = None) -> None:
     from retrieval.server import create_app
 
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     if not _is_loopback(args.host):
         logger.warning("binding %s: the retrieval server has no authentication", args.host)
-    retriever = load_retriever(args.index, args.bm25, encoder=args.encoder, mmap=args.mmap, k_rrf=args.k_rrf)
+    retriever = load_retriever(
+        args.index, args.bm25, encoder=args.encoder, mmap=args.mmap, k_rrf=args.k_rrf
+    )
     app = create_app(
         retriever,
         max_batch=args.max_batch,

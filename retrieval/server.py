@@ -24,7 +24,18 @@ import logging
 from contextlib import asynccontextmanager
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, model_validator
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from retrieval.base import Retriever, SearchResult
 from retrieval.batching import MicroBatcher
@@ -40,12 +51,16 @@ class RetrieveRequest(BaseModel):
     queries: list[StrictStr] | None = Field(default=None, description="Search-R1 batch form.")
     query: StrictStr | None = Field(default=None, description="Single-query form.")
     topk: StrictInt | None = Field(default=None, ge=1, description="Results per query.")
-    return_scores: StrictBool = Field(default=False, description="Wrap documents with their scores.")
+    return_scores: StrictBool = Field(
+        default=False, description="Wrap documents with their scores."
+    )
 
     @model_validator(mode="after")
     def _one_form(self) -> RetrieveRequest:
         if (self.queries is None) == (self.query is None):
-            raise ValueError("give exactly one of 'queries' (a list of strings) or 'query' (a string)")
+            raise ValueError(
+                "give exactly one of 'queries' (a list of strings) or 'query' (a string)"
+            )
         return self
 
     def query_list(self) -> list[str]:
@@ -56,7 +71,9 @@ class RetrieveRequest(BaseModel):
 class RequestError(Exception):
     """A request the server refuses, with its HTTP status and message."""
 
-    def __init__(self, status_code: int, detail: str, errors: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self, status_code: int, detail: str, errors: list[dict[str, Any]] | None = None
+    ) -> None:
         super().__init__(detail)
         self.status_code = status_code
         self.detail = detail
@@ -72,10 +89,14 @@ def _describe_validation_error(error: ValidationError) -> RequestError:
     return RequestError(422, f"invalid request: {messages}", errors)
 
 
-def results_to_json(results: list[list[SearchResult]], return_scores: bool) -> list[list[dict[str, Any]]]:
+def results_to_json(
+    results: list[list[SearchResult]], return_scores: bool
+) -> list[list[dict[str, Any]]]:
     """Search-R1's ``result`` field for a list of result lists."""
     if return_scores:
-        return [[{"document": r.document.to_json(), "score": r.score} for r in hits] for hits in results]
+        return [
+            [{"document": r.document.to_json(), "score": r.score} for r in hits] for hits in results
+        ]
     return [[r.document.to_json() for r in hits] for hits in results]
 
 
@@ -89,7 +110,7 @@ def create_app(
     default_topk: int = 3,
     max_query_chars: int = 4096,
     max_body_bytes: int = 4 * 1024 * 1024,
-) -> Any:
+) -> FastAPI:
     """The FastAPI app serving ``retriever``.
 
     Args:
@@ -104,14 +125,13 @@ def create_app(
         max_body_bytes: larger bodies get 413 (checked while reading, before parsing).
 
     Returns:
-        A ``fastapi.FastAPI`` application (run it with uvicorn, see :mod:`retrieval.serve`).
+        The application (run it with uvicorn, see :mod:`retrieval.serve`).
     """
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
-
     if not 1 <= default_topk <= max_topk:
         raise ValueError(f"need 1 <= default_topk <= max_topk, got {default_topk}, {max_topk}")
-    batcher = MicroBatcher(retriever.batch_search, max_batch=max_batch, max_wait_s=batch_wait_ms / 1000)
+    batcher = MicroBatcher(
+        retriever.batch_search, max_batch=max_batch, max_wait_s=batch_wait_ms / 1000
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -132,7 +152,9 @@ def create_app(
     async def read_body(request: Request) -> bytes:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > max_body_bytes:
-            raise RequestError(413, f"request body of {declared} bytes exceeds the limit of {max_body_bytes}")
+            raise RequestError(
+                413, f"request body of {declared} bytes exceeds the limit of {max_body_bytes}"
+            )
         body = bytearray()
         async for chunk in request.stream():
             body.extend(chunk)
@@ -149,13 +171,19 @@ def create_app(
             raise _describe_validation_error(error) from None
         queries = payload.query_list()
         if len(queries) > max_queries_per_request:
-            raise RequestError(422, f"invalid request: {len(queries)} queries exceed the limit of {max_queries_per_request}")
+            raise RequestError(
+                422,
+                f"invalid request: {len(queries)} queries exceed the limit of {max_queries_per_request}",
+            )
         if payload.topk is not None and payload.topk > max_topk:
-            raise RequestError(422, f"invalid request: topk={payload.topk} exceeds the limit of {max_topk}")
+            raise RequestError(
+                422, f"invalid request: topk={payload.topk} exceeds the limit of {max_topk}"
+            )
         too_long = [i for i, q in enumerate(queries) if len(q) > max_query_chars]
         if too_long:
             raise RequestError(
-                422, f"invalid request: queries {too_long[:5]} are longer than {max_query_chars} characters"
+                422,
+                f"invalid request: queries {too_long[:5]} are longer than {max_query_chars} characters",
             )
         return payload
 

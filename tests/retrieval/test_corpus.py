@@ -52,7 +52,9 @@ def test_reads_search_r1_lines_and_title_text_lines(tmp_path):
     ],
 )
 def test_malformed_line_names_file_and_line(tmp_path, bad_line, message):
-    path = _write(tmp_path / "bad.jsonl", [json.dumps({"id": "0", "contents": "fine"}), "", bad_line])
+    path = _write(
+        tmp_path / "bad.jsonl", [json.dumps({"id": "0", "contents": "fine"}), "", bad_line]
+    )
     reader = read_corpus(path)
     assert next(reader) == Document("0", "fine")  # streaming: good lines come first
     with pytest.raises(CorpusFormatError, match=message) as info:

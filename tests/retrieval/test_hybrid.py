@@ -20,7 +20,10 @@ class ListRetriever:
 
     def batch_search(self, queries, k):
         self.asked_k.append(k)
-        return [[SearchResult(Document(i, f"doc {i}"), 100.0 - r) for r, i in enumerate(self.ids[:k])] for _ in queries]
+        return [
+            [SearchResult(Document(i, f"doc {i}"), 100.0 - r) for r, i in enumerate(self.ids[:k])]
+            for _ in queries
+        ]
 
 
 def test_rrf_hand_computed():
