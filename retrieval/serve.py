@@ -50,6 +50,25 @@ def load_retriever(
     return HybridRetriever(retrievers, k_rrf=k_rrf)
 
 
+def limit_threads(threads: int) -> None:
+    """Cap torch's and FAISS's CPU threads (on a shared or small machine, one thread per
+    process often beats two fighting threads)."""
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    try:
+        import torch
+    except ImportError:
+        pass
+    else:
+        torch.set_num_threads(threads)
+    try:
+        import faiss
+    except ImportError:
+        pass
+    else:
+        faiss.omp_set_num_threads(threads)
+
+
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -86,6 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--topk", type=int, default=3, help="topk when a request has none (default 3)"
     )
+    parser.add_argument("--threads", type=int, help="CPU threads for torch and FAISS (default: theirs)")
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     if args.index is None and args.bm25 is None:
@@ -105,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     if not _is_loopback(args.host):
         logger.warning("binding %s: the retrieval server has no authentication", args.host)
+    if args.threads is not None:
+        limit_threads(args.threads)
     retriever = load_retriever(
         args.index, args.bm25, encoder=args.encoder, mmap=args.mmap, k_rrf=args.k_rrf
     )
