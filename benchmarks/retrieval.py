@@ -8,6 +8,12 @@ through the HTTP server (a separate process on 127.0.0.1) with 16 concurrent cli
 sending one query per request, micro-batching on (``--max-batch 64``) versus off
 (``--max-batch 1``, one request per retriever call) — the ratio is the figure of merit.
 
+The dense index (the slow part: ~20 min of MiniLM encoding on 2 busy CPU cores) is cached
+under ``--cache-dir`` by corpus content; its build time is the one measured when it was
+built. ``--threads`` (default 1) caps torch/FAISS threads here and in the server: on a
+small shared machine two OpenMP threads per process fight other processes and make
+single-query calls several times slower, which would flatter micro-batching.
+
 Run from the repository root::
 
     python benchmarks/retrieval.py [--corpus PATH] [--questions PATH] [--max-questions N]

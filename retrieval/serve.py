@@ -105,7 +105,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--topk", type=int, default=3, help="topk when a request has none (default 3)"
     )
-    parser.add_argument("--threads", type=int, help="CPU threads for torch and FAISS (default: theirs)")
+    parser.add_argument(
+        "--threads", type=int, help="CPU threads for torch and FAISS (default: theirs)"
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     if args.index is None and args.bm25 is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -53,7 +54,8 @@ def test_retries_transient_failures_then_succeeds():
     hits = remote.search("q", 1)
     assert len(calls) == 4
     assert hits[0].document.id == "1" and hits[0].score == 0.5
-    assert [r.content for r in calls[:1]] and calls[0].url.path == "/retrieve"
+    assert calls[0].url.path == "/retrieve"
+    assert json.loads(calls[0].content) == {"queries": ["q"], "topk": 1, "return_scores": True}
 
 
 def test_gives_up_after_last_retry_with_a_clear_error():

@@ -150,3 +150,16 @@ def test_burst_of_concurrent_requests_all_answered_and_batched(live_server):
     assert all(f"the {name} is" in contents for name, contents in answers)
     assert sum(retriever.calls) == 96
     assert len(retriever.calls) < 96  # concurrent requests shared retriever calls
+
+
+def test_serve_cli_options():
+    from retrieval.serve import _is_loopback, parse_args
+
+    args = parse_args(["--bm25", "somewhere"])
+    assert (
+        args.host == "127.0.0.1" and args.port == 8000 and args.max_batch == 64 and args.topk == 3
+    )
+    with pytest.raises(SystemExit):
+        parse_args([])  # neither --index nor --bm25
+    assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("localhost")
+    assert not _is_loopback("0.0.0.0")
