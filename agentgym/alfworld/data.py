@@ -84,6 +84,8 @@ def find_data_root(data_path: str | os.PathLike[str] | None = None) -> Path | No
     """
     if data_path is not None:
         root = Path(data_path).expanduser()
+        if root.name == GAMES_DIRNAME and not has_games(root):
+            root = root.parent  # the json_2.1.1 folder itself was given
         if not has_games(root):
             raise FileNotFoundError(
                 f"ALFWorld data_path {str(root)!r} has no {GAMES_DIRNAME}/ folder; expected "
