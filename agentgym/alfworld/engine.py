@@ -331,6 +331,7 @@ class Translation:
 
     task: Any
     sas: bytes
+    sas_text: str
     name2type: dict[str, str]
     actions: dict[str, Any]
     fluents: frozenset[str]
@@ -365,6 +366,7 @@ def translate(domain: str, problem: str) -> Translation:
         translation = Translation(
             task=task,
             sas=sas.encode("utf-8"),
+            sas_text=sas,
             name2type={o.name: o.type_name for o in task.objects},
             actions={a.name: a for a in task.actions},
             fluents=frozenset(fluents),
@@ -400,6 +402,13 @@ def _initial_facts(translation: Translation, lib: Any) -> list[Any]:
     state_facts = (atom.get_fact(name2type) for atom in atoms)
     facts.extend(f for f in state_facts if not f.is_negation)
     return facts
+
+
+def _copy_fact_store(store: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any, Any]:
+    """Copy ``(_facts, _vars_by_name, _vars_by_type, _var_counts)`` of a ``State``."""
+    facts, by_name, by_type, counts = store
+    return (defaultdict(set, {k: v.copy() for k, v in facts.items()}), dict(by_name),
+            defaultdict(set, {k: v.copy() for k, v in by_type.items()}), Counter(counts))
 
 
 # ---------------------------------------------------------------- the engine
@@ -456,7 +465,8 @@ class AlfredEngine:
         self._game = data
         self._logic = load_logic(data["pddl_domain"], data["grammar"])
         self._translation = translate(data["pddl_domain"], data["pddl_problem"])
-        self._command_cache = {}
+        # Command texts depend on the grammar too: keep them per (translation, grammar).
+        self._command_cache = self._translation.initial.setdefault(("commands", data["grammar"]), {})
         self._cacheable_templates = {}
         self._new_state()
         self._entity_infos = self._make_entity_infos()
@@ -489,25 +499,30 @@ class AlfredEngine:
         translation, game_logic = self._translation, self._logic.game_logic
         state = PddlState.__new__(PddlState)
         # The attributes PddlState.__init__ sets, from the cached translation.
-        state._facts = defaultdict(set)
-        state._vars_by_name = {}
-        state._vars_by_type = defaultdict(set)
-        state._var_counts = Counter()
         state._logic = game_logic
         state.downward_lib = self._lib
         state.pddl_problem = self._game["pddl_problem"] if self._game else ""
-        state.task, state.sas = translation.task, translation.sas.decode("utf-8")
+        state.task, state.sas = translation.task, translation.sas_text
         state._actions = translation.actions
+        state.name2type = translation.name2type
         for type_ in translation.task.types:
             try:
                 game_logic.types.add(Type(type_.name, type_.supertype_names))
             except ValueError:
                 pass
         self._lib.load_sas(translation.sas)
-        state.name2type = translation.name2type
-        if "facts" not in translation.initial:
-            translation.initial["facts"] = _initial_facts(translation, self._lib)
-        state.add_facts(translation.initial["facts"])
+        snapshot = translation.initial.get("state")
+        if snapshot is None:
+            state._facts = defaultdict(set)
+            state._vars_by_name = {}
+            state._vars_by_type = defaultdict(set)
+            state._var_counts = Counter()
+            state.add_facts(_initial_facts(translation, self._lib))
+            snapshot = (state._facts, state._vars_by_name, state._vars_by_type, state._var_counts)
+            translation.initial["state"] = _copy_fact_store(snapshot)
+        else:  # the same store add_facts() built, copied (a reset must not alter the cache)
+            snapshot = _copy_fact_store(snapshot)
+        state._facts, state._vars_by_name, state._vars_by_type, state._var_counts = snapshot
         self._state = state
 
     def reset(self) -> str:
