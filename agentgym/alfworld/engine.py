@@ -53,8 +53,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-TRANSLATION_CACHE_SIZE = 64
-"""Games whose PDDL->SAS translation a process keeps (a kitchen's is ~2-5 MB)."""
+TRANSLATION_CACHE_SIZE = 16
+"""Games whose PDDL->SAS translation a process keeps besides those loaded (~5 MB each)."""
 LOGIC_CACHE_SIZE = 8
 """Distinct game grammars (with the task masked) a process keeps parsed."""
 NOTHING_HAPPENS = "Nothing happens."
@@ -330,8 +330,9 @@ class Translation:
     """A game's PDDL->SAS translation and what its initial state always gives."""
 
     task: Any
+    """The normalized PDDL task; dropped once the initial facts are known (it is large)."""
     sas: bytes
-    sas_text: str
+    types: tuple[tuple[str, tuple[str, ...]], ...]
     name2type: dict[str, str]
     actions: dict[str, Any]
     fluents: frozenset[str]
@@ -366,7 +367,7 @@ def translate(domain: str, problem: str) -> Translation:
         translation = Translation(
             task=task,
             sas=sas.encode("utf-8"),
-            sas_text=sas,
+            types=tuple((t.name, tuple(t.supertype_names)) for t in task.types),
             name2type={o.name: o.type_name for o in task.objects},
             actions={a.name: a for a in task.actions},
             fluents=frozenset(fluents),
@@ -462,14 +463,19 @@ class AlfredEngine:
         for key in ("pddl_domain", "grammar", "pddl_problem"):
             if not isinstance(data.get(key), str):
                 raise ValueError(f"ALFWorld game {game_file} lacks the text field {key!r}")
-        self._game = data
-        self._logic = load_logic(data["pddl_domain"], data["grammar"])
-        self._translation = translate(data["pddl_domain"], data["pddl_problem"])
+        self._game = None  # unusable until the new game is fully loaded
+        logic = load_logic(data["pddl_domain"], data["grammar"])
+        translation = translate(data["pddl_domain"], data["pddl_problem"])
+        self._game, self._logic, self._translation = data, logic, translation
         # Command texts depend on the grammar too: keep them per (translation, grammar).
-        self._command_cache = self._translation.initial.setdefault(("commands", data["grammar"]), {})
+        self._command_cache = translation.initial.setdefault(("commands", data["grammar"]), {})
         self._cacheable_templates = {}
-        self._new_state()
-        self._entity_infos = self._make_entity_infos()
+        try:
+            self._new_state()
+            self._entity_infos = self._make_entity_infos()
+        except BaseException:
+            self._game = None
+            raise
 
     @property
     def walkthrough(self) -> tuple[str, ...]:
@@ -502,12 +508,11 @@ class AlfredEngine:
         state._logic = game_logic
         state.downward_lib = self._lib
         state.pddl_problem = self._game["pddl_problem"] if self._game else ""
-        state.task, state.sas = translation.task, translation.sas_text
         state._actions = translation.actions
         state.name2type = translation.name2type
-        for type_ in translation.task.types:
+        for name, supertypes in translation.types:
             try:
-                game_logic.types.add(Type(type_.name, type_.supertype_names))
+                game_logic.types.add(Type(name, list(supertypes)))
             except ValueError:
                 pass
         self._lib.load_sas(translation.sas)
@@ -520,6 +525,7 @@ class AlfredEngine:
             state.add_facts(_initial_facts(translation, self._lib))
             snapshot = (state._facts, state._vars_by_name, state._vars_by_type, state._var_counts)
             translation.initial["state"] = _copy_fact_store(snapshot)
+            translation.task = None  # everything needed from it is kept apart
         else:  # the same store add_facts() built, copied (a reset must not alter the cache)
             snapshot = _copy_fact_store(snapshot)
         state._facts, state._vars_by_name, state._vars_by_type, state._var_counts = snapshot
