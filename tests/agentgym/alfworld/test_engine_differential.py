@@ -100,3 +100,20 @@ def test_a_game_file_missing_fields_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="pddl_problem"):
         engine.load(bad)
     engine.close()
+
+
+@pytest.mark.data
+def test_translation_is_cached_and_leaves_sys_argv_alone(alfworld_root: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from agentgym.alfworld.engine import translate
+
+    game = json.loads((alfworld_root / GAMES[0][1] / "game.tw-pddl").read_text())
+    problem = game["pddl_problem"] + "\n; a fresh cache key\n"
+    monkeypatch.setattr(sys, "argv", ["my-trainer", "--flag"])
+    first = translate(game["pddl_domain"], problem)
+    assert sys.argv == ["my-trainer", "--flag"]
+    assert translate(game["pddl_domain"], problem) is first
+    assert {"atlocation", "holds", "opened", "inreceptacle"} <= first.fluents
+    assert "receptacleatlocation" not in first.fluents
