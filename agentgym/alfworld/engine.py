@@ -20,22 +20,25 @@ is done:
   only the task rule is parsed per game.
 * **the PDDL->SAS translation** -- TextWorld runs ``fast_downward.pddl2sas`` twice on
   ``load()`` and twice again on every ``reset()`` (once more with planner optimizations,
-  used only for re-planning, which the env never asks for). Here it runs once per game
-  and process (LRU cache of :data:`TRANSLATION_CACHE_SIZE` games); a reset reloads the
-  cached SAS text into fast-downward and restores the cached initial facts, text and
-  commands (the initial state of a game is always the same).
+  used only for re-planning, which the env never asks for, so it is skipped). Here it
+  runs once per game and process (LRU cache of :data:`TRANSLATION_CACHE_SIZE` games,
+  shared by the engines of a process: a group of envs playing one game translates it
+  once); a reset reloads the cached SAS text into fast-downward and restores copies of
+  the cached initial fact store and intro text (a game's initial state never varies).
 * **admissible commands** -- a command's text is derived from its operator's arguments
   and, in ALFWorld's grammar, from static facts only (e.g. ``receptacleatlocation``).
   When a command template's derivation reads only predicates that no action changes, its
   text is memoized per operator and game; otherwise it is derived every step.
 
-Processes, not threads: ``fast_downward.pddl2sas`` rewrites ``sys.argv`` and swaps
-``sys.stdout`` while it runs, and each fast-downward library copy holds one global task.
+Processes, not threads: ``fast_downward.pddl2sas`` rewrites ``sys.argv`` (we restore it)
+and swaps ``sys.stdout`` while it runs, and each fast-downward library copy holds one
+global task; nothing here is safe to call from several threads at once.
 Parallelize with processes (the vector env's subprocess backend). Each
 :class:`AlfredEngine` takes a library copy from a per-process pool (:func:`acquire_lib`);
-``fast_downward.load_lib`` copies and ``dlopen``\\ s a 34 MB ``libdownward.so`` (~10 MB
-resident) that is never unloaded, so engines return their copy on :meth:`close` and new
-engines reuse it -- a process holds at most as many copies as engines alive at once.
+``fast_downward.load_lib`` copies and ``dlopen``\\ s a 34 MB ``libdownward.so`` (a few
+MB resident, more once a task is loaded) that is never unloaded, so engines return their
+copy on :meth:`close` (or when garbage-collected) and new engines reuse it -- a process
+holds at most as many copies as engines alive at once.
 """
 
 from __future__ import annotations
