@@ -16,6 +16,8 @@ import pytest
 from agentgym.alfworld.engine import AlfredEngine, ReferenceEngine, pool_size
 from tests.agentgym.alfworld.conftest import all_games
 
+pytest.importorskip("textworld", reason="alfworld extra not installed")
+
 GAMES = all_games()
 DEFAULT_GAMES = [g for g in GAMES if g[1].split("/")[2] in {
     "pick_two_obj_and_place-Pen-None-Drawer-311",  # bedroom, train
