@@ -50,10 +50,9 @@ import sys
 import threading
 import weakref
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 TRANSLATION_CACHE_SIZE = 16
@@ -423,7 +422,7 @@ class AlfredEngine:
     wanted; ``load`` another game into the same engine (and fast-downward copy) later.
 
     Attributes after ``reset``: :attr:`admissible_commands` (sorted, "help" included,
-    like TextWorld), :attr:`won`.
+    like TextWorld), :attr:`won`, :attr:`moves` (commands that matched an action).
     """
 
     def __init__(self) -> None:
@@ -637,10 +636,6 @@ class AlfredEngine:
         return known
 
     # -------------------------------------------------------------- state
-    def facts(self) -> Iterator[Any]:
-        """The current facts (``textworld.logic.Proposition``), as TextWorld holds them."""
-        return self._state.facts
-
     def fluent_facts(self) -> tuple[str, ...]:
         """The true facts whose predicate some action can change, sorted (a state key)."""
         fluents = self._translation.fluents
@@ -693,22 +688,3 @@ class ReferenceEngine:
 
     def close(self) -> None:
         self._env.close()
-
-
-def walk_game(engine: AlfredEngine | ReferenceEngine, commands: list[str],
-              on_step: Callable[[str, str], None] | None = None) -> list[str]:
-    """Reset ``engine`` and play ``commands``; returns the observations (intro first)."""
-    observations = [engine.reset()]
-    for command in commands:
-        observations.append(engine.step(command))
-        if on_step is not None:
-            on_step(command, observations[-1])
-    return observations
-
-
-def game_paths(root: Path) -> list[Path]:
-    """Every ``game.tw-pddl`` under ``root``, sorted (for tests and benchmarks)."""
-    return sorted(root.rglob("game.tw-pddl"))
-
-
-StateKey = Hashable
