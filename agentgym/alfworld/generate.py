@@ -317,12 +317,20 @@ def _parser() -> argparse.ArgumentParser:
         help="train scenes (train) or held-out scenes (valid = valid_unseen); default train",
     )
     parser.add_argument(
-        "--task-types", nargs="+", choices=TASK_TYPES, metavar="TASK", default=None,
+        "--task-types",
+        nargs="+",
+        choices=TASK_TYPES,
+        metavar="TASK",
+        default=None,
         help=f"task types to mix evenly (default: all of {', '.join(TASK_TYPES)})",
     )
     parser.add_argument(
-        "--scene-types", nargs="+", choices=("Bathroom", "Bedroom", "Kitchen", "LivingRoom"),
-        metavar="SCENE", default=None, help="restrict scenes to these types",
+        "--scene-types",
+        nargs="+",
+        choices=("Bathroom", "Bedroom", "Kitchen", "LivingRoom"),
+        metavar="SCENE",
+        default=None,
+        help="restrict scenes to these types",
     )
     parser.add_argument(
         "--max-objects", type=int, default=None, help="cap on object instances per game"

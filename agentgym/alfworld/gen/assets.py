@@ -135,7 +135,9 @@ def scene_layouts() -> dict[int, SceneLayout]:
             (str(rid), (float(p[0]), float(p[1]), int(p[2]), int(p[3])))
             for rid, p in sorted(poses.items())
         )
-        layouts[number] = SceneLayout(number, tuple(sorted(set(map(str, objects)))), receptacle_poses)
+        layouts[number] = SceneLayout(
+            number, tuple(sorted(set(map(str, objects)))), receptacle_poses
+        )
     if not layouts:
         raise RuntimeError(f"no FloorPlan layouts found under {folder}")
     return layouts

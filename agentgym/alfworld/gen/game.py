@@ -87,7 +87,9 @@ class GenerationConfig:
             or not isinstance(self.max_objects, int)
             or self.max_objects < 1
         ):
-            raise ValueError(f"max_objects must be a positive int or None, got {self.max_objects!r}")
+            raise ValueError(
+                f"max_objects must be a positive int or None, got {self.max_objects!r}"
+            )
         for task_type in self.task_types:
             if not self.scenes_for(task_type):
                 raise ValueError(
@@ -160,9 +162,7 @@ def game_rng(config: GenerationConfig, index: int) -> np.random.Generator:
     return np.random.default_rng([int(config.seed), _SPLIT_CODES[config.split_dir], index])
 
 
-def choose_task(
-    config: GenerationConfig, index: int, rng: np.random.Generator
-) -> tuple[Task, int]:
+def choose_task(config: GenerationConfig, index: int, rng: np.random.Generator) -> tuple[Task, int]:
     """Task type by index, then scene, object (and lamp), then target receptacle."""
     task_type = config.task_types[index % len(config.task_types)]
     scene_number = int(_choose(rng, config.scenes_for(task_type)))
@@ -170,7 +170,11 @@ def choose_task(
     objects = sorted({(o.object_type, o.toggle_type) for o in options})
     object_type, toggle_type = _choose(rng, objects)
     parents = sorted(
-        {o.parent_type for o in options if (o.object_type, o.toggle_type) == (object_type, toggle_type)}
+        {
+            o.parent_type
+            for o in options
+            if (o.object_type, o.toggle_type) == (object_type, toggle_type)
+        }
     )
     return Task(task_type, object_type, _choose(rng, parents), toggle_type), scene_number
 
@@ -230,8 +234,12 @@ def make_game(config: GenerationConfig, index: int, attempt: int = 0) -> Generat
     Returns:
         The :class:`GeneratedGame`.
     """
-    rng = game_rng(config, index) if attempt == 0 else np.random.default_rng(
-        [int(config.seed), _SPLIT_CODES[config.split_dir], index, attempt]
+    rng = (
+        game_rng(config, index)
+        if attempt == 0
+        else np.random.default_rng(
+            [int(config.seed), _SPLIT_CODES[config.split_dir], index, attempt]
+        )
     )
     task, scene_number = choose_task(config, index, rng)
     scene = scene_catalog()[scene_number]

@@ -58,9 +58,7 @@ def problem_text(world: World, task: Task, problem_name: str) -> str:
     receptacles = world.receptacles
     objects = world.objects
     locations = sorted(
-        {r.location for r in receptacles}
-        | {o.location for o in objects}
-        | {world.agent_location}
+        {r.location for r in receptacles} | {o.location for o in objects} | {world.agent_location}
     )
     declarations = [f"{otype}Type - otype" for otype in t.otypes]
     declarations += [f"{rtype}Type - rtype" for rtype in t.static_receptacle_types]

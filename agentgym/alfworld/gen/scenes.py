@@ -137,9 +137,7 @@ def scene_catalog() -> dict[int, SceneInfo]:
         present &= static
         rtypes = tuple(sorted(present))
         accepted = set().union(*(t.can_contain.get(r, ()) for r in rtypes)) if rtypes else set()
-        pickup = tuple(
-            sorted(o for o in layout.object_types if o in accepted and o not in static)
-        )
+        pickup = tuple(sorted(o for o in layout.object_types if o in accepted and o not in static))
         lamps = tuple(sorted(o for o in layout.object_types if o in LAMP_TYPES))
         catalog[number] = SceneInfo(number, scene_type_of(number), rtypes, pickup, lamps)
     return catalog

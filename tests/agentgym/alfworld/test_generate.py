@@ -228,7 +228,10 @@ def test_splits_use_alfworlds_scene_lists() -> None:
 
 def test_knobs_restrict_tasks_scenes_and_objects() -> None:
     config = GenerationConfig(
-        seed=2, task_types=("pick_heat_then_place_in_recep",), scene_types=("Kitchen",), max_objects=8
+        seed=2,
+        task_types=("pick_heat_then_place_in_recep",),
+        scene_types=("Kitchen",),
+        max_objects=8,
     )
     for index in range(4):
         game = make_game(config, index)
@@ -268,7 +271,9 @@ def test_bad_arguments_raise_clear_errors(tmp_path: Path, kwargs: dict, message:
 # ---------------------------------------------------------------- cache
 
 
-def test_cache_generates_only_missing_games(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_generates_only_missing_games(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root3 = ensure_generated_games("train", num_games=3, seed=4, cache_dir=tmp_path, progress=False)
     trials = sorted(root3.glob("json_2.1.1/train/*/trial_*"))
     assert len(trials) == 3
@@ -300,7 +305,9 @@ def test_cache_is_safe_when_two_processes_race(tmp_path: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     procs = [
-        subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
         for _ in range(2)
     ]
     outs = [p.communicate(timeout=300) for p in procs]
@@ -319,8 +326,20 @@ def test_cli_writes_the_same_games(tmp_path: Path, train_games: tuple[Path, list
     _, paths = train_games
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONHASHSEED": "123"}
     result = subprocess.run(
-        [sys.executable, "-m", "agentgym.alfworld.generate", "--out", str(tmp_path), "--num", "3", "--quiet"],
-        capture_output=True, text=True, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "agentgym.alfworld.generate",
+            "--out",
+            str(tmp_path),
+            "--num",
+            "3",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     assert "3 games in" in result.stdout
@@ -339,7 +358,14 @@ def test_cli_writes_the_same_games(tmp_path: Path, train_games: tuple[Path, list
         (["--num", "2", "--split", "test"], "invalid choice"),
         (["--num", "2", "--task-types", "fly"], "invalid choice"),
         (
-            ["--num", "2", "--task-types", "pick_cool_then_place_in_recep", "--scene-types", "Bathroom"],
+            [
+                "--num",
+                "2",
+                "--task-types",
+                "pick_cool_then_place_in_recep",
+                "--scene-types",
+                "Bathroom",
+            ],
             "no train scene supports pick_cool_then_place_in_recep",
         ),
     ],
