@@ -166,7 +166,13 @@ def test_files_have_the_official_schema(train_games: tuple[Path, list[Path]]) ->
                 str(traj["scene"]["scene_num"]),
             ]
         )
-        assert traj["turk_annotations"]["anns"][0]["task_desc"]
+        # alfworld's own templating (add_task_to_grammar) reads these pddl_params.
+        from alfworld.agents.utils.misc import get_templated_task_desc
+
+        templated = {get_templated_task_desc(traj) for _ in range(200)}
+        descs = {a["task_desc"] for a in traj["turk_annotations"]["anns"]}
+        assert sentence in templated
+        assert {d[0].upper() + d[1:] + "." for d in templated} == descs
         # Current grammar verbs only: "move X to Y", never the old "put X in/on Y".
         assert not any(c.startswith("put ") for c in game["walkthrough"])
 
@@ -228,6 +234,16 @@ def test_game_does_not_depend_on_how_many_are_generated(tmp_path: Path) -> None:
     for a, b in zip(few, many[:2], strict=True):
         assert a.relative_to(tmp_path / "a") == b.relative_to(tmp_path / "b")
         assert (a / "game.tw-pddl").read_bytes() == (b / "game.tw-pddl").read_bytes()
+
+
+def test_worker_processes_write_the_same_games(tmp_path: Path) -> None:
+    serial = generate_games(tmp_path / "a", num_games=4, seed=6, verify=False, progress=False)
+    parallel = generate_games(
+        tmp_path / "b", num_games=4, seed=6, verify=False, progress=False, workers=2
+    )
+    for a, b in zip(serial, parallel, strict=True):
+        assert (a / "game.tw-pddl").read_bytes() == (b / "game.tw-pddl").read_bytes()
+        assert (a / "traj_data.json").read_bytes() == (b / "traj_data.json").read_bytes()
 
 
 def test_splits_use_alfworlds_scene_lists() -> None:
