@@ -227,9 +227,7 @@ class _Trajectories:
         return values
 
 
-def _reverse_discounted_scan(
-    values: np.ndarray, sorted_key: np.ndarray, coef: float
-) -> np.ndarray:
+def _reverse_discounted_scan(values: np.ndarray, sorted_key: np.ndarray, coef: float) -> np.ndarray:
     """Segmented ``out[i] = sum_k coef**k * values[i + k]`` up to each segment's end.
 
     A log-depth (Hillis-Steele) scan: after the round with stride ``d`` every position
@@ -399,9 +397,7 @@ def _episode_advantages(
     episode_stats: str,
 ) -> np.ndarray:
     traj_groups = trajectories.group_of_each(group_index)
-    episode_returns = np.bincount(
-        trajectories.index, weights=rewards, minlength=trajectories.count
-    )
+    episode_returns = np.bincount(trajectories.index, weights=rewards, minlength=trajectories.count)
     if episode_stats == "trajectories":
         per_traj = _normalize_in_groups(episode_returns, traj_groups, n_groups, normalize, eps)
         return per_traj[trajectories.index]
