@@ -132,9 +132,10 @@ def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         low, high = int(ids.min()), int(ids.max())  # Python ints: no overflow
         span = high - low + 1
         if span <= 4 * ids.size + 1024:
-            offsets = (_widened(ids) - low).astype(np.intp)
+            wide = _widened(ids)
+            offsets = (wide - low).astype(np.intp, copy=False)
             distinct, index = _dense_codes(offsets, span)
-            return (distinct + low).astype(ids.dtype), index
+            return (distinct.astype(wide.dtype) + wide.dtype.type(low)).astype(ids.dtype), index
     uniques, index = np.unique(ids, return_inverse=True)
     return uniques, index.reshape(-1).astype(np.intp, copy=False)
 

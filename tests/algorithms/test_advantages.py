@@ -148,6 +148,20 @@ class TestDiscountedReturns:
         adv = grpo_advantages([1.0, 2.0, 3.0, 4.0], [0, 1, 2, 3], group_ids)
         np.testing.assert_array_equal(adv, [0.0, 0.0, 0.0, 0.0])
 
+    def test_uint64_ids_near_the_top_of_the_range(self):
+        top = np.iinfo(np.uint64).max
+        traj_ids = np.array([top, top - 1, top], dtype=np.uint64)
+        got = discounted_returns([1.0, 2.0, 3.0], traj_ids, gamma=0.5)
+        np.testing.assert_array_equal(got, [1 + 1.5, 2.0, 3.0])
+        adv, _ = gae_advantages(
+            [1.0, 2.0, 3.0], np.zeros(3), traj_ids, gamma=0.5, lam=1.0, last_values={top - 1: 4.0}
+        )
+        np.testing.assert_array_equal(adv, [2.5, 4.0, 3.0])
+        group_ids = np.array([top, top, top], dtype=np.uint64)
+        adv = grpo_advantages([1.0, 2.0, 3.0], traj_ids, group_ids, normalize="mean")
+        np.testing.assert_array_equal(adv, [1.0, -1.0, 1.0])  # returns 4 and 2, mean 3
+        np.testing.assert_array_equal(step_groups(traj_ids, ["a", "a", "b"]), [1, 0, 2])
+
     def test_string_ids_and_empty(self):
         returns = discounted_returns([1.0, 1.0], np.array(["a", "b"]), gamma=0.5)
         np.testing.assert_array_equal(returns, [1.0, 1.0])
