@@ -207,11 +207,15 @@ class _Trajectories:
     def ids(self) -> np.ndarray:
         return self._traj_ids[self.order[self.last_positions]]
 
-    def group_of_each(self, group_index: np.ndarray) -> np.ndarray:
-        """(T,) dense group index of each trajectory; raises if a trajectory spans groups."""
-        groups = np.empty(self.count, dtype=group_index.dtype)
-        groups[self.index] = group_index  # keeps one of each trajectory's group indices
-        split = groups[self.index] != group_index
+    def group_of_each(self, group_ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """(T,) dense group index of each trajectory, and the number of groups.
+
+        Densifies T ids instead of N. Raises ValueError if the rows of a trajectory
+        carry more than one group id.
+        """
+        groups = np.empty(self.count, dtype=group_ids.dtype)
+        groups[self.index] = group_ids  # keeps one of each trajectory's group ids
+        split = groups[self.index] != group_ids
         if split.any():
             bad = np.unique(self.index[split])
             first_row = int(np.argmax(split))
@@ -219,7 +223,8 @@ class _Trajectories:
                 f"every trajectory must belong to one group; {bad.size} do not, e.g. "
                 f"trajectory {self._traj_ids[first_row]!r}"
             )
-        return groups
+        distinct, group_of_traj = _dense_ids(groups)
+        return group_of_traj, distinct.size
 
     def in_input_order(self, sorted_values: np.ndarray) -> np.ndarray:
         """(N,) values given in sorted row order, put back in input row order."""
@@ -253,7 +258,9 @@ def _reverse_discounted_scan(values: np.ndarray, sorted_key: np.ndarray, coef: f
             break
         # The addend is built from the old values before the in-place add; values are
         # finite, so multiplying by the 0/1 "same segment" gate is exact.
-        out[:-stride] += (coef**stride * out[stride:]) * same_segment
+        addend = out[stride:] * coef**stride
+        addend *= same_segment
+        out[:-stride] += addend
         stride *= 2
     return out
 
@@ -382,28 +389,29 @@ def grpo_advantages(
     if n == 0:
         return np.zeros(0, dtype=np.float64)
     trajectories = _Trajectories(traj_ids)
-    group_uniques, group_index = _dense_ids(group_ids)
+    traj_groups, n_groups = trajectories.group_of_each(group_ids)
     return _episode_advantages(
-        rewards, trajectories, group_index, group_uniques.size, normalize, eps, episode_stats
+        rewards, trajectories, traj_groups, n_groups, normalize, eps, episode_stats
     )
 
 
 def _episode_advantages(
     rewards: np.ndarray,
     trajectories: _Trajectories,
-    group_index: np.ndarray,
+    traj_groups: np.ndarray,
     n_groups: int,
     normalize: str,
     eps: float,
     episode_stats: str,
 ) -> np.ndarray:
-    traj_groups = trajectories.group_of_each(group_index)
+    """(N,) Eq. 3 advantage of each row's trajectory; ``traj_groups``: (T,) dense groups."""
     episode_returns = np.bincount(trajectories.index, weights=rewards, minlength=trajectories.count)
     if episode_stats == "trajectories":
         per_traj = _normalize_in_groups(episode_returns, traj_groups, n_groups, normalize, eps)
         return per_traj[trajectories.index]
     row_returns = episode_returns[trajectories.index]
-    return _normalize_in_groups(row_returns, group_index, n_groups, normalize, eps)
+    row_groups = traj_groups[trajectories.index]
+    return _normalize_in_groups(row_returns, row_groups, n_groups, normalize, eps)
 
 
 def _anchor_codes(anchors: Any, n: int) -> np.ndarray:
@@ -602,14 +610,16 @@ def gigpo_terms(
     _check_choice(episode_stats, _EPISODE_STATS_CHOICES, "episode_stats")
     eps = _check_eps(eps)
     _check_similarity_threshold(similarity_threshold)
-    group_uniques, group_index = _dense_ids(group_ids)
-    step_group_ids = _step_group_index(group_index, anchors, similarity_threshold)
     if n == 0:
+        step_group_ids = _step_group_index(np.zeros(0, np.intp), anchors, similarity_threshold)
         empty = np.zeros(0, dtype=np.float64)
         return GiGPOTerms(empty, empty.copy(), empty.copy(), step_group_ids)
     trajectories = _Trajectories(traj_ids)
+    traj_groups, n_groups = trajectories.group_of_each(group_ids)
+    group_index = traj_groups[trajectories.index]
+    step_group_ids = _step_group_index(group_index, anchors, similarity_threshold)
     episode = _episode_advantages(
-        rewards, trajectories, group_index, group_uniques.size, normalize, eps, episode_stats
+        rewards, trajectories, traj_groups, n_groups, normalize, eps, episode_stats
     )
     returns = _discounted_returns_sorted(rewards, trajectories, gamma)
     n_step_groups = int(step_group_ids.max()) + 1
