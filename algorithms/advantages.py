@@ -687,14 +687,12 @@ def _bootstrap_values(last_values: Any, trajectories: _Trajectories, n: int) -> 
     if last_values is None:
         return np.zeros(n_traj)
     if isinstance(last_values, Mapping):
-        known = set(trajectories.ids.tolist())
-        unknown = [key for key in last_values if key not in known]
-        if unknown:
-            raise ValueError(f"last_values has ids that are not in traj_ids, e.g. {unknown[0]!r}")
-        per_traj = np.array(
-            [float(last_values.get(key, np.nan)) for key in trajectories.ids.tolist()],
-            dtype=np.float64,
-        )
+        ids = trajectories.ids.tolist()
+        known = set(ids)
+        if not known.issuperset(last_values):
+            unknown = next(key for key in last_values if key not in known)
+            raise ValueError(f"last_values has ids that are not in traj_ids, e.g. {unknown!r}")
+        per_traj = np.array([float(last_values.get(key, np.nan)) for key in ids])
     else:
         per_row = np.asarray(last_values, dtype=np.float64)
         if per_row.shape != (n,):
