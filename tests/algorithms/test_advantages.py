@@ -417,6 +417,43 @@ class TestGiGPO:
         assert same_partition(ids, ref_step_groups(group_ids, anchors))
         assert same_partition(step_groups(group_ids[perm], [anchors[i] for i in perm]), ids[perm])
 
+    def test_trajectory_in_two_groups_raises(self):
+        with pytest.raises(ValueError, match="one group.*'b'"):
+            gigpo_advantages([1.0, 2.0, 3.0], ["a", "b", "b"], [0, 0, 1], ["x", "y", "z"])
+
+
+# --------------------------------------------------------------------------- id kinds
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=batches(max_len=20))
+def test_string_and_wide_ids_give_the_same_results(batch):
+    """Every id path (compact ints, str ids, ids too wide for a presence table) agrees."""
+    rewards, values, anchors = batch["rewards"], batch["values"], batch["anchors"]
+    traj_ids, group_ids = batch["traj_ids"], batch["group_ids"]
+    last_values = {t: 0.5 * t for t in np.unique(traj_ids)[::2].tolist()}
+    relabelings = {
+        "str": lambda ids: np.array([f"id-{i}" for i in ids.tolist()]),
+        "wide": lambda ids: ids * 10**12 - 7,
+    }
+    base = (
+        discounted_returns(rewards, traj_ids, gamma=0.9),
+        grpo_advantages(rewards, traj_ids, group_ids, episode_stats="steps"),
+        gigpo_advantages(rewards, traj_ids, group_ids, anchors),
+        *gae_advantages(rewards, values, traj_ids, gamma=0.9, lam=0.8, last_values=last_values),
+    )
+    for relabel in relabelings.values():
+        t, g = relabel(traj_ids), relabel(group_ids)
+        mapping = {relabel(np.array([k]))[0].item(): v for k, v in last_values.items()}
+        got = (
+            discounted_returns(rewards, t, gamma=0.9),
+            grpo_advantages(rewards, t, g, episode_stats="steps"),
+            gigpo_advantages(rewards, t, g, anchors),
+            *gae_advantages(rewards, values, t, gamma=0.9, lam=0.8, last_values=mapping),
+        )
+        for want, have in zip(base, got, strict=True):  # sums may run in another order
+            np.testing.assert_allclose(have, want, **TOL)
+
 
 # --------------------------------------------------------------------------- GAE
 
