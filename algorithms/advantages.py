@@ -141,7 +141,8 @@ def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             wide = _widened(ids)
             offsets = (wide - low).astype(np.intp, copy=False)
             distinct, index = _dense_codes(offsets, span)
-            return (distinct.astype(wide.dtype) + wide.dtype.type(low)).astype(ids.dtype), index
+            uniques = distinct.astype(wide.dtype) + wide.dtype.type(low)  # 64-bit: no overflow
+            return uniques.astype(ids.dtype), index
     uniques, index = np.unique(ids, return_inverse=True)
     return uniques, index.reshape(-1).astype(np.intp, copy=False)
 
