@@ -25,10 +25,16 @@ raw score) and GRPO-Zero (ddof 0) choose differently; this module does not.
 
 Cost: O(N) for integer ids in a compact range (up to 65,536 trajectories: a 16-bit radix
 ``argsort``, presence tables, ``np.bincount``), O(N log N) otherwise (``np.unique`` for str or
-widely spread ids); discounted sums take ceil(log2(longest trajectory)) vectorized passes. There is no
-Python loop over rows: arbitrary anchor objects are hashed by one C-level
+widely spread ids); discounted sums take ceil(log2(longest trajectory)) vectorized passes.
+There is no Python loop over rows: arbitrary anchor objects are hashed by one C-level
 ``map(dict.setdefault, ...)`` pass, and the optional similarity grouping loops over
 *distinct* anchors only.
+
+Where the time goes (about 20k rows, see ``benchmarks/advantages.py``): episode terms need
+no sort (``np.bincount`` over trajectories). Discounted returns and GAE need each
+trajectory's rows in time order, i.e. a stable sort by trajectory, and the sort plus one
+gather and one scatter of the rows already take about a third of their time. GiGPO with
+object anchors spends about half of its time in the dict pass over the anchors.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 import numpy as np
@@ -128,134 +135,140 @@ def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     other ids (str, very sparse ints) through ``np.unique`` in O(N log N).
     """
     if ids.size and ids.dtype.kind in "iu":
-        original_dtype = ids.dtype
-        ids = _widened(ids)
-        low, high = ids.min(), ids.max()
-        span = int(high) - int(low) + 1
+        low, high = int(ids.min()), int(ids.max())  # Python ints: no overflow
+        span = high - low + 1
         if span <= 4 * ids.size + 1024:
-            offsets = ids.astype(np.intp, copy=False) if low == 0 else (ids - low).astype(np.intp)
-            present, index = _dense_codes(offsets, span)
-            uniques = (np.flatnonzero(present) + int(low)).astype(original_dtype)
-            return uniques, index
+            wide = _widened(ids)
+            offsets = (wide - low).astype(np.intp, copy=False)
+            distinct, index = _dense_codes(offsets, span)
+            uniques = distinct.astype(wide.dtype) + wide.dtype.type(low)  # 64-bit: no overflow
+            return uniques.astype(ids.dtype), index
     uniques, index = np.unique(ids, return_inverse=True)
     return uniques, index.reshape(-1).astype(np.intp, copy=False)
 
 
 def _dense_codes(codes: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
-    """Presence table (span,) and (N,) dense rank of ``codes`` in [0, span), O(N + span)."""
+    """Distinct ``codes`` in [0, span) (sorted), and the (N,) dense rank of each, O(N + span)."""
     present = np.zeros(span, dtype=bool)
     present[codes] = True
-    rank = np.cumsum(present, dtype=np.intp)
-    rank -= 1
-    return present, rank[codes]
-
-
-def _one_value_per_segment(
-    values: np.ndarray, index: np.ndarray, n_segments: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(N,) one member's value of each row's segment, and (K,) whether segments are constant.
-
-    ``out[index] = values`` with repeated indices leaves *some* member's value in each
-    slot, which is all this needs: a segment is constant exactly when every member
-    equals that value. O(N), exact, no sort.
-    """
-    representative = np.zeros(n_segments, dtype=values.dtype)
-    representative[index] = values
-    per_row = representative[index]
-    mismatches = np.bincount(index, weights=values != per_row, minlength=n_segments)
-    return per_row, mismatches == 0
+    distinct = np.flatnonzero(present)
+    rank = np.empty(span, dtype=np.intp)
+    rank[distinct] = np.arange(distinct.size)
+    return distinct, rank[codes]
 
 
 class _Trajectories:
-    """Row layout of the trajectories of a batch (computed once, O(N)).
+    """Which trajectory each row belongs to, and the rows sorted by trajectory.
+
+    Every part is computed on first use: GRPO needs the dense index but no sort,
+    discounted returns and GAE need the sort but no dense index.
 
     Attributes:
+        index: (N,) dense trajectory index 0..T-1 of each row (ids in sorted order).
+        count: T, the number of trajectories.
+        order: (N,) stable permutation that sorts rows by trajectory id, keeping time
+            order inside each trajectory.
+        sorted_key: (N,) non-decreasing key of each sorted row: the rows of one trajectory
+            are contiguous, and sorted rows ``i`` and ``i + d`` belong to the same
+            trajectory exactly when their keys are equal.
+        last_positions: (T,) sorted position of each trajectory's last row.
         ids: (T,) the distinct trajectory ids, sorted.
-        order: (N,) stable permutation that sorts rows by trajectory, keeping time order.
-        starts: (T,) first position of each trajectory in sorted order.
-        lengths: (T,) rows per trajectory.
-        ends: (N,) for each *sorted* position, the exclusive end of its trajectory.
-        index: (N,) dense trajectory index 0..T-1 of each row (computed on first use).
     """
 
     def __init__(self, traj_ids: np.ndarray) -> None:
-        n = traj_ids.size
-        key = None
-        if traj_ids.dtype.kind in "iu":
-            wide = _widened(traj_ids)
-            low = wide.min()
-            span = int(wide.max()) - int(low) + 1
-            if span <= 1 << 16:
-                key = (wide - low).astype(np.uint16)
-        if key is None:  # str ids or a wide id range: dense codes first
-            uniques, dense = _dense_ids(traj_ids)
-            key = dense.astype(np.uint16) if uniques.size <= 1 << 16 else dense
-        # Stable sort; a 16-bit key lets NumPy use its O(N) radix sort.
-        self.order = np.argsort(key, kind="stable")
-        sorted_key = key[self.order]
-        is_start = np.empty(n, dtype=bool)
-        is_start[:1] = True
-        np.not_equal(sorted_key[1:], sorted_key[:-1], out=is_start[1:])
-        self.starts = np.flatnonzero(is_start)
-        stops = np.append(self.starts[1:], n)
-        self.lengths = stops - self.starts
-        self.ends = np.repeat(stops, self.lengths)
-        self.ids = traj_ids[self.order[self.starts]]  # sorted, as the keys are
-        self._index: np.ndarray | None = None
+        self._traj_ids = traj_ids
 
-    @property
+    @cached_property
     def index(self) -> np.ndarray:
-        if self._index is None:
-            index = np.empty(self.order.size, dtype=np.intp)
-            index[self.order] = np.repeat(np.arange(self.starts.size), self.lengths)
-            self._index = index
-        return self._index
+        return _dense_ids(self._traj_ids)[1]
 
-    def group_of_each(self, group_index: np.ndarray) -> np.ndarray:
-        """(T,) dense group index of each trajectory; raises if a trajectory spans groups."""
-        per_row, single = _one_value_per_segment(group_index, self.index, self.ids.size)
-        if not single.all():
-            split = np.flatnonzero(~single)
+    @cached_property
+    def count(self) -> int:
+        return int(self.index.max()) + 1 if self.index.size else 0
+
+    @cached_property
+    def _key(self) -> np.ndarray:
+        """(N,) sort key ordered and equal like the ids; 16-bit where possible."""
+        ids = self._traj_ids
+        if ids.dtype.kind in "iu":
+            wide = _widened(ids)
+            low = wide.min()
+            if int(wide.max()) - int(low) < 1 << 16:
+                return (wide - low).astype(np.uint16)  # no dense index needed
+        return self.index.astype(np.uint16) if self.count <= 1 << 16 else self.index
+
+    @cached_property
+    def order(self) -> np.ndarray:
+        # A 16-bit key lets NumPy's stable argsort use its O(N) radix sort.
+        return np.argsort(self._key, kind="stable")
+
+    @cached_property
+    def sorted_key(self) -> np.ndarray:
+        return self._key[self.order]
+
+    @cached_property
+    def last_positions(self) -> np.ndarray:
+        return np.flatnonzero(np.append(self.sorted_key[1:] != self.sorted_key[:-1], True))
+
+    @cached_property
+    def ids(self) -> np.ndarray:
+        return self._traj_ids[self.order[self.last_positions]]
+
+    def group_of_each(self, group_ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """(T,) dense group index of each trajectory, and the number of groups.
+
+        Densifies T ids instead of N. Raises ValueError if the rows of a trajectory
+        carry more than one group id.
+        """
+        groups = np.empty(self.count, dtype=group_ids.dtype)
+        groups[self.index] = group_ids  # keeps one of each trajectory's group ids
+        split = groups[self.index] != group_ids
+        if split.any():
+            bad = np.unique(self.index[split])
+            first_row = int(np.argmax(split))
             raise ValueError(
-                f"every trajectory must belong to one group; {split.size} do not, e.g. "
-                f"trajectory {self.ids[split[0]]!r}"
+                f"every trajectory must belong to one group; {bad.size} do not, e.g. "
+                f"trajectory {self._traj_ids[first_row]!r}"
             )
-        groups = np.empty(self.ids.size, dtype=group_index.dtype)
-        groups[self.index] = per_row
-        return groups
+        distinct, group_of_traj = _dense_ids(groups)
+        return group_of_traj, distinct.size
+
+    def in_input_order(self, sorted_values: np.ndarray) -> np.ndarray:
+        """(N,) values given in sorted row order, put back in input row order."""
+        values = np.empty_like(sorted_values)
+        values[self.order] = sorted_values
+        return values
 
 
-def _reverse_discounted_scan(values: np.ndarray, ends: np.ndarray, coef: float) -> np.ndarray:
+def _reverse_discounted_scan(values: np.ndarray, sorted_key: np.ndarray, coef: float) -> np.ndarray:
     """Segmented ``out[i] = sum_k coef**k * values[i + k]`` up to each segment's end.
 
-    A log-depth (Hillis-Steele) scan: after round j every position holds the discounted
-    sum of its next 2**(j+1) values, so ceil(log2(longest segment)) rounds of O(N) array
-    operations do the whole batch. Only non-negative powers coef**d <= 1 appear (no
-    division by coef**t, hence no overflow for small coef or long segments); coef = 0
-    gives exactly ``values`` and coef = 1 plain suffix sums.
+    A log-depth (Hillis-Steele) scan: after the round with stride ``d`` every position
+    holds the discounted sum of its next ``2 * d`` values, so ceil(log2(longest
+    segment)) rounds of O(N) array operations do the whole batch. Only non-negative
+    powers coef**d <= 1 appear (no division by coef**t, hence no overflow for small coef
+    or long segments); coef = 0 gives exactly ``values`` and coef = 1 plain suffix sums.
 
     Args:
-        values: (N,) float64, rows already sorted by segment, time order inside.
-        ends: (N,) exclusive end position of each row's segment.
+        values: (N,) float64, rows sorted by segment, time order inside.
+        sorted_key: (N,) non-decreasing segment key of each row.
         coef: the discount in [0, 1].
 
     Returns:
         (N,) float64 new array.
     """
     out = values.astype(np.float64, copy=True)
-    n = out.shape[0]
-    if n == 0:
-        return out
-    remaining = ends - np.arange(n)  # rows left in the segment, counting this one
-    longest = int(remaining.max())
-    if longest < 1 << 15:  # 2-byte gates: less memory traffic per round
-        remaining = remaining.astype(np.int16)
-    step = 1
-    while step < longest:
+    stride = 1
+    while stride < out.size:
+        same_segment = sorted_key[stride:] == sorted_key[:-stride]
+        if not same_segment.any():  # no segment is longer than ``stride``: done
+            break
         # The addend is built from the old values before the in-place add; values are
         # finite, so multiplying by the 0/1 "same segment" gate is exact.
-        out[:-step] += (coef**step) * out[step:] * (remaining[:-step] > step)
-        step *= 2
+        addend = out[stride:] * coef**stride
+        addend *= same_segment
+        out[:-stride] += addend
+        stride *= 2
     return out
 
 
@@ -263,10 +276,10 @@ def _discounted_returns_sorted(
     rewards: np.ndarray, trajectories: _Trajectories, gamma: float
 ) -> np.ndarray:
     """(N,) returns in the original row order (Eq. 5)."""
-    sorted_returns = _reverse_discounted_scan(rewards[trajectories.order], trajectories.ends, gamma)
-    returns = np.empty_like(sorted_returns)
-    returns[trajectories.order] = sorted_returns
-    return returns
+    sorted_returns = _reverse_discounted_scan(
+        rewards[trajectories.order], trajectories.sorted_key, gamma
+    )
+    return trajectories.in_input_order(sorted_returns)
 
 
 # --------------------------------------------------------------------------- group stats
@@ -383,30 +396,29 @@ def grpo_advantages(
     if n == 0:
         return np.zeros(0, dtype=np.float64)
     trajectories = _Trajectories(traj_ids)
-    group_uniques, group_index = _dense_ids(group_ids)
+    traj_groups, n_groups = trajectories.group_of_each(group_ids)
     return _episode_advantages(
-        rewards, trajectories, group_index, group_uniques.size, normalize, eps, episode_stats
+        rewards, trajectories, traj_groups, n_groups, normalize, eps, episode_stats
     )
 
 
 def _episode_advantages(
     rewards: np.ndarray,
     trajectories: _Trajectories,
-    group_index: np.ndarray,
+    traj_groups: np.ndarray,
     n_groups: int,
     normalize: str,
     eps: float,
     episode_stats: str,
 ) -> np.ndarray:
-    traj_groups = trajectories.group_of_each(group_index)
-    episode_returns = np.bincount(
-        trajectories.index, weights=rewards, minlength=trajectories.ids.size
-    )
+    """(N,) Eq. 3 advantage of each row's trajectory; ``traj_groups``: (T,) dense groups."""
+    episode_returns = np.bincount(trajectories.index, weights=rewards, minlength=trajectories.count)
     if episode_stats == "trajectories":
         per_traj = _normalize_in_groups(episode_returns, traj_groups, n_groups, normalize, eps)
         return per_traj[trajectories.index]
     row_returns = episode_returns[trajectories.index]
-    return _normalize_in_groups(row_returns, group_index, n_groups, normalize, eps)
+    row_groups = traj_groups[trajectories.index]
+    return _normalize_in_groups(row_returns, row_groups, n_groups, normalize, eps)
 
 
 def _anchor_codes(anchors: Any, n: int) -> np.ndarray:
@@ -605,14 +617,16 @@ def gigpo_terms(
     _check_choice(episode_stats, _EPISODE_STATS_CHOICES, "episode_stats")
     eps = _check_eps(eps)
     _check_similarity_threshold(similarity_threshold)
-    group_uniques, group_index = _dense_ids(group_ids)
-    step_group_ids = _step_group_index(group_index, anchors, similarity_threshold)
     if n == 0:
+        step_group_ids = _step_group_index(np.zeros(0, np.intp), anchors, similarity_threshold)
         empty = np.zeros(0, dtype=np.float64)
         return GiGPOTerms(empty, empty.copy(), empty.copy(), step_group_ids)
     trajectories = _Trajectories(traj_ids)
+    traj_groups, n_groups = trajectories.group_of_each(group_ids)
+    group_index = traj_groups[trajectories.index]
+    step_group_ids = _step_group_index(group_index, anchors, similarity_threshold)
     episode = _episode_advantages(
-        rewards, trajectories, group_index, group_uniques.size, normalize, eps, episode_stats
+        rewards, trajectories, traj_groups, n_groups, normalize, eps, episode_stats
     )
     returns = _discounted_returns_sorted(rewards, trajectories, gamma)
     n_step_groups = int(step_group_ids.max()) + 1
@@ -676,18 +690,16 @@ def gigpo_advantages(
 
 def _bootstrap_values(last_values: Any, trajectories: _Trajectories, n: int) -> np.ndarray:
     """(T,) value after each trajectory's last step: the bootstrap, 0 when terminated."""
-    n_traj = trajectories.ids.size
+    n_traj = trajectories.last_positions.size
     if last_values is None:
         return np.zeros(n_traj)
     if isinstance(last_values, Mapping):
-        known = set(trajectories.ids.tolist())
-        unknown = [key for key in last_values if key not in known]
-        if unknown:
-            raise ValueError(f"last_values has ids that are not in traj_ids, e.g. {unknown[0]!r}")
-        per_traj = np.array(
-            [float(last_values.get(key, np.nan)) for key in trajectories.ids.tolist()],
-            dtype=np.float64,
-        )
+        ids = trajectories.ids.tolist()
+        known = set(ids)
+        if not known.issuperset(last_values):
+            unknown = next(key for key in last_values if key not in known)
+            raise ValueError(f"last_values has ids that are not in traj_ids, e.g. {unknown!r}")
+        per_traj = np.array([float(last_values.get(key, np.nan)) for key in ids])
     else:
         per_row = np.asarray(last_values, dtype=np.float64)
         if per_row.shape != (n,):
@@ -695,8 +707,7 @@ def _bootstrap_values(last_values: Any, trajectories: _Trajectories, n: int) -> 
                 f"last_values must be None, a mapping traj_id -> value, or an (N,) = ({n},) "
                 f"array; got shape {per_row.shape}"
             )
-        last_rows = trajectories.order[trajectories.starts + trajectories.lengths - 1]
-        per_traj = per_row[last_rows]
+        per_traj = per_row[trajectories.order[trajectories.last_positions]]
     if np.isinf(per_traj).any():
         raise ValueError("last_values must be finite (bootstrap) or NaN (terminated), got inf")
     return np.where(np.isnan(per_traj), 0.0, per_traj)
@@ -757,15 +768,11 @@ def gae_advantages(
     trajectories = _Trajectories(traj_ids)
     bootstrap = _bootstrap_values(last_values, trajectories, n)
 
-    order = trajectories.order
-    sorted_values = values[order]
-    next_values = np.empty(n, dtype=np.float64)
-    next_values[:-1] = sorted_values[1:]
-    last_positions = trajectories.starts + trajectories.lengths - 1
-    next_values[last_positions] = bootstrap
-    deltas = rewards[order] + gamma * next_values - sorted_values
-    sorted_advantages = _reverse_discounted_scan(deltas, trajectories.ends, gamma * lam)
-
-    advantages = np.empty(n, dtype=np.float64)
-    advantages[order] = sorted_advantages
+    # in trajectory-sorted order, the next row is the next step except after a last step
+    sorted_values = values[trajectories.order]
+    next_values = np.append(sorted_values[1:], 0.0)
+    next_values[trajectories.last_positions] = bootstrap
+    deltas = rewards[trajectories.order] + gamma * next_values - sorted_values
+    sorted_advantages = _reverse_discounted_scan(deltas, trajectories.sorted_key, gamma * lam)
+    advantages = trajectories.in_input_order(sorted_advantages)
     return advantages, advantages + values

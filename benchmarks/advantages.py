@@ -149,6 +149,36 @@ def cases(b: dict[str, object]) -> dict[str, tuple[Callable[[], object], Callabl
     }
 
 
+def floor_cases(b: dict[str, object]) -> dict[str, tuple[Callable[[], object], tuple[str, ...]]]:
+    """Steps that no vectorized version can skip, timed alone, and the functions they bound.
+
+    - sort rows by trajectory: the stable ``argsort`` of 16-bit trajectory keys (NumPy's
+      radix sort), gathering the rewards into that order and scattering N results back.
+      Discounted returns and GAE over interleaved rows need each trajectory's time order,
+      i.e. a stable counting sort, whatever the recursion after it.
+    - hash anchors: one C-level dict pass over the anchor objects into an int array
+      (``map(dict.setdefault)``), the least that grouping arbitrary hashables costs.
+
+    ``loop time / floor time`` is the largest speedup any implementation could show.
+    """
+    r, t, a = b["rewards"], np.asarray(b["traj_ids"]), b["anchors"]
+    key = (t - t.min()).astype(np.uint16)
+
+    def sort_rows() -> np.ndarray:
+        order = np.argsort(key, kind="stable")
+        out = np.empty_like(r)
+        out[order] = r[order]
+        return out
+
+    def hash_anchors() -> np.ndarray:
+        return np.fromiter(map({}.setdefault, a, range(len(a))), dtype=np.intp, count=len(a))
+
+    return {
+        "sort rows by trajectory": (sort_rows, ("discounted_returns", "gae_advantages")),
+        "hash anchors": (hash_anchors, ("gigpo_advantages",)),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trajectories", type=int, nargs="+", default=[128, 512, 2048])
@@ -167,15 +197,21 @@ def main() -> None:
         batch = make_batch(n_traj, rng)
         n = len(batch["rewards"])
         rows_of[n_traj] = n
+        loop_times: dict[str, float] = {}
         for name, (loop_fn, vector_fn) in cases(batch).items():
             check_agreement(name, loop_fn(), vector_fn())
             loop_s = best_time(loop_fn, repeats=2 if n > 50_000 else 5)
             vector_s = best_time(vector_fn, repeats=args.repeats)
             vector_times[(name, n_traj)] = vector_s
+            loop_times[name] = loop_s
             print(
                 f"{n:>7} {n_traj:>6} {name:<20} {loop_s * 1e3:>9.1f} {vector_s * 1e3:>10.2f} "
                 f"{loop_s / vector_s:>7.0f}x"
             )
+        for step, (floor_fn, bounded) in floor_cases(batch).items():
+            floor_s = best_time(floor_fn, repeats=args.repeats)
+            limits = ", ".join(f"{name} {loop_times[name] / floor_s:.0f}x" for name in bounded)
+            print(f"{'':>15} floor: {step:<23} {floor_s * 1e3:>6.2f} ms; at most {limits}")
     if len(args.trajectories) >= 2:
         small, large = args.trajectories[-2], args.trajectories[-1]
         row_ratio = rows_of[large] / rows_of[small]

@@ -148,6 +148,20 @@ class TestDiscountedReturns:
         adv = grpo_advantages([1.0, 2.0, 3.0, 4.0], [0, 1, 2, 3], group_ids)
         np.testing.assert_array_equal(adv, [0.0, 0.0, 0.0, 0.0])
 
+    def test_uint64_ids_near_the_top_of_the_range(self):
+        top = np.iinfo(np.uint64).max
+        traj_ids = np.array([top, top - 1, top], dtype=np.uint64)
+        got = discounted_returns([1.0, 2.0, 3.0], traj_ids, gamma=0.5)
+        np.testing.assert_array_equal(got, [1 + 1.5, 2.0, 3.0])
+        adv, _ = gae_advantages(
+            [1.0, 2.0, 3.0], np.zeros(3), traj_ids, gamma=0.5, lam=1.0, last_values={top - 1: 4.0}
+        )
+        np.testing.assert_array_equal(adv, [2.5, 4.0, 3.0])
+        group_ids = np.array([top, top, top], dtype=np.uint64)
+        adv = grpo_advantages([1.0, 2.0, 3.0], traj_ids, group_ids, normalize="mean")
+        np.testing.assert_array_equal(adv, [1.0, -1.0, 1.0])  # returns 4 and 2, mean 3
+        np.testing.assert_array_equal(step_groups(traj_ids, ["a", "a", "b"]), [1, 0, 2])
+
     def test_string_ids_and_empty(self):
         returns = discounted_returns([1.0, 1.0], np.array(["a", "b"]), gamma=0.5)
         np.testing.assert_array_equal(returns, [1.0, 1.0])
@@ -402,6 +416,43 @@ class TestGiGPO:
         ids = step_groups(group_ids, anchors)
         assert same_partition(ids, ref_step_groups(group_ids, anchors))
         assert same_partition(step_groups(group_ids[perm], [anchors[i] for i in perm]), ids[perm])
+
+    def test_trajectory_in_two_groups_raises(self):
+        with pytest.raises(ValueError, match="one group.*'b'"):
+            gigpo_advantages([1.0, 2.0, 3.0], ["a", "b", "b"], [0, 0, 1], ["x", "y", "z"])
+
+
+# --------------------------------------------------------------------------- id kinds
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=batches(max_len=20))
+def test_string_and_wide_ids_give_the_same_results(batch):
+    """Every id path (compact ints, str ids, ids too wide for a presence table) agrees."""
+    rewards, values, anchors = batch["rewards"], batch["values"], batch["anchors"]
+    traj_ids, group_ids = batch["traj_ids"], batch["group_ids"]
+    last_values = {t: 0.5 * t for t in np.unique(traj_ids)[::2].tolist()}
+    relabelings = {
+        "str": lambda ids: np.array([f"id-{i}" for i in ids.tolist()]),
+        "wide": lambda ids: ids * 10**12 - 7,
+    }
+    base = (
+        discounted_returns(rewards, traj_ids, gamma=0.9),
+        grpo_advantages(rewards, traj_ids, group_ids, episode_stats="steps"),
+        gigpo_advantages(rewards, traj_ids, group_ids, anchors),
+        *gae_advantages(rewards, values, traj_ids, gamma=0.9, lam=0.8, last_values=last_values),
+    )
+    for relabel in relabelings.values():
+        t, g = relabel(traj_ids), relabel(group_ids)
+        mapping = {relabel(np.array([k]))[0].item(): v for k, v in last_values.items()}
+        got = (
+            discounted_returns(rewards, t, gamma=0.9),
+            grpo_advantages(rewards, t, g, episode_stats="steps"),
+            gigpo_advantages(rewards, t, g, anchors),
+            *gae_advantages(rewards, values, t, gamma=0.9, lam=0.8, last_values=mapping),
+        )
+        for want, have in zip(base, got, strict=True):  # sums may run in another order
+            np.testing.assert_allclose(have, want, **TOL)
 
 
 # --------------------------------------------------------------------------- GAE
