@@ -80,7 +80,9 @@ class Analyzer:
                 word = word[:-2]
             if not word or word in LUCENE_STOP_WORDS:
                 continue
-            terms.append(self._stem(word) if self._stem is not None else word)
+            term = self._stem(word) if self._stem is not None else word
+            if term:  # Porter stems a lone "s" to ""
+                terms.append(term)
         return terms
 
 
@@ -124,7 +126,8 @@ class ProductSearch:
             vocabulary[""] = 0
         self._vocabulary = vocabulary
         self._bm25 = bm25s.BM25(k1=k1, b=b, method="lucene")
-        self._bm25.index(Tokenized(ids=token_ids, vocab=vocabulary), show_progress=False)
+        # bm25s adds an empty token to the vocabulary it is given: hand it a copy.
+        self._bm25.index(Tokenized(ids=token_ids, vocab=dict(vocabulary)), show_progress=False)
 
     def __len__(self) -> int:
         return len(self.ids)

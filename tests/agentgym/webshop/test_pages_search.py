@@ -110,3 +110,13 @@ def test_bm25_scores_follow_lucene_formula():
     expected = [bm25(1, 2, 2), bm25(1, 2, 1), 0.0]
     assert engine.scores("apple") == pytest.approx(expected, rel=1e-5)
     assert engine.scores("cherry")[2] == pytest.approx(bm25(2, 1, 3), rel=1e-5)
+
+
+@pytest.mark.parametrize("query", ["s", "S", "'s", "", "unknownword", "中文"])
+def test_queries_that_analyze_to_nothing_or_unknown_terms_find_nothing(query):
+    # Porter stems a lone "s" to "": such terms must never reach the index (bm25s once
+    # grew the shared vocabulary with "" and then rejected the query's token id).
+    search = ProductSearch(["red shoes", "blue shirts for the kids"], ["A", "B"])
+    assert "" not in Analyzer()(query)
+    assert search.search(query) == ()
+    assert search.search("shoes") == ("A",)
