@@ -37,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from agentgym.alfworld.data import TASK_TYPES
 from agentgym.alfworld.gen.assets import AlfworldMissingError
 from agentgym.alfworld.gen.game import (
     GENERATOR_VERSION,
@@ -51,7 +52,6 @@ from agentgym.alfworld.gen.store import (
     write_game,
     written_trials,
 )
-from agentgym.alfworld.gen.tasks import TASK_TYPES
 from agentgym.alfworld.gen.verify import VerificationError, replay
 
 __all__ = [

@@ -46,6 +46,24 @@ class Backend(Protocol):
         ...
 
 
+class WorkerBackend:
+    """Request packing shared by backends whose workers run one command on many envs.
+
+    Subclasses implement ``_run(command, {env index: args}) -> {env index: result}``.
+    """
+
+    def reset(
+        self, requests: Mapping[int, tuple[int | None, dict[str, Any] | None]]
+    ) -> dict[int, ResetResult | EnvFailure]:
+        return self._run("reset", {i: (seed, options) for i, (seed, options) in requests.items()})
+
+    def step(self, requests: Mapping[int, Any]) -> dict[int, StepResult | EnvFailure]:
+        return self._run("step", {i: (action,) for i, action in requests.items()})
+
+    def _run(self, command: str, requests: Mapping[int, tuple]) -> dict[int, Any]:
+        raise NotImplementedError
+
+
 def partition(num_envs: int, num_workers: int) -> list[range]:
     """Split env indices ``0 .. num_envs - 1`` into ``num_workers`` contiguous blocks.
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from agentgym.vector.backend import (
     PICKLE_PROTOCOL,
+    WorkerBackend,
     describe_env_block,
     dumps_env_fns,
     partition,
@@ -46,8 +47,6 @@ from agentgym.vector.host import (
     EnvFn,
     EnvHost,
     EnvSpaces,
-    ResetResult,
-    StepResult,
     format_exception,
 )
 
@@ -195,7 +194,7 @@ class _Worker:
         return f"worker process {pid} ({describe_env_block(self.envs)})"
 
 
-class ProcessBackend:
+class ProcessBackend(WorkerBackend):
     """Envs in ``num_workers`` worker processes, contiguous blocks of envs per worker.
 
     Args:
@@ -234,14 +233,6 @@ class ProcessBackend:
             raise
 
     # ------------------------------------------------------------------ requests
-    def reset(
-        self, requests: Mapping[int, tuple[int | None, dict[str, Any] | None]]
-    ) -> dict[int, ResetResult | EnvFailure]:
-        return self._run("reset", {i: (seed, options) for i, (seed, options) in requests.items()})
-
-    def step(self, requests: Mapping[int, Any]) -> dict[int, StepResult | EnvFailure]:
-        return self._run("step", {i: (action,) for i, action in requests.items()})
-
     def worker_pids(self) -> tuple[int | None, ...]:
         pids = [w.process.pid if w.process is not None else None for w in self._workers]
         return tuple(pids[w] for w in self._worker_of)

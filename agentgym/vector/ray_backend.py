@@ -20,8 +20,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentgym.vector.backend import describe_env_block, partition
-from agentgym.vector.host import EnvFailure, EnvFn, EnvHost, EnvSpaces, ResetResult, StepResult
+from agentgym.vector.backend import WorkerBackend, describe_env_block, partition
+from agentgym.vector.host import EnvFailure, EnvFn, EnvHost, EnvSpaces
 
 RAY_INSTALL_HINT = "backend='ray' needs Ray: pip install 'agentgym[ray]'"
 CLOSE_TIMEOUT_S = 5.0
@@ -44,7 +44,7 @@ def ensure_ray(num_cpus: int) -> Any:
     return ray
 
 
-class RayBackend:
+class RayBackend(WorkerBackend):
     """Envs in ``num_workers`` Ray actors, contiguous blocks of envs per actor.
 
     Args:
@@ -86,14 +86,6 @@ class RayBackend:
             raise
 
     # ------------------------------------------------------------------ requests
-    def reset(
-        self, requests: Mapping[int, tuple[int | None, dict[str, Any] | None]]
-    ) -> dict[int, ResetResult | EnvFailure]:
-        return self._run("reset", {i: (seed, options) for i, (seed, options) in requests.items()})
-
-    def step(self, requests: Mapping[int, Any]) -> dict[int, StepResult | EnvFailure]:
-        return self._run("step", {i: (action,) for i, action in requests.items()})
-
     def worker_pids(self) -> tuple[int | None, ...]:
         return tuple(self._pids[w] for w in self._worker_of)
 

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from agentgym.alfworld.data import TASK_TYPES
 from agentgym.alfworld.gen.assets import goal_library, grammar_template, pddl_domain, tables
 from agentgym.alfworld.gen.pddl import problem_text
 from agentgym.alfworld.gen.scenes import GRID_SIZE, SPLIT_DIRS, scene_catalog, split_scenes
-from agentgym.alfworld.gen.tasks import TASK_TYPES, Task, World, sample_world, task_options
+from agentgym.alfworld.gen.tasks import Task, World, sample_world, task_options
 from agentgym.alfworld.gen.walkthrough import build_walkthrough
 
 GENERATOR_VERSION = 1

@@ -28,16 +28,6 @@ from agentgym.alfworld.gen.scenes import (
     build_receptacles,
 )
 
-TASK_TYPES: tuple[str, ...] = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
-"""The six ALFWorld task types (alfworld's ``TASK_TYPES`` 1-6, in that order)."""
-
 APPLIANCES: dict[str, str] = {
     "pick_clean_then_place_in_recep": "SinkBasin",
     "pick_heat_then_place_in_recep": "Microwave",
