@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from retrieval.base import Document, SearchResult
+from retrieval.corpus import chunked
 from retrieval.docstore import DocumentStore, DocumentStoreWriter
 
 META_FILE = "bm25.json"
@@ -45,12 +45,6 @@ def _new_tokenizer(stemmer: str | None) -> Any:
     import bm25s
 
     return bm25s.tokenization.Tokenizer(lower=True, stopwords="en", stemmer=_stemmer(stemmer))
-
-
-def _chunks(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
-    iterator = iter(documents)
-    while chunk := list(islice(iterator, size)):
-        yield chunk
 
 
 class BM25Retriever:
@@ -130,7 +124,7 @@ class BM25Retriever:
                 total=total, desc="tokenizing (bm25)", unit="doc", disable=not show_progress
             ) as bar,
         ):
-            for chunk in _chunks(documents, batch_size):
+            for chunk in chunked(documents, batch_size):
                 token_ids.extend(
                     tokenizer.tokenize(
                         [d.contents for d in chunk],

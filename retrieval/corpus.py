@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from pathlib import Path
 
 from retrieval.base import Document
@@ -113,3 +114,10 @@ def write_corpus(documents: Iterable[Document], path: str | Path) -> int:
             handle.write(json.dumps(document.to_json(), ensure_ascii=False) + "\n")
             count += 1
     return count
+
+
+def chunked(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
+    """Consecutive lists of ``size`` documents (the last may be shorter), streaming."""
+    iterator = iter(documents)
+    while chunk := list(islice(iterator, size)):
+        yield chunk

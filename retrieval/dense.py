@@ -18,14 +18,14 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import islice
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tqdm.auto import tqdm
 
 from retrieval.base import Document, SearchResult
+from retrieval.corpus import chunked
 from retrieval.docstore import DocumentStore, DocumentStoreWriter
 from retrieval.encoders import Encoder, EncoderConfig
 from retrieval.faiss_index import (
@@ -43,12 +43,6 @@ logger = logging.getLogger(__name__)
 META_FILE = "dense.json"
 INDEX_FILE = "index.faiss"
 FORMAT_VERSION = 1
-
-
-def _chunks(documents: Iterable[Document], size: int) -> Iterator[list[Document]]:
-    iterator = iter(documents)
-    while chunk := list(islice(iterator, size)):
-        yield chunk
 
 
 class DenseRetriever:
@@ -146,7 +140,7 @@ class DenseRetriever:
                 total=total, desc=f"encoding ({index_type})", unit="doc", disable=not show_progress
             ) as bar,
         ):
-            for chunk in _chunks(documents, batch_size):
+            for chunk in chunked(documents, batch_size):
                 embeddings = encoder.encode_passages(
                     [d.contents for d in chunk], show_progress=False
                 )

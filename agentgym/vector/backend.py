@@ -60,8 +60,18 @@ class WorkerBackend:
     def step(self, requests: Mapping[int, Any]) -> dict[int, StepResult | EnvFailure]:
         return self._run("step", {i: (action,) for i, action in requests.items()})
 
+    _worker_of: list[int]
+    """The worker serving each env, by global index."""
+
     def _run(self, command: str, requests: Mapping[int, tuple]) -> dict[int, Any]:
         raise NotImplementedError
+
+    def _by_worker(self, requests: Mapping[int, Any]) -> dict[int, list[int]]:
+        """``{worker: [env indices]}`` of the requested envs, in ascending order."""
+        by_worker: dict[int, list[int]] = {}
+        for i in sorted(requests):
+            by_worker.setdefault(self._worker_of[i], []).append(i)
+        return by_worker
 
 
 def partition(num_envs: int, num_workers: int) -> list[range]:

@@ -240,9 +240,7 @@ class ProcessBackend(WorkerBackend):
     def _run(self, command: str, requests: Mapping[int, tuple]) -> dict[int, Any]:
         if self._closed:
             raise RuntimeError("the backend is closed")
-        by_worker: dict[int, list[int]] = {}
-        for i in sorted(requests):
-            by_worker.setdefault(self._worker_of[i], []).append(i)
+        by_worker = self._by_worker(requests)
         results: dict[int, Any] = {}
         waiting: dict[int, _Worker] = {}
         for w, indices in by_worker.items():
