@@ -1,0 +1,140 @@
+"""Loop reference implementations of :mod:`algorithms.advantages` (the readable spec).
+
+Written the way a reader first writes them: Python loops over groups, trajectories and
+time steps. Slow on purpose and kept simple so that they are obviously right; the tests
+compare the vectorized functions against them and ``benchmarks/advantages.py`` times
+both. Same conventions as the vectorized module: sample std (ddof=1), ``eps`` added to
+the std, a singleton group or a group of equal values gets 0.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def normalize_scores(scores: list[float], normalize: str, eps: float) -> list[float]:
+    """Group-relative scores of one group: ``(x - mean) / (std + eps)`` or ``x - mean``."""
+    if len(scores) == 1 or all(score == scores[0] for score in scores):
+        return [0.0] * len(scores)
+    mean = sum(scores) / len(scores)
+    if normalize == "mean":
+        return [score - mean for score in scores]
+    variance = sum((score - mean) ** 2 for score in scores) / (len(scores) - 1)
+    std = variance**0.5
+    return [(score - mean) / (std + eps) for score in scores]
+
+
+def ref_discounted_returns(rewards: Sequence[float], traj_ids: Sequence[Any], *, gamma: float):
+    """(N,) ``R_t = r_t + gamma * R_{t+1}`` backwards through each trajectory (Eq. 5)."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    traj_ids = np.asarray(traj_ids)
+    returns = np.zeros(len(rewards))
+    for traj in np.unique(traj_ids):
+        rows = np.where(traj_ids == traj)[0]
+        running = 0.0
+        for row in reversed(rows):
+            running = rewards[row] + gamma * running
+            returns[row] = running
+    return returns
+
+
+def ref_grpo_advantages(
+    rewards,
+    traj_ids,
+    group_ids,
+    *,
+    normalize: str = "std",
+    eps: float = 1e-6,
+    episode_stats: str = "trajectories",
+):
+    """(N,) episode relative advantage (Eq. 3), one loop per group."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    traj_ids = np.asarray(traj_ids)
+    group_ids = np.asarray(group_ids)
+    episode_return = defaultdict(float)
+    for row in range(len(rewards)):
+        episode_return[traj_ids[row]] += rewards[row]
+
+    advantages = np.zeros(len(rewards))
+    for group in np.unique(group_ids):
+        rows = np.where(group_ids == group)[0]
+        if episode_stats == "trajectories":
+            trajs = list(dict.fromkeys(traj_ids[rows].tolist()))
+            scores = normalize_scores([episode_return[t] for t in trajs], normalize, eps)
+            score_of = dict(zip(trajs, scores, strict=True))
+            for row in rows:
+                advantages[row] = score_of[traj_ids[row]]
+        else:
+            scores = normalize_scores([episode_return[traj_ids[r]] for r in rows], normalize, eps)
+            for row, score in zip(rows, scores, strict=True):
+                advantages[row] = score
+    return advantages
+
+
+def ref_step_groups(group_ids, anchors) -> list[tuple[Any, Any]]:
+    """(N,) list of ``(group_id, anchor)`` keys: equal keys form a step group (Eq. 6)."""
+    return [(group, anchor) for group, anchor in zip(list(group_ids), list(anchors), strict=True)]
+
+
+def ref_gigpo_advantages(
+    rewards,
+    traj_ids,
+    group_ids,
+    anchors,
+    *,
+    gamma: float = 0.95,
+    step_weight: float = 1.0,
+    normalize: str = "std",
+    eps: float = 1e-6,
+    episode_stats: str = "trajectories",
+):
+    """(N,) ``A_E + step_weight * A_S`` (Eq. 8), step groups built with a dict of lists."""
+    episode = ref_grpo_advantages(
+        rewards, traj_ids, group_ids, normalize=normalize, eps=eps, episode_stats=episode_stats
+    )
+    returns = ref_discounted_returns(rewards, traj_ids, gamma=gamma)
+    rows_of_step_group = defaultdict(list)
+    for row, key in enumerate(ref_step_groups(group_ids, anchors)):
+        rows_of_step_group[key].append(row)
+    step = np.zeros(len(returns))
+    for rows in rows_of_step_group.values():
+        scores = normalize_scores([returns[row] for row in rows], normalize, eps)
+        for row, score in zip(rows, scores, strict=True):
+            step[row] = score
+    return episode + step_weight * step
+
+
+def ref_gae_advantages(
+    rewards, values, traj_ids, *, gamma: float, lam: float, last_values: Any = None
+):
+    """(advantages, returns), backwards GAE recursion per trajectory.
+
+    ``last_values``: None (all terminated), a mapping traj_id -> value (absent or NaN:
+    terminated), or an (N,) array read at each trajectory's last row (NaN: terminated).
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    values = np.asarray(values, dtype=np.float64)
+    traj_ids = np.asarray(traj_ids)
+    advantages = np.zeros(len(rewards))
+    for traj in np.unique(traj_ids):
+        rows = np.where(traj_ids == traj)[0]
+        if last_values is None:
+            bootstrap = 0.0
+        elif isinstance(last_values, Mapping):
+            bootstrap = float(last_values.get(traj.item(), np.nan))
+        else:
+            bootstrap = float(last_values[rows[-1]])
+        if np.isnan(bootstrap):
+            bootstrap = 0.0
+        next_value = bootstrap
+        running = 0.0
+        for row in reversed(rows):
+            delta = rewards[row] + gamma * next_value - values[row]
+            running = delta + gamma * lam * running
+            advantages[row] = running
+            next_value = values[row]
+    return advantages, advantages + values

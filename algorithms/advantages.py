@@ -1,0 +1,696 @@
+"""Advantage estimators for multi-turn agents: GRPO, GiGPO and turn-level GAE.
+
+Pure, deterministic NumPy functions (no torch, no trainer state). Every function takes one
+row per agent step:
+
+- ``rewards`` (N,) float: the step's env reward plus any penalty the learner added.
+- ``traj_ids`` (N,) int (or str) ids; rows of one trajectory appear in time order, rows of
+  different trajectories may interleave in any way (time-major or trajectory-major).
+- ``group_ids`` (N,) int (or str) ids; a group is the set of trajectories rolled out from
+  the same initial state, and every trajectory belongs to exactly one group.
+- ``anchors``: length-N sequence of hashables (str, int, tuple, ...): the key of the
+  environment state in which the step's action was taken.
+
+Equation numbers refer to GiGPO (Feng et al., 2025, "Group-in-Group Policy Optimization for
+LLM Agent Training", arXiv:2505.10978): Eq. 3 episode relative advantage, Eq. 5 discounted
+return, Eq. 6 step (anchor-state) groups, Eq. 7 step relative advantage, Eq. 8 the combined
+advantage.
+
+Normalization convention (one choice, used everywhere here): inside a group,
+``(x - mean) / (std + eps)`` with the sample standard deviation (``ddof=1``) and
+``eps=1e-6`` for ``normalize="std"``; ``x - mean`` for ``normalize="mean"`` (the paper's
+"w/o std" variant). A group with a single member gets exactly 0, and so does a group whose
+members are all equal (no rounding noise from the mean). TRL (eps 1e-4), verl (singleton ->
+raw score) and GRPO-Zero (ddof 0) choose differently; this module does not.
+
+Cost: every function is O(N log N) (``np.unique`` / ``argsort`` / ``bincount`` /
+``ufunc.reduceat``); there is no Python loop over rows except the single hashing pass that
+maps arbitrary anchor objects to integers in :func:`step_groups`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+__all__ = [
+    "GiGPOTerms",
+    "discounted_returns",
+    "gae_advantages",
+    "gigpo_advantages",
+    "gigpo_terms",
+    "grpo_advantages",
+    "step_groups",
+]
+
+Normalize = Literal["std", "mean"]
+EpisodeStats = Literal["trajectories", "steps"]
+
+_NORMALIZE_CHOICES = ("std", "mean")
+_EPISODE_STATS_CHOICES = ("trajectories", "steps")
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _as_rewards(rewards: Any, name: str = "rewards") -> np.ndarray:
+    """(N,) finite float64 view or copy of ``rewards``; never written to."""
+    array = np.asarray(rewards, dtype=np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one row per step), got shape {array.shape}")
+    bad = np.flatnonzero(~np.isfinite(array))
+    if bad.size:
+        raise ValueError(
+            f"{name} must be finite; {bad.size} row(s) are not, first at row {bad[0]}: "
+            f"{array[bad[0]]!r}"
+        )
+    return array
+
+
+def _as_ids(ids: Any, name: str, n: int) -> np.ndarray:
+    """(N,) integer or string id array, validated against the row count ``n``."""
+    array = np.asarray(ids)
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one row per step), got shape {array.shape}")
+    if array.shape[0] != n:
+        raise ValueError(f"{name} has {array.shape[0]} rows, expected {n}")
+    if array.size and array.dtype.kind not in "iuUS":
+        raise TypeError(f"{name} must hold integer (or str) ids, got dtype {array.dtype}")
+    return array
+
+
+def _check_choice(value: str, choices: tuple[str, ...], name: str) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+
+
+def _check_unit_interval(value: float, name: str) -> float:
+    value = float(value)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+    return value
+
+
+def _check_eps(eps: float) -> float:
+    eps = float(eps)
+    if not (np.isfinite(eps) and eps >= 0.0):
+        raise ValueError(f"eps must be finite and >= 0, got {eps}")
+    return eps
+
+
+# --------------------------------------------------------------------------- segments
+
+
+@dataclass(frozen=True)
+class _Trajectories:
+    """Row layout of the trajectories of a batch.
+
+    Attributes:
+        ids: (T,) the distinct trajectory ids, sorted.
+        index: (N,) dense trajectory index 0..T-1 of each row.
+        order: (N,) stable permutation that sorts rows by trajectory, keeping time order.
+        lengths: (T,) rows per trajectory.
+        starts: (T,) first position of each trajectory in sorted order.
+        ends: (N,) for each *sorted* position, the exclusive end of its trajectory.
+    """
+
+    ids: np.ndarray
+    index: np.ndarray
+    order: np.ndarray
+    lengths: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def from_ids(cls, traj_ids: np.ndarray) -> _Trajectories:
+        ids, index = np.unique(traj_ids, return_inverse=True)
+        index = index.reshape(-1)
+        order = np.argsort(index, kind="stable")
+        lengths = np.bincount(index, minlength=ids.size)
+        stops = np.cumsum(lengths)
+        return cls(
+            ids=ids,
+            index=index,
+            order=order,
+            lengths=lengths,
+            starts=stops - lengths,
+            ends=np.repeat(stops, lengths),
+        )
+
+    def group_of_each(self, group_index: np.ndarray) -> np.ndarray:
+        """(T,) dense group index of each trajectory; raises if a trajectory spans groups."""
+        sorted_groups = group_index[self.order]
+        low = np.minimum.reduceat(sorted_groups, self.starts)
+        high = np.maximum.reduceat(sorted_groups, self.starts)
+        split = np.flatnonzero(low != high)
+        if split.size:
+            raise ValueError(
+                f"every trajectory must belong to one group; {split.size} do not, e.g. "
+                f"trajectory {self.ids[split[0]]!r}"
+            )
+        return low
+
+
+def _reverse_discounted_scan(values: np.ndarray, ends: np.ndarray, coef: float) -> np.ndarray:
+    """Segmented ``out[i] = sum_k coef**k * values[i + k]`` up to each segment's end.
+
+    A log-depth (Hillis-Steele) scan: after round j every position holds the discounted
+    sum of its next 2**(j+1) values, so ceil(log2(longest segment)) rounds of O(N) array
+    operations do the whole batch. Only non-negative powers coef**d <= 1 appear (no
+    division by coef**t, hence no overflow for small coef or long segments); coef = 0
+    gives exactly ``values`` and coef = 1 plain suffix sums.
+
+    Args:
+        values: (N,) float64, rows already sorted by segment, time order inside.
+        ends: (N,) exclusive end position of each row's segment.
+        coef: the discount in [0, 1].
+
+    Returns:
+        (N,) float64 new array.
+    """
+    out = values.astype(np.float64, copy=True)
+    n = out.shape[0]
+    if n == 0:
+        return out
+    remaining = ends - np.arange(n)  # rows left in the segment, counting this one
+    longest = int(remaining.max())
+    step = 1
+    while step < longest:
+        scale = coef**step
+        within = remaining[:-step] > step
+        # np.where builds the addend from the old values before the in-place add.
+        out[:-step] += np.where(within, scale * out[step:], 0.0)
+        step *= 2
+    return out
+
+
+def _discounted_returns_sorted(
+    rewards: np.ndarray, trajectories: _Trajectories, gamma: float
+) -> np.ndarray:
+    """(N,) returns in the original row order (Eq. 5)."""
+    sorted_returns = _reverse_discounted_scan(rewards[trajectories.order], trajectories.ends, gamma)
+    returns = np.empty_like(sorted_returns)
+    returns[trajectories.order] = sorted_returns
+    return returns
+
+
+# --------------------------------------------------------------------------- group stats
+
+
+def _normalize_in_groups(
+    values: np.ndarray, group_index: np.ndarray, n_groups: int, normalize: str, eps: float
+) -> np.ndarray:
+    """Group-relative scores ``(x - mean) / (std + eps)`` (or ``x - mean``).
+
+    Args:
+        values: (M,) float64.
+        group_index: (M,) dense group index in [0, n_groups).
+        n_groups: number of groups.
+        normalize: "std" (sample std, ddof=1) or "mean".
+        eps: added to the std.
+
+    Returns:
+        (M,) float64; exactly 0 for members of singleton groups and of groups whose
+        values are all equal.
+    """
+    if values.size == 0:
+        return np.zeros(0, dtype=np.float64)
+    counts = np.bincount(group_index, minlength=n_groups)
+    order = np.argsort(group_index, kind="stable")
+    present = np.flatnonzero(counts)
+    starts = np.cumsum(counts)[present] - counts[present]
+    sorted_values = values[order]
+    group_min = np.zeros(n_groups)
+    group_max = np.zeros(n_groups)
+    group_min[present] = np.minimum.reduceat(sorted_values, starts)
+    group_max[present] = np.maximum.reduceat(sorted_values, starts)
+
+    safe_counts = np.maximum(counts, 1)
+    # Shift by the group minimum so that a constant group has a mean that is exact.
+    shifted = values - group_min[group_index]
+    means = np.bincount(group_index, weights=shifted, minlength=n_groups) / safe_counts
+    deviations = shifted - means[group_index]
+    if normalize == "std":
+        squares = np.bincount(group_index, weights=deviations**2, minlength=n_groups)
+        stds = np.sqrt(squares / np.maximum(counts - 1, 1))
+        with np.errstate(invalid="ignore", divide="ignore"):  # 0 / 0 only where degenerate
+            scores = deviations / (stds[group_index] + eps)
+    else:
+        scores = deviations
+    degenerate = (counts < 2) | (group_min == group_max)
+    scores[degenerate[group_index]] = 0.0
+    return scores
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def discounted_returns(rewards: Any, traj_ids: Any, *, gamma: float) -> np.ndarray:
+    """Per-step discounted return to the end of the trajectory (GiGPO Eq. 5).
+
+    ``R_t = sum_{k >= 0} gamma**k * r_{t+k}`` over the remaining steps of the same
+    trajectory; the last step's return is its own reward (no bootstrap).
+
+    Args:
+        rewards: (N,) float step rewards.
+        traj_ids: (N,) int (or str) trajectory ids; each trajectory's rows in time order,
+            trajectories interleaved in any way.
+        gamma: discount in [0, 1]; 0 gives the rewards, 1 the undiscounted reward-to-go
+            (both exact up to float addition).
+
+    Returns:
+        (N,) float64 returns, in the input row order.
+
+    Raises:
+        ValueError: on non-finite rewards, mismatched lengths or gamma outside [0, 1].
+    """
+    rewards = _as_rewards(rewards)
+    traj_ids = _as_ids(traj_ids, "traj_ids", rewards.shape[0])
+    gamma = _check_unit_interval(gamma, "gamma")
+    if rewards.size == 0:
+        return np.zeros(0, dtype=np.float64)
+    return _discounted_returns_sorted(rewards, _Trajectories.from_ids(traj_ids), gamma)
+
+
+def grpo_advantages(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    *,
+    normalize: Normalize = "std",
+    eps: float = 1e-6,
+    episode_stats: EpisodeStats = "trajectories",
+) -> np.ndarray:
+    """Episode relative advantage (GiGPO Eq. 3; GRPO), broadcast to every step row.
+
+    The episode return is ``R(tau) = sum_t r_t`` over the trajectory. Inside each group
+    ``A_E(tau) = (R(tau) - mean) / (std + eps)`` with the sample std (ddof=1) for
+    ``normalize="std"``, or ``R(tau) - mean`` for ``normalize="mean"``. A group with one
+    trajectory, or whose returns are all equal, gets exactly 0.
+
+    Args:
+        rewards: (N,) float step rewards.
+        traj_ids: (N,) int (or str) trajectory ids, rows in time order per trajectory.
+        group_ids: (N,) int (or str) group ids; constant within a trajectory.
+        normalize: "std" or "mean" (the paper's "w/o std").
+        eps: added to the std; 1e-6.
+        episode_stats: "trajectories" (the paper's Eq. 3: each trajectory counted once)
+            or "steps" (statistics over step rows, each row carrying its trajectory's
+            return, so long trajectories weigh more: the verl-agent reference's default).
+
+    Returns:
+        (N,) float64 advantages; all rows of a trajectory share one value.
+
+    Raises:
+        ValueError: on bad shapes, non-finite rewards, unknown options, or a trajectory
+            whose rows carry more than one group id.
+    """
+    rewards = _as_rewards(rewards)
+    n = rewards.shape[0]
+    traj_ids = _as_ids(traj_ids, "traj_ids", n)
+    group_ids = _as_ids(group_ids, "group_ids", n)
+    _check_choice(normalize, _NORMALIZE_CHOICES, "normalize")
+    _check_choice(episode_stats, _EPISODE_STATS_CHOICES, "episode_stats")
+    eps = _check_eps(eps)
+    if n == 0:
+        return np.zeros(0, dtype=np.float64)
+    trajectories = _Trajectories.from_ids(traj_ids)
+    return _episode_advantages(rewards, trajectories, group_ids, normalize, eps, episode_stats)
+
+
+def _episode_advantages(
+    rewards: np.ndarray,
+    trajectories: _Trajectories,
+    group_ids: np.ndarray,
+    normalize: str,
+    eps: float,
+    episode_stats: str,
+) -> np.ndarray:
+    group_uniques, group_index = np.unique(group_ids, return_inverse=True)
+    group_index = group_index.reshape(-1)
+    n_groups = group_uniques.size
+    traj_groups = trajectories.group_of_each(group_index)
+    episode_returns = np.bincount(
+        trajectories.index, weights=rewards, minlength=trajectories.ids.size
+    )
+    if episode_stats == "trajectories":
+        per_traj = _normalize_in_groups(episode_returns, traj_groups, n_groups, normalize, eps)
+        return per_traj[trajectories.index]
+    row_returns = episode_returns[trajectories.index]
+    return _normalize_in_groups(row_returns, group_index, n_groups, normalize, eps)
+
+
+def _anchor_codes(anchors: Any, n: int) -> np.ndarray:
+    """(N,) int codes, equal exactly when the anchors are equal.
+
+    NumPy arrays of numbers or strings (1-D) or rows of a 2-D numeric array are coded by
+    ``np.unique`` without a Python loop. Anything else is hashed in one Python pass over
+    the rows (a dict from anchor to code): equality is Python's ``==``/``hash``, so ``1``,
+    ``1.0`` and ``True`` are the same anchor, and unhashable anchors (lists, dicts) raise.
+    """
+    if isinstance(anchors, np.ndarray) and anchors.dtype.kind != "O":
+        if anchors.shape[:1] != (n,) or anchors.ndim > 2:
+            raise ValueError(f"anchors must have {n} rows (1-D or 2-D), got {anchors.shape}")
+        axis = 0 if anchors.ndim == 2 else None
+        _, codes = np.unique(anchors, axis=axis, return_inverse=True)
+        return codes.reshape(-1)
+    if isinstance(anchors, np.ndarray) and anchors.ndim != 1:
+        raise ValueError(f"object anchors must be 1-D, got shape {anchors.shape}")
+    if len(anchors) != n:
+        raise ValueError(f"anchors has {len(anchors)} rows, expected {n}")
+    table: dict[Any, int] = {}
+    try:
+        codes = np.fromiter(
+            (table.setdefault(anchor, len(table)) for anchor in anchors), dtype=np.int64, count=n
+        )
+    except TypeError as error:
+        raise TypeError(
+            f"anchors must be hashable (str, int, tuple, ...); convert lists or arrays to "
+            f"tuples first ({error})"
+        ) from error
+    return codes
+
+
+def _dense_in_first_appearance(keys: np.ndarray) -> np.ndarray:
+    """(N,) ids 0..K-1 for equal keys, numbered in order of first appearance."""
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    rank = np.empty(first.size, dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+    return rank[inverse.reshape(-1)]
+
+
+def _similarity_codes(
+    anchors: Any, group_index: np.ndarray, exact_codes: np.ndarray, threshold: float
+) -> np.ndarray:
+    """(N,) cluster codes: within a group, similar str anchors share a code.
+
+    Per group, the distinct anchor strings are visited in sorted order (so the result
+    does not depend on row order); each joins the first existing cluster whose
+    representative (its first member) has ``difflib.SequenceMatcher(autojunk=False)``
+    ratio >= ``threshold``, else starts a new cluster. Cost: up to U*(U-1)/2 comparisons
+    per group with U distinct anchors, each O(L**2) in the string length L in the worst
+    case: a Python loop over distinct anchors, not vectorized. Fine for ALFWorld-size
+    batches (a few hundred distinct short observations per group); slow for long
+    WebShop pages.
+    """
+    texts = list(anchors)
+    is_str = np.fromiter((isinstance(text, str) for text in texts), dtype=bool, count=len(texts))
+    if not is_str.all():
+        row = int(np.argmin(is_str))
+        raise TypeError(
+            f"similarity grouping needs str anchors; row {row} is {type(texts[row]).__name__}"
+        )
+    objects = np.array(texts, dtype=object)
+    pair_keys = group_index.astype(np.int64) * (int(exact_codes.max()) + 1) + exact_codes
+    _, first_rows, pair_inverse = np.unique(pair_keys, return_index=True, return_inverse=True)
+    pair_groups = group_index[first_rows]
+    pair_texts = objects[first_rows]
+    visit = np.lexsort((pair_texts.astype(str), pair_groups))
+    cluster_of_pair = np.empty(first_rows.size, dtype=np.int64)
+    next_cluster = 0
+    current_group = -1
+    representatives: list[tuple[str, int]] = []
+    for pair in visit.tolist():
+        if pair_groups[pair] != current_group:
+            current_group = pair_groups[pair]
+            representatives = []
+        text = pair_texts[pair]
+        matcher = difflib.SequenceMatcher(None, autojunk=False)
+        matcher.set_seq2(text)
+        for rep_text, rep_cluster in representatives:
+            matcher.set_seq1(rep_text)
+            if (
+                matcher.real_quick_ratio() >= threshold
+                and matcher.quick_ratio() >= threshold
+                and matcher.ratio() >= threshold
+            ):
+                cluster_of_pair[pair] = rep_cluster
+                break
+        else:
+            cluster_of_pair[pair] = next_cluster
+            representatives.append((text, next_cluster))
+            next_cluster += 1
+    return cluster_of_pair[pair_inverse.reshape(-1)]
+
+
+def step_groups(
+    group_ids: Any, anchors: Any, *, similarity_threshold: float | None = None
+) -> np.ndarray:
+    """Anchor-state step groups (GiGPO Eq. 6): rows with equal ``(group_id, anchor)``.
+
+    Steps taken from the same environment state inside one group form a step group,
+    across trajectories and time steps. Anchors in different groups never share a step
+    group.
+
+    Args:
+        group_ids: (N,) int (or str) group ids.
+        anchors: length-N sequence of hashables (str, int, tuple, ...), or a 1-D numeric /
+            string NumPy array, or a 2-D numeric array (one row per anchor). Object
+            anchors are mapped to ints in one Python hashing pass over the rows; arrays
+            with a native dtype take a loop-free ``np.unique`` path.
+        similarity_threshold: None (exact equality, the default) or a ratio in (0, 1):
+            str anchors of one group whose ``difflib`` similarity ratio reaches the
+            threshold share a step group (greedy clustering against each cluster's first
+            member, distinct anchors visited in sorted order). Cost: quadratic in the
+            number of distinct anchors per group and in their length, in Python.
+
+    Returns:
+        (N,) int64 dense step-group ids 0..K-1, numbered in order of first appearance.
+
+    Raises:
+        ValueError: on mismatched lengths or a threshold outside (0, 1).
+        TypeError: on unhashable anchors, or non-str anchors with a threshold.
+    """
+    group_ids = np.asarray(group_ids)
+    if group_ids.ndim != 1:
+        raise ValueError(f"group_ids must be 1-D (one row per step), got shape {group_ids.shape}")
+    n = group_ids.shape[0]
+    group_ids = _as_ids(group_ids, "group_ids", n)
+    if similarity_threshold is not None and not 0.0 < float(similarity_threshold) < 1.0:
+        raise ValueError(f"similarity_threshold must be in (0, 1), got {similarity_threshold}")
+    if n == 0:
+        if len(anchors) != 0:
+            raise ValueError(f"anchors has {len(anchors)} rows, expected 0")
+        return np.zeros(0, dtype=np.int64)
+    _, group_index = np.unique(group_ids, return_inverse=True)
+    group_index = group_index.reshape(-1)
+    codes = _anchor_codes(anchors, n)
+    if similarity_threshold is not None:
+        codes = _similarity_codes(anchors, group_index, codes, float(similarity_threshold))
+    keys = group_index.astype(np.int64) * (int(codes.max()) + 1) + codes
+    return _dense_in_first_appearance(keys)
+
+
+@dataclass(frozen=True)
+class GiGPOTerms:
+    """The parts of the GiGPO advantage, all (N,) in input row order.
+
+    Attributes:
+        episode: (N,) float64 episode relative advantage A_E (Eq. 3).
+        step: (N,) float64 step relative advantage A_S (Eq. 7).
+        returns: (N,) float64 discounted returns R_t (Eq. 5).
+        step_group_ids: (N,) int64 dense step-group ids (Eq. 6).
+    """
+
+    episode: np.ndarray
+    step: np.ndarray
+    returns: np.ndarray
+    step_group_ids: np.ndarray
+
+    def combined(self, step_weight: float) -> np.ndarray:
+        """(N,) ``A = A_E + step_weight * A_S`` (Eq. 8)."""
+        return self.episode + float(step_weight) * self.step
+
+
+def gigpo_terms(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    anchors: Any,
+    *,
+    gamma: float = 0.95,
+    normalize: Normalize = "std",
+    eps: float = 1e-6,
+    episode_stats: EpisodeStats = "trajectories",
+    similarity_threshold: float | None = None,
+) -> GiGPOTerms:
+    """The episode and step terms of GiGPO, separately (for diagnostics and logging).
+
+    Same arguments and semantics as :func:`gigpo_advantages` (minus ``step_weight``).
+
+    Returns:
+        A :class:`GiGPOTerms` with (N,) arrays.
+    """
+    rewards = _as_rewards(rewards)
+    n = rewards.shape[0]
+    traj_ids = _as_ids(traj_ids, "traj_ids", n)
+    group_ids = _as_ids(group_ids, "group_ids", n)
+    gamma = _check_unit_interval(gamma, "gamma")
+    _check_choice(normalize, _NORMALIZE_CHOICES, "normalize")
+    _check_choice(episode_stats, _EPISODE_STATS_CHOICES, "episode_stats")
+    eps = _check_eps(eps)
+    step_group_ids = step_groups(group_ids, anchors, similarity_threshold=similarity_threshold)
+    if n == 0:
+        empty = np.zeros(0, dtype=np.float64)
+        return GiGPOTerms(empty, empty.copy(), empty.copy(), step_group_ids)
+    trajectories = _Trajectories.from_ids(traj_ids)
+    episode = _episode_advantages(rewards, trajectories, group_ids, normalize, eps, episode_stats)
+    returns = _discounted_returns_sorted(rewards, trajectories, gamma)
+    n_step_groups = int(step_group_ids.max()) + 1
+    step = _normalize_in_groups(returns, step_group_ids, n_step_groups, normalize, eps)
+    return GiGPOTerms(episode=episode, step=step, returns=returns, step_group_ids=step_group_ids)
+
+
+def gigpo_advantages(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    anchors: Any,
+    *,
+    gamma: float = 0.95,
+    step_weight: float = 1.0,
+    normalize: Normalize = "std",
+    eps: float = 1e-6,
+    episode_stats: EpisodeStats = "trajectories",
+    similarity_threshold: float | None = None,
+) -> np.ndarray:
+    """GiGPO advantage ``A = A_E + step_weight * A_S`` per step row (GiGPO Eq. 8).
+
+    - ``A_E``: episode relative advantage of the row's trajectory inside its group
+      (Eq. 3), exactly :func:`grpo_advantages`.
+    - ``A_S``: the row's discounted return ``R_t = sum_k gamma**k r_{t+k}`` (Eq. 5),
+      normalized inside its step group (rows of one group with equal anchors, Eq. 6)
+      the same way (Eq. 7): ``(R_t - mean) / (std + eps)``, ddof=1, or ``R_t - mean``.
+      A singleton step group, or one whose returns are all equal, gets exactly 0, so
+      with all-distinct anchors GiGPO equals GRPO.
+
+    Args:
+        rewards: (N,) float step rewards (env reward plus penalties).
+        traj_ids: (N,) int (or str) trajectory ids, rows in time order per trajectory.
+        group_ids: (N,) int (or str) group ids, constant within a trajectory.
+        anchors: length-N hashables (see :func:`step_groups`).
+        gamma: discount of the step returns, in [0, 1]; 0.95 in the paper.
+        step_weight: omega, the weight of the step term; 1.0 in the paper.
+        normalize: "std" or "mean", used for both terms.
+        eps: added to the std; 1e-6.
+        episode_stats: "trajectories" (paper) or "steps" (reference implementation);
+            see :func:`grpo_advantages`.
+        similarity_threshold: optional fuzzy grouping of str anchors, see
+            :func:`step_groups` for its cost.
+
+    Returns:
+        (N,) float64 advantages in input row order.
+    """
+    terms = gigpo_terms(
+        rewards,
+        traj_ids,
+        group_ids,
+        anchors,
+        gamma=gamma,
+        normalize=normalize,
+        eps=eps,
+        episode_stats=episode_stats,
+        similarity_threshold=similarity_threshold,
+    )
+    return terms.combined(step_weight)
+
+
+def _bootstrap_values(last_values: Any, trajectories: _Trajectories, n: int) -> np.ndarray:
+    """(T,) value after each trajectory's last step: the bootstrap, 0 when terminated."""
+    n_traj = trajectories.ids.size
+    if last_values is None:
+        return np.zeros(n_traj)
+    if isinstance(last_values, Mapping):
+        known = set(trajectories.ids.tolist())
+        unknown = [key for key in last_values if key not in known]
+        if unknown:
+            raise ValueError(f"last_values has ids that are not in traj_ids, e.g. {unknown[0]!r}")
+        per_traj = np.array(
+            [float(last_values.get(key, np.nan)) for key in trajectories.ids.tolist()],
+            dtype=np.float64,
+        )
+    else:
+        per_row = np.asarray(last_values, dtype=np.float64)
+        if per_row.shape != (n,):
+            raise ValueError(
+                f"last_values must be None, a mapping traj_id -> value, or an (N,) = ({n},) "
+                f"array; got shape {per_row.shape}"
+            )
+        last_rows = trajectories.order[trajectories.starts + trajectories.lengths - 1]
+        per_traj = per_row[last_rows]
+    if np.isinf(per_traj).any():
+        raise ValueError("last_values must be finite (bootstrap) or NaN (terminated), got inf")
+    return np.where(np.isnan(per_traj), 0.0, per_traj)
+
+
+def gae_advantages(
+    rewards: Any,
+    values: Any,
+    traj_ids: Any,
+    *,
+    gamma: float,
+    lam: float,
+    last_values: Any = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Turn-level generalized advantage estimation (Schulman et al., 2016) for PPO.
+
+    One value per agent step (turn). Inside each trajectory, in time order,
+    ``delta_t = r_t + gamma * V_{t+1} - V_t`` and ``A_t = sum_k (gamma*lam)**k delta_{t+k}``;
+    ``returns = A + V`` are the critic's targets. After the trajectory's last step,
+    ``V_{T}`` is its bootstrap value when the trajectory was *truncated* and 0 when it
+    *terminated*.
+
+    ``last_values`` marks truncation, in one of three forms:
+
+    - ``None``: every trajectory terminated (no bootstrap anywhere).
+    - a mapping ``{traj_id: value}``: the listed trajectories were truncated and
+      bootstrap with their (finite) value; an absent id or a NaN value means terminated.
+    - an (N,) array aligned with the rows: only the entry at each trajectory's last row
+      is read (say, V of the observation that followed it); finite = truncated and
+      bootstrapped, NaN = terminated. Other entries are ignored.
+
+    Args:
+        rewards: (N,) float step rewards.
+        values: (N,) float critic values V(s_t) of each step's state.
+        traj_ids: (N,) int (or str) trajectory ids, rows in time order per trajectory.
+        gamma: discount in [0, 1].
+        lam: GAE lambda in [0, 1]; 0 gives one-step TD errors, 1 Monte Carlo returns
+            minus V.
+        last_values: truncation bootstrap, see above.
+
+    Returns:
+        (advantages, returns): two (N,) float64 arrays in input row order.
+
+    Raises:
+        ValueError: on bad shapes, non-finite rewards/values, infinite bootstrap values,
+            unknown ids in a mapping, or gamma/lam outside [0, 1].
+    """
+    rewards = _as_rewards(rewards)
+    n = rewards.shape[0]
+    values = _as_rewards(values, "values")
+    if values.shape != (n,):
+        raise ValueError(f"values has {values.shape[0]} rows, expected {n}")
+    traj_ids = _as_ids(traj_ids, "traj_ids", n)
+    gamma = _check_unit_interval(gamma, "gamma")
+    lam = _check_unit_interval(lam, "lam")
+    if n == 0:
+        return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.float64)
+    trajectories = _Trajectories.from_ids(traj_ids)
+    bootstrap = _bootstrap_values(last_values, trajectories, n)
+
+    order = trajectories.order
+    sorted_values = values[order]
+    next_values = np.empty(n, dtype=np.float64)
+    next_values[:-1] = sorted_values[1:]
+    last_positions = trajectories.starts + trajectories.lengths - 1
+    next_values[last_positions] = bootstrap
+    deltas = rewards[order] + gamma * next_values - sorted_values
+    sorted_advantages = _reverse_discounted_scan(deltas, trajectories.ends, gamma * lam)
+
+    advantages = np.empty(n, dtype=np.float64)
+    advantages[order] = sorted_advantages
+    return advantages, advantages + values
