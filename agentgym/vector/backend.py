@@ -1,0 +1,92 @@
+"""What a backend of :class:`~agentgym.vector.TextVectorEnv` is, and helpers they share.
+
+A backend runs the sub-envs somewhere (this process, worker processes, Ray actors) and
+answers batched ``reset``/``step`` requests keyed by global env index. It returns, for
+every requested env, a result or an :class:`~agentgym.vector.host.EnvFailure`; when a
+worker dies it also returns a failure for the *other* envs of that worker (their
+episodes are lost too), so the caller can end those episodes.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from agentgym.vector.host import EnvFailure, EnvFn, EnvSpaces, ResetResult, StepResult
+
+BACKENDS: tuple[str, ...] = ("sync", "subprocess", "ray")
+
+PICKLE_PROTOCOL = 5
+"""Pickle protocol of every message between the vector env and its workers."""
+
+
+class Backend(Protocol):
+    """The interface :class:`~agentgym.vector.TextVectorEnv` drives."""
+
+    spaces: list[EnvSpaces]
+    """The spaces of every env, by global index (known once the backend has started)."""
+
+    def reset(
+        self, requests: Mapping[int, tuple[int | None, dict[str, Any] | None]]
+    ) -> dict[int, ResetResult | EnvFailure]:
+        """Reset envs: ``{env index: (seed, options)}`` -> ``{env index: result}``."""
+        ...
+
+    def step(self, requests: Mapping[int, Any]) -> dict[int, StepResult | EnvFailure]:
+        """Step envs: ``{env index: action}`` -> ``{env index: result}``."""
+        ...
+
+    def worker_pids(self) -> tuple[int | None, ...]:
+        """The process id serving each env (``None`` while its worker is restarting)."""
+        ...
+
+    def close(self) -> None:
+        """Stop every worker and close every env; idempotent."""
+        ...
+
+
+def partition(num_envs: int, num_workers: int) -> list[range]:
+    """Split env indices ``0 .. num_envs - 1`` into ``num_workers`` contiguous blocks.
+
+    Blocks differ in size by at most one; the first ``num_envs % num_workers`` blocks are
+    the larger ones. Contiguous blocks keep a group's envs together where sizes allow.
+    """
+    if not 1 <= num_workers <= num_envs:
+        raise ValueError(f"num_workers must be in [1, {num_envs}], got {num_workers}")
+    size, extra = divmod(num_envs, num_workers)
+    blocks, start = [], 0
+    for w in range(num_workers):
+        stop = start + size + (1 if w < extra else 0)
+        blocks.append(range(start, stop))
+        start = stop
+    return blocks
+
+
+def dumps_env_fns(env_fns: Sequence[EnvFn]) -> bytes:
+    """Pickle env constructors for a worker: cloudpickle when installed (lambdas and
+    closures work), else plain pickle (module-level callables and ``functools.partial``).
+
+    Raises:
+        TypeError: an ``env_fn`` cannot be pickled.
+    """
+    try:
+        import cloudpickle
+    except ImportError:  # gymnasium depends on cloudpickle, but do not require it here
+        cloudpickle = None
+    try:
+        if cloudpickle is not None:
+            return cloudpickle.dumps(list(env_fns), protocol=PICKLE_PROTOCOL)
+        return pickle.dumps(list(env_fns), protocol=PICKLE_PROTOCOL)
+    except Exception as error:  # pickling errors come in many types
+        raise TypeError(
+            f"env_fns must be picklable for a worker backend ({type(error).__name__}: {error}); "
+            "use module-level functions or functools.partial"
+        ) from error
+
+
+def describe_env_block(envs: range) -> str:
+    """``"env 3"`` or ``"envs 2-5"``."""
+    if len(envs) == 1:
+        return f"env {envs[0]}"
+    return f"envs {envs[0]}-{envs[-1]}"

@@ -1,0 +1,414 @@
+"""``TextVectorEnv``: a group-aware ``gymnasium.vector.VectorEnv`` for text envs.
+
+Semantics (the same for every backend):
+
+* **Autoreset disabled** (``metadata["autoreset_mode"] = AutoresetMode.DISABLED``), with
+  one extension: a finished sub-env (``terminated or truncated``) ignores further actions
+  and repeats its last observation with reward 0, the same flags and the same info, until
+  it is reset. LLM rollout loops step the whole batch every turn; code that never steps a
+  finished env sees exactly ``SyncVectorEnv(autoreset_mode=DISABLED)``.
+* **Groups.** ``reset(seed=s)`` resets env ``i`` with seed ``s + i // group_size``, so each
+  block of ``group_size`` consecutive envs plays one task (GiGPO/GRPO groups). Infos
+  carry ``group_id = i // group_size``, always -- also when ``options["task_ids"]`` gives
+  envs of different blocks the same task. ``reset()`` without a seed draws one seed per
+  group from the vector env's own RNG (``np_random``) when ``group_size > 1``, so groups
+  still share a task; with ``group_size == 1`` every env gets ``seed=None`` (as in
+  Gymnasium). A list of seeds, one per env, is used as given.
+* **Per-env tasks.** ``reset(options={"task_ids": [...]})`` (one id or ``None`` per env)
+  passes ``{"task_id": id}`` to each env; other option keys go to every env unchanged.
+  ``options={"reset_mask": bool array}`` resets only the masked envs (Gymnasium's
+  ``DISABLED``-mode protocol); the others keep their state and get no reset info.
+* **Infos** use Gymnasium's dict-of-arrays layout with ``_key`` masks. Every env's info
+  has the contract keys (``task``, ``task_id``, ``admissible_actions``, ``anchor``,
+  ``success``, ``valid_action``), the env's own keys, and ``group_id``.
+  :func:`~agentgym.vector.infos_to_list` gives a list of dicts.
+* **Faults.** When an env raises, or the worker process/actor hosting it dies, that
+  env's episode ends: the step returns its last observation, reward 0,
+  ``truncated=True``, and its last info plus ``env_error`` (a description with the
+  traceback or the signal). Every other env of a dead worker ends the same way; the
+  other workers' envs go on. The env (or worker) is rebuilt and serves the next reset.
+  ``env_error`` is masked in only for those envs. A failed *reset* gives the observation
+  ``""``, an info with only ``env_error`` (and ``group_id``) and an episode that is
+  already over (``truncated`` on the next step). Learners should treat ``env_error``
+  steps as cut episodes, not as agent mistakes.
+* **Actions.** A batch must be a sequence (list, tuple, 1-D array) of ``num_envs`` items,
+  else ``ValueError``. Individual bad actions (empty, huge, non-text) never raise: the
+  envs answer them with feedback and ``valid_action=False``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from agentgym.vector.backend import BACKENDS, Backend
+from agentgym.vector.host import EnvFailure
+
+EMPTY_OBSERVATION = ""
+"""Observation of an env whose reset failed."""
+
+_SEED_LIMIT = 2**31 - 1
+
+
+class TextVectorEnv(VectorEnv):
+    """Batches of text envs with groups, per-env tasks and crash-tolerant workers.
+
+    See the module docstring for the exact semantics.
+
+    Args:
+        env_fns: zero-argument callables returning the sub-envs (``TextEnv`` or any
+            ``gym.Env[str, str]``). For ``"subprocess"``/``"ray"`` they must be
+            picklable (cloudpickle is used: lambdas work; ``functools.partial`` of a
+            class is the robust choice).
+        group_size: envs per group; ``len(env_fns)`` must be a multiple of it.
+        backend: ``"sync"`` (in this process), ``"subprocess"`` (worker processes) or
+            ``"ray"`` (Ray actors; Ray is started locally if not running).
+        num_workers: worker processes / actors for ``"subprocess"``/``"ray"``; each
+            hosts a contiguous block of envs. Default: ``min(num_envs, os.cpu_count())``.
+            Ignored by ``"sync"``.
+
+    Attributes:
+        num_envs: number of sub-envs.
+        group_size: envs per group.
+        backend: the backend's name.
+
+    Raises:
+        ValueError: bad ``group_size``, ``backend`` or ``num_workers``.
+        RuntimeError: a sub-env could not be built, or the sub-envs' spaces differ.
+    """
+
+    metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.DISABLED}
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        group_size: int = 1,
+        backend: str = "sync",
+        num_workers: int | None = None,
+    ):
+        env_fns = list(env_fns)
+        num_envs = len(env_fns)
+        if num_envs == 0:
+            raise ValueError("env_fns is empty")
+        if not all(callable(fn) for fn in env_fns):
+            raise ValueError("env_fns must be zero-argument callables returning envs")
+        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
+        if num_envs % group_size != 0:
+            raise ValueError(
+                f"the number of envs ({num_envs}) must be a multiple of group_size ({group_size})"
+            )
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if num_workers is None:
+            num_workers = min(num_envs, os.cpu_count() or 1)
+        elif isinstance(num_workers, bool) or not isinstance(num_workers, int):
+            raise ValueError(f"num_workers must be an int or None, got {num_workers!r}")
+        elif not 1 <= num_workers <= num_envs:
+            raise ValueError(f"num_workers must be in [1, {num_envs}], got {num_workers}")
+
+        self.num_envs = num_envs
+        self.group_size = group_size
+        self.backend = backend
+        self.num_workers = 1 if backend == "sync" else num_workers
+        self._backend: Backend = _make_backend(backend, env_fns, num_workers)
+        try:
+            first = self._backend.spaces[0]
+            for i, spaces in enumerate(self._backend.spaces):
+                if spaces.observation_space != first.observation_space:
+                    raise RuntimeError(
+                        f"env {i} has observation space {spaces.observation_space}, "
+                        f"env 0 has {first.observation_space}"
+                    )
+                if spaces.action_space != first.action_space:
+                    raise RuntimeError(
+                        f"env {i} has action space {spaces.action_space}, "
+                        f"env 0 has {first.action_space}"
+                    )
+        except BaseException:
+            self._backend.close()
+            raise
+        self.metadata = {**first.metadata, "autoreset_mode": AutoresetMode.DISABLED}
+        self.render_mode = first.render_mode
+        self.single_observation_space = first.observation_space
+        self.single_action_space = first.action_space
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+
+        self._observations: list[Any] = [EMPTY_OBSERVATION] * num_envs
+        self._infos: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+        self._terminated = np.zeros(num_envs, dtype=np.bool_)
+        self._truncated = np.zeros(num_envs, dtype=np.bool_)
+        self._needs_reset = np.ones(num_envs, dtype=np.bool_)
+        self._group_ids = np.arange(num_envs) // group_size
+
+    # ------------------------------------------------------------------ gymnasium API
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Reset all envs (or those in ``options["reset_mask"]``).
+
+        Args:
+            seed: ``int`` -- env ``i`` gets ``seed + i // group_size``; a sequence --
+                one seed (or ``None``) per env; ``None`` -- see the module docstring.
+            options: passed to every env, except ``"task_ids"`` (one task id or ``None``
+                per env, sent as that env's ``options["task_id"]``) and ``"reset_mask"``
+                (bool array ``(num_envs,)``: reset only these envs).
+
+        Returns:
+            ``(observations, infos)``: a tuple of ``num_envs`` observations and the
+            batched infos of the envs that were reset.
+        """
+        self._check_open()
+        options = dict(options) if options is not None else None
+        reset_mask = self._pop_reset_mask(options)
+        task_ids = self._pop_task_ids(options)
+        seeds = self._seeds(seed)
+        requests: dict[int, tuple[int | None, dict[str, Any] | None]] = {}
+        for i in np.flatnonzero(reset_mask):
+            i = int(i)
+            env_options = options
+            if task_ids is not None and task_ids[i] is not None:
+                env_options = {**(options or {}), "task_id": task_ids[i]}
+            requests[i] = (seeds[i], env_options)
+
+        results = self._backend.reset(requests)
+        infos: dict[str, Any] = {}
+        for i in requests:
+            result = results[i]
+            self._needs_reset[i] = False
+            self._terminated[i] = False
+            if isinstance(result, EnvFailure):
+                self._observations[i] = EMPTY_OBSERVATION
+                self._infos[i] = {"env_error": result.message}
+                self._truncated[i] = True
+            else:
+                self._observations[i], self._infos[i] = result
+                self._truncated[i] = False
+            infos = self._add_info(infos, self._env_info(i), i)
+        self._end_lost_episodes(results, requests)
+        return tuple(self._observations), infos
+
+    def step(
+        self, actions: Sequence[Any]
+    ) -> tuple[tuple[Any, ...], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every unfinished env; finished envs repeat their last transition.
+
+        Args:
+            actions: ``num_envs`` actions (actions for finished envs are ignored).
+
+        Returns:
+            ``(observations, rewards, terminated, truncated, infos)``: a tuple of
+            ``num_envs`` observations, float64 rewards ``(num_envs,)``, bool flags
+            ``(num_envs,)`` and the batched infos of every env.
+
+        Raises:
+            ValueError: ``actions`` is not a sequence of ``num_envs`` items.
+            gymnasium.error.ResetNeeded: an env was never reset.
+        """
+        self._check_open()
+        actions = self._check_actions(actions)
+        if self._needs_reset.any():
+            missing = np.flatnonzero(self._needs_reset).tolist()
+            raise gym.error.ResetNeeded(f"call reset() before step(); envs never reset: {missing}")
+        active = np.flatnonzero(~(self._terminated | self._truncated)).tolist()
+        results = self._backend.step({i: actions[i] for i in active}) if active else {}
+
+        rewards = np.zeros(self.num_envs, dtype=np.float64)
+        for i in active:
+            result = results[i]
+            if isinstance(result, EnvFailure):
+                self._truncated[i] = True
+                self._infos[i] = {**self._infos[i], "env_error": result.message}
+            else:
+                observation, rewards[i], terminated, truncated, self._infos[i] = result
+                self._observations[i] = observation
+                self._terminated[i], self._truncated[i] = terminated, truncated
+        infos: dict[str, Any] = {}
+        for i in range(self.num_envs):
+            infos = self._add_info(infos, self._env_info(i), i)
+        return (
+            tuple(self._observations),
+            rewards,
+            self._terminated.copy(),
+            self._truncated.copy(),
+            infos,
+        )
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Stop the workers and close every sub-env (``close()`` calls this once)."""
+        self._backend.close()
+
+    def __del__(self) -> None:
+        # VectorEnv has no finaliser: without one, a dropped subprocess vector env would
+        # keep its workers until the interpreter exits.
+        if getattr(self, "_backend", None) is not None and not self.closed:
+            try:
+                self.close()
+            except Exception:  # interpreter shutdown: modules may already be gone
+                pass
+
+    # ------------------------------------------------------------------ extras
+    def worker_pids(self) -> tuple[int | None, ...]:
+        """The id of the process running each env (this process for ``"sync"``;
+        ``None`` while that env's worker is being restarted)."""
+        self._check_open()
+        return self._backend.worker_pids()
+
+    def __repr__(self) -> str:
+        name = self.spec.id if self.spec is not None else "?"
+        return (
+            f"TextVectorEnv({name}, num_envs={self.num_envs}, group_size={self.group_size}, "
+            f"backend={self.backend!r})"
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def _env_info(self, i: int) -> dict[str, Any]:
+        return {**self._infos[i], "group_id": int(self._group_ids[i])}
+
+    def _end_lost_episodes(self, results: dict[int, Any], requested: Any) -> None:
+        """A worker died during a partial reset: end its other envs' episodes too."""
+        for i, result in results.items():
+            if i in requested or not isinstance(result, EnvFailure):
+                continue
+            if self._needs_reset[i] or self._terminated[i] or self._truncated[i]:
+                continue
+            self._truncated[i] = True
+            self._infos[i] = {**self._infos[i], "env_error": result.message}
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise gym.error.ClosedEnvironmentError("the vector env is closed")
+
+    def _check_actions(self, actions: Any) -> Sequence[Any]:
+        if isinstance(actions, np.ndarray):
+            if actions.ndim != 1:
+                raise ValueError(f"actions must be 1-D, got an array of shape {actions.shape}")
+        elif isinstance(actions, (str, bytes)) or not isinstance(actions, Sequence):
+            raise ValueError(
+                f"actions must be a sequence of {self.num_envs} actions (list, tuple or "
+                f"1-D array), got {type(actions).__name__}"
+            )
+        if len(actions) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
+        return actions
+
+    def _pop_reset_mask(self, options: dict[str, Any] | None) -> np.ndarray:
+        if options is None or "reset_mask" not in options:
+            return np.ones(self.num_envs, dtype=np.bool_)
+        mask = options.pop("reset_mask")
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+            raise TypeError("options['reset_mask'] must be a numpy array of dtype bool")
+        if mask.shape != (self.num_envs,):
+            raise ValueError(
+                f"options['reset_mask'] must have shape ({self.num_envs},), got {mask.shape}"
+            )
+        if not mask.any():
+            raise ValueError("options['reset_mask'] must contain at least one True")
+        return mask
+
+    def _pop_task_ids(self, options: dict[str, Any] | None) -> list[Any] | None:
+        if options is None or "task_ids" not in options:
+            return None
+        task_ids = options.pop("task_ids")
+        if isinstance(task_ids, (str, bytes)) or not isinstance(task_ids, (Sequence, np.ndarray)):
+            raise ValueError(
+                f"options['task_ids'] must be a sequence of {self.num_envs} task ids (or None)"
+            )
+        if len(task_ids) != self.num_envs:
+            raise ValueError(
+                f"options['task_ids'] has {len(task_ids)} entries, expected {self.num_envs}"
+            )
+        return list(task_ids)
+
+    def _seeds(self, seed: Any) -> list[int | None]:
+        if seed is None:
+            if self.group_size == 1:
+                return [None] * self.num_envs
+            group_seeds = self.np_random.integers(_SEED_LIMIT, size=self.num_envs // self.group_size)
+            return [int(group_seeds[g]) for g in self._group_ids]
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            super().reset(seed=int(seed))  # seeds the vector env's own RNG
+            return [int(seed) + int(g) for g in self._group_ids]
+        if isinstance(seed, Sequence) and not isinstance(seed, (str, bytes)):
+            if len(seed) != self.num_envs:
+                raise ValueError(f"expected {self.num_envs} seeds, got {len(seed)}")
+            return list(seed)
+        raise TypeError(f"seed must be an int, a sequence of {self.num_envs} seeds or None")
+
+
+def _make_backend(name: str, env_fns: list[Callable[[], gym.Env]], num_workers: int) -> Backend:
+    if name == "sync":
+        from agentgym.vector.sync_backend import SyncBackend
+
+        return SyncBackend(env_fns)
+    if name == "subprocess":
+        from agentgym.vector.process_backend import ProcessBackend
+
+        return ProcessBackend(env_fns, num_workers)
+    from agentgym.vector.ray_backend import RayBackend
+
+    return RayBackend(env_fns, num_workers)
+
+
+# ---------------------------------------------------------------------- make_vector_env
+def make_single_env(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env:
+    """``gym.make(env_id, **env_kwargs)``: a picklable env constructor for workers
+    (importing this module in a worker registers the ``AgentGym/*`` ids)."""
+    return gym.make(env_id, **env_kwargs)
+
+
+def make_vector_env(
+    env_id: str | None = None,
+    num_envs: int = 1,
+    *,
+    group_size: int = 1,
+    backend: str = "sync",
+    num_workers: int | None = None,
+    **env_kwargs: Any,
+) -> TextVectorEnv:
+    """A :class:`TextVectorEnv` of ``num_envs`` copies of a registered env.
+
+    Also the ``vector_entry_point`` of every ``AgentGym/*`` id, so
+    ``gym.make_vec("AgentGym/Scripted-v0", num_envs=8, group_size=4,
+    backend="subprocess", num_tasks=16)`` builds one; ``vectorization_mode="sync"`` or
+    ``"async"`` give Gymnasium's own vector envs instead.
+
+    Args:
+        env_id: a registered id, e.g. ``"AgentGym/ALFWorld-v0"``. ``gym.make_vec`` does
+            not pass the id to a vector entry point; when called from it, the id is
+            read from ``make_vec``'s spec.
+        num_envs: number of sub-envs.
+        group_size, backend, num_workers: see :class:`TextVectorEnv`.
+        **env_kwargs: passed to every ``gym.make(env_id, ...)``.
+    """
+    if env_id is None:
+        env_id = _env_id_from_make_vec(sys._getframe(1))
+    env_fn = functools.partial(make_single_env, env_id, dict(env_kwargs))
+    return TextVectorEnv(
+        [env_fn] * num_envs, group_size=group_size, backend=backend, num_workers=num_workers
+    )
+
+
+def _env_id_from_make_vec(frame: Any) -> str:
+    """Read the env id from a calling ``gym.make_vec`` frame (it passes ``num_envs`` and
+    the env kwargs to the vector entry point, but not the id)."""
+    from gymnasium.envs.registration import make_vec
+
+    if frame is not None and frame.f_code is make_vec.__code__:
+        spec = frame.f_locals.get("env_spec")
+        if isinstance(spec, gym.envs.registration.EnvSpec):
+            return spec.id
+    raise TypeError("make_vector_env() needs env_id (a registered id such as 'AgentGym/Scripted-v0')")

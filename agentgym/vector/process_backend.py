@@ -1,0 +1,348 @@
+"""The ``"subprocess"`` backend: envs in worker processes, one pipe per worker.
+
+Protocol: one pickled message per worker per call, each way (pickle protocol 5 over a
+``multiprocessing`` socket pair). A step sends ``("step", [(local index, action), ...])``
+to every worker that has an unfinished env, then collects the replies as they come,
+watching each worker's pipe and process sentinel at once.
+
+Start method: ``spawn``. Workers are our direct children (so :meth:`ProcessBackend.close`
+reaps them itself and a test can check there are none left), they never inherit the
+parent's threads or locks (forking a process that runs threads -- Ray, tokenizers,
+torch -- can deadlock the child), and the behaviour is the same on Linux and macOS.
+The cost: a worker starts a fresh interpreter and imports its envs' modules (~0.3 s for
+the scripted env), and scripts that build a subprocess vector env need the usual
+``if __name__ == "__main__":`` guard.
+
+Fault tolerance: when a worker dies (SIGKILL, segfault, ``os._exit``, an error in the
+worker loop) every env it hosted gets an :class:`~agentgym.vector.host.EnvFailure`
+saying how it died; a replacement is started at once and serves those envs' next reset.
+Workers ignore SIGINT (the parent handles Ctrl-C and closes them) and exit when the
+parent's end of their pipe closes, so they never outlive a killed parent for long.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+import signal
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from agentgym.vector.backend import (
+    PICKLE_PROTOCOL,
+    describe_env_block,
+    dumps_env_fns,
+    partition,
+)
+from agentgym.vector.host import (
+    EnvFailure,
+    EnvFn,
+    EnvHost,
+    EnvSpaces,
+    ResetResult,
+    StepResult,
+    format_exception,
+)
+
+START_METHOD = "spawn"
+CLOSE_TIMEOUT_S = 5.0
+"""How long :meth:`ProcessBackend.close` waits for workers to exit before terminating them."""
+
+
+def _dumps(message: Any) -> bytes:
+    return pickle.dumps(message, protocol=PICKLE_PROTOCOL)
+
+
+def _worker_main(conn: Connection, payload: bytes, env_indices: list[int]) -> None:
+    """Body of a worker process: build the envs, then answer requests until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    host: EnvHost | None = None
+    try:
+        try:
+            host = EnvHost(pickle.loads(payload), env_indices)
+            spaces = host.start()
+        except Exception:  # report why the envs could not be built, then exit
+            conn.send_bytes(_dumps(("init_error", traceback.format_exc())))
+            return
+        conn.send_bytes(_dumps(("ready", spaces)))
+        while True:
+            try:
+                command, args = pickle.loads(conn.recv_bytes())
+            except EOFError:  # the parent is gone
+                return
+            if command == "close":
+                return
+            if command == "reset":
+                results = host.reset(args)
+            elif command == "step":
+                results = host.step(args)
+            else:
+                raise ValueError(f"unknown worker command {command!r}")
+            conn.send_bytes(_dumps_results(results, args, env_indices))
+    finally:
+        if host is not None:
+            host.close()
+        conn.close()
+
+
+def _dumps_results(results: list[Any], args: Sequence[tuple], env_indices: list[int]) -> bytes:
+    """Pickle a reply; a result that cannot be pickled becomes an EnvFailure."""
+    try:
+        return _dumps(("ok", results))
+    except Exception:  # find the culprits, keep the rest
+        safe: list[Any] = []
+        for request, result in zip(args, results, strict=True):
+            try:
+                _dumps(result)
+                safe.append(result)
+            except Exception as error:
+                where = f"pickling the result of env {env_indices[request[0]]}"
+                safe.append(EnvFailure(format_exception(error, where)))
+        return _dumps(("ok", safe))
+
+
+def _dumps_request(command: str, args: list[tuple]) -> bytes:
+    """Pickle a request; in a step, an action that cannot be pickled is sent as ``None``
+    (the env rejects it as an invalid action, as it would the original non-text object)."""
+    try:
+        return _dumps((command, args))
+    except Exception:
+        if command != "step":
+            raise
+        safe = []
+        for j, action in args:
+            try:
+                _dumps(action)
+            except Exception:
+                action = None
+            safe.append((j, action))
+        return _dumps((command, safe))
+
+
+def _describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "stopped answering (its pipe closed)"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-exitcode} ({name})"
+    return f"exited with code {exitcode}"
+
+
+class _Worker:
+    """One worker process and the parent's end of its pipe."""
+
+    def __init__(self, ctx: Any, index: int, envs: range, payload: bytes):
+        self.index = index
+        self.envs = envs
+        self._ctx = ctx
+        self._payload = payload
+        self.process: Any = None
+        self.conn: Connection | None = None
+        self.ready = False
+
+    def start(self) -> None:
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(
+            target=_worker_main,
+            args=(child_conn, self._payload, list(self.envs)),
+            name=f"agentgym-env-worker-{self.index}",
+            daemon=True,
+        )
+        process.start()
+        child_conn.close()
+        self.process, self.conn, self.ready = process, parent_conn, False
+
+    def send(self, data: bytes) -> bool:
+        """Send bytes; ``False`` when the worker is gone."""
+        try:
+            self.conn.send_bytes(data)
+        except OSError:  # BrokenPipeError, ConnectionResetError
+            return False
+        return True
+
+    def reap(self, timeout: float = 1.0) -> int | None:
+        """Make sure the process is gone and collected; return its exit code."""
+        process, self.process, self.ready = self.process, None, False
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+        if process is None:
+            return None
+        process.join(timeout)
+        if process.is_alive():
+            process.terminate()
+            process.join(timeout)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        exitcode = process.exitcode
+        process.close()
+        return exitcode
+
+    @property
+    def name(self) -> str:
+        pid = self.process.pid if self.process is not None else "?"
+        return f"worker process {pid} ({describe_env_block(self.envs)})"
+
+
+class ProcessBackend:
+    """Envs in ``num_workers`` worker processes, contiguous blocks of envs per worker.
+
+    Args:
+        env_fns: zero-argument callables building the envs (picklable).
+        num_workers: number of worker processes (``1 .. len(env_fns)``).
+
+    Raises:
+        TypeError: ``env_fns`` cannot be pickled.
+        RuntimeError: a worker could not build its envs (the message has its traceback).
+    """
+
+    def __init__(self, env_fns: Sequence[EnvFn], num_workers: int):
+        blocks = partition(len(env_fns), num_workers)
+        ctx = mp.get_context(START_METHOD)
+        self._workers = [
+            _Worker(ctx, w, block, dumps_env_fns([env_fns[i] for i in block]))
+            for w, block in enumerate(blocks)
+        ]
+        self._worker_of = [w for w, block in enumerate(blocks) for _ in block]
+        self._closed = False
+        self.spaces: list[EnvSpaces] = []
+        try:
+            for worker in self._workers:
+                worker.start()
+            replies = self._gather({w.index: w for w in self._workers})
+            for worker in self._workers:
+                reply, name = replies[worker.index], worker.name
+                if reply is None:
+                    raise RuntimeError(f"{name} {_describe_exit(worker.reap())} while starting")
+                if reply[0] != "ready":
+                    raise RuntimeError(f"{name} could not build its envs:\n{reply[1]}")
+                worker.ready = True
+                self.spaces.extend(reply[1])
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ requests
+    def reset(
+        self, requests: Mapping[int, tuple[int | None, dict[str, Any] | None]]
+    ) -> dict[int, ResetResult | EnvFailure]:
+        return self._run("reset", {i: (seed, options) for i, (seed, options) in requests.items()})
+
+    def step(self, requests: Mapping[int, Any]) -> dict[int, StepResult | EnvFailure]:
+        return self._run("step", {i: (action,) for i, action in requests.items()})
+
+    def worker_pids(self) -> tuple[int | None, ...]:
+        pids = [w.process.pid if w.process is not None else None for w in self._workers]
+        return tuple(pids[w] for w in self._worker_of)
+
+    def _run(self, command: str, requests: Mapping[int, tuple]) -> dict[int, Any]:
+        if self._closed:
+            raise RuntimeError("the backend is closed")
+        by_worker: dict[int, list[int]] = {}
+        for i in sorted(requests):
+            by_worker.setdefault(self._worker_of[i], []).append(i)
+        results: dict[int, Any] = {}
+        waiting: dict[int, _Worker] = {}
+        for w, indices in by_worker.items():
+            worker = self._workers[w]
+            error = self._ensure_ready(worker)
+            if error is None:
+                start = worker.envs.start
+                data = _dumps_request(command, [(i - start, *requests[i]) for i in indices])
+                if worker.send(data):
+                    waiting[w] = worker
+                    continue
+                error = self._restart_dead(worker, command)
+            self._fail_all(results, worker, error)
+        for w, reply in self._gather(waiting).items():
+            worker = self._workers[w]
+            if reply is None:
+                self._fail_all(results, worker, self._restart_dead(worker, command))
+                continue
+            results.update(zip(by_worker[w], reply[1], strict=True))
+        return results
+
+    # ------------------------------------------------------------------ workers
+    def _gather(self, waiting: Mapping[int, _Worker]) -> dict[int, tuple | None]:
+        """Wait for one message from each worker; ``None`` for a worker that died."""
+        waiting = dict(waiting)
+        replies: dict[int, tuple | None] = {}
+        while waiting:
+            handles: dict[Any, _Worker] = {}
+            for worker in waiting.values():
+                handles[worker.conn] = worker
+                handles[worker.process.sentinel] = worker
+            for handle in wait(list(handles)):
+                worker = handles[handle]
+                if worker.index not in waiting:
+                    continue
+                reply = None  # the process ended, or its pipe closed, without a reply
+                try:
+                    if worker.conn.poll():
+                        reply = pickle.loads(worker.conn.recv_bytes())
+                except (EOFError, OSError):
+                    pass
+                replies[worker.index] = reply
+                del waiting[worker.index]
+        return replies
+
+    def _ensure_ready(self, worker: _Worker) -> str | None:
+        """Make sure a (re)started worker has built its envs; else return why not."""
+        if worker.process is None:
+            worker.start()
+        if worker.ready:
+            return None
+        name = worker.name
+        reply = self._gather({worker.index: worker})[worker.index]
+        if reply is None:
+            how = _describe_exit(worker.reap())
+            return f"{name} {how} while restarting; it will be tried again at the next reset"
+        if reply[0] != "ready":
+            worker.reap()
+            return f"{name} could not rebuild its envs; it will be tried again at the next reset:\n{reply[1]}"
+        for i, spaces in zip(worker.envs, reply[1], strict=True):
+            if (spaces.observation_space, spaces.action_space) != (
+                self.spaces[i].observation_space,
+                self.spaces[i].action_space,
+            ):
+                worker.reap()
+                return f"{name} rebuilt env {i} with different spaces than before"
+        worker.ready = True
+        return None
+
+    def _restart_dead(self, worker: _Worker, command: str) -> str:
+        name = worker.name
+        how = _describe_exit(worker.reap())
+        worker.start()  # boots while the other envs go on; serves the next reset
+        return (
+            f"{name} {how} during {command}(); the worker was restarted and "
+            "its episodes were ended (truncated)"
+        )
+
+    @staticmethod
+    def _fail_all(results: dict[int, Any], worker: _Worker, message: str) -> None:
+        for i in worker.envs:
+            results[i] = EnvFailure(message)
+
+    # ------------------------------------------------------------------ shutdown
+    def close(self) -> None:
+        """Ask every worker to exit, then terminate/kill stragglers and reap them all."""
+        if self._closed:
+            return
+        self._closed = True
+        close_message = _dumps(("close", None))
+        for worker in self._workers:
+            if worker.process is not None and worker.conn is not None:
+                worker.send(close_message)
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        for worker in self._workers:
+            if worker.process is not None:
+                worker.process.join(max(0.0, deadline - time.monotonic()))
+            worker.reap()

@@ -1,0 +1,205 @@
+"""The ``"ray"`` backend: envs in Ray actors, one :class:`~agentgym.vector.host.EnvHost` each.
+
+Ray is imported only here, and only when this backend is built. If Ray is not running
+yet, the backend starts a local instance (``ray.init(num_cpus=..., include_dashboard=
+False)``); a caller who wants a cluster calls ``ray.init(address=...)`` first and the
+backend uses it. Envs never initialise Ray themselves. The backend does not shut Ray
+down on ``close()`` (other users of the same Ray instance may still need it); it kills
+its own actors.
+
+Actors use Ray's default resources (they need a node with a CPU to be placed on but do
+not hold it), so any number of them fit a small local instance. An actor that dies
+(``ray.exceptions.RayActorError``: SIGKILL, segfault, out of memory) or fails a call is
+killed and replaced at once; its envs' episodes end truncated with ``env_error`` and the
+replacement serves their next reset.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentgym.vector.backend import describe_env_block, partition
+from agentgym.vector.host import EnvFailure, EnvFn, EnvHost, EnvSpaces, ResetResult, StepResult
+
+RAY_INSTALL_HINT = "backend='ray' needs Ray: pip install 'agentgym[ray]'"
+CLOSE_TIMEOUT_S = 5.0
+"""How long :meth:`RayBackend.close` lets actors close their envs before killing them."""
+MAX_ERROR_CHARS = 4000
+
+
+def ensure_ray(num_cpus: int) -> Any:
+    """Import Ray and start a local instance with ``num_cpus`` CPUs unless one is running.
+
+    Returns:
+        the ``ray`` module.
+    """
+    try:
+        import ray
+    except ImportError as error:
+        raise ImportError(RAY_INSTALL_HINT) from error
+    if not ray.is_initialized():
+        ray.init(ignore_reinit_error=True, num_cpus=num_cpus, include_dashboard=False)
+    return ray
+
+
+class RayBackend:
+    """Envs in ``num_workers`` Ray actors, contiguous blocks of envs per actor.
+
+    Args:
+        env_fns: zero-argument callables building the envs (serialisable by Ray).
+        num_workers: number of actors (``1 .. len(env_fns)``).
+
+    Raises:
+        ImportError: Ray is not installed.
+        RuntimeError: an actor could not build its envs.
+    """
+
+    def __init__(self, env_fns: Sequence[EnvFn], num_workers: int):
+        self._ray = ensure_ray(num_cpus=max(1, min(num_workers, os.cpu_count() or 1)))
+        self._blocks = partition(len(env_fns), num_workers)
+        self._env_fns = list(env_fns)
+        self._worker_of = [w for w, block in enumerate(self._blocks) for _ in block]
+        self._actor_class = self._ray.remote(max_restarts=0, max_task_retries=0)(EnvHost)
+        self._actors: list[Any] = [None] * num_workers
+        self._ready_refs: list[Any] = [None] * num_workers
+        self._pids: list[int | None] = [None] * num_workers
+        self._closed = False
+        self.spaces: list[EnvSpaces] = []
+        try:
+            for w in range(num_workers):
+                self._launch(w)
+            for w in range(num_workers):
+                try:
+                    spaces = self._ray.get(self._ready_refs[w])
+                    self._pids[w] = self._ray.get(self._actors[w].pid.remote())
+                except self._ray.exceptions.RayError as error:
+                    raise RuntimeError(
+                        f"ray actor for {describe_env_block(self._blocks[w])} could not build "
+                        f"its envs: {_short(error)}"
+                    ) from error
+                self._ready_refs[w] = None
+                self.spaces.extend(spaces)
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ requests
+    def reset(
+        self, requests: Mapping[int, tuple[int | None, dict[str, Any] | None]]
+    ) -> dict[int, ResetResult | EnvFailure]:
+        return self._run("reset", {i: (seed, options) for i, (seed, options) in requests.items()})
+
+    def step(self, requests: Mapping[int, Any]) -> dict[int, StepResult | EnvFailure]:
+        return self._run("step", {i: (action,) for i, action in requests.items()})
+
+    def worker_pids(self) -> tuple[int | None, ...]:
+        return tuple(self._pids[w] for w in self._worker_of)
+
+    def _run(self, command: str, requests: Mapping[int, tuple]) -> dict[int, Any]:
+        if self._closed:
+            raise RuntimeError("the backend is closed")
+        by_worker: dict[int, list[int]] = {}
+        for i in sorted(requests):
+            by_worker.setdefault(self._worker_of[i], []).append(i)
+        results: dict[int, Any] = {}
+        refs: dict[int, Any] = {}
+        for w, indices in by_worker.items():
+            error = self._ensure_ready(w)
+            if error is not None:
+                self._fail_all(results, w, error)
+                continue
+            start = self._blocks[w].start
+            method = getattr(self._actors[w], command)
+            refs[w] = method.remote([(i - start, *requests[i]) for i in indices])
+        for w, ref in refs.items():
+            try:
+                results.update(zip(by_worker[w], self._ray.get(ref), strict=True))
+            except self._ray.exceptions.RayError as error:
+                self._fail_all(results, w, self._restart_dead(w, command, error))
+        return results
+
+    # ------------------------------------------------------------------ actors
+    def _launch(self, w: int) -> None:
+        block = self._blocks[w]
+        actor = self._actor_class.remote([self._env_fns[i] for i in block], list(block))
+        self._actors[w] = actor
+        self._ready_refs[w] = actor.start.remote()
+        self._pids[w] = None
+
+    def _ensure_ready(self, w: int) -> str | None:
+        if self._actors[w] is None:
+            self._launch(w)
+        if self._ready_refs[w] is None:
+            return None
+        name = f"ray actor for {describe_env_block(self._blocks[w])}"
+        try:
+            spaces = self._ray.get(self._ready_refs[w])
+            self._pids[w] = self._ray.get(self._actors[w].pid.remote())
+        except self._ray.exceptions.RayError as error:
+            self._kill(w)
+            return (
+                f"{name} could not rebuild its envs; it will be tried again at the next "
+                f"reset: {_short(error)}"
+            )
+        for i, new in zip(self._blocks[w], spaces, strict=True):
+            old = self.spaces[i]
+            if (new.observation_space, new.action_space) != (
+                old.observation_space,
+                old.action_space,
+            ):
+                self._kill(w)
+                return f"{name} rebuilt env {i} with different spaces than before"
+        self._ready_refs[w] = None
+        return None
+
+    def _restart_dead(self, w: int, command: str, error: Exception) -> str:
+        pid = self._pids[w]
+        self._kill(w)
+        self._launch(w)  # boots while the other envs go on; serves the next reset
+        return (
+            f"ray actor {pid} ({describe_env_block(self._blocks[w])}) failed during "
+            f"{command}(); it was restarted and its episodes were ended (truncated): "
+            f"{_short(error)}"
+        )
+
+    def _kill(self, w: int) -> None:
+        actor, self._actors[w] = self._actors[w], None
+        self._ready_refs[w] = None
+        self._pids[w] = None
+        if actor is not None:
+            try:
+                self._ray.kill(actor, no_restart=True)
+            except Exception:  # already gone: nothing left to kill
+                pass
+
+    def _fail_all(self, results: dict[int, Any], w: int, message: str) -> None:
+        for i in self._blocks[w]:
+            results[i] = EnvFailure(message)
+
+    # ------------------------------------------------------------------ shutdown
+    def close(self) -> None:
+        """Let every actor close its envs (bounded wait), then kill the actors."""
+        if self._closed:
+            return
+        self._closed = True
+        refs = []
+        for actor in self._actors:
+            if actor is not None:
+                try:
+                    refs.append(actor.close.remote())
+                except Exception:  # a dead actor cannot take calls; it is killed below
+                    pass
+        if refs:
+            try:
+                self._ray.wait(refs, num_returns=len(refs), timeout=CLOSE_TIMEOUT_S)
+            except Exception:  # best effort: the actors are killed right after
+                pass
+        for w in range(len(self._actors)):
+            self._kill(w)
+
+
+def _short(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= MAX_ERROR_CHARS else "..." + text[-MAX_ERROR_CHARS:]
