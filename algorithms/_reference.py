@@ -75,9 +75,21 @@ def ref_grpo_advantages(
     return advantages
 
 
-def ref_step_groups(group_ids, anchors) -> list[tuple[Any, Any]]:
-    """(N,) list of ``(group_id, anchor)`` keys: equal keys form a step group (Eq. 6)."""
-    return [(group, anchor) for group, anchor in zip(list(group_ids), list(anchors), strict=True)]
+def ref_step_groups(group_ids, anchors) -> np.ndarray:
+    """(N,) step-group ids (Eq. 6): per group, rows with equal anchors share an id."""
+    group_ids = np.asarray(group_ids)
+    anchors = list(anchors)
+    step_group_ids = np.zeros(len(anchors), dtype=np.int64)
+    next_id = 0
+    for group in np.unique(group_ids):
+        rows_of_anchor = defaultdict(list)
+        for row in np.where(group_ids == group)[0]:
+            rows_of_anchor[anchors[row]].append(row)
+        for rows in rows_of_anchor.values():
+            for row in rows:
+                step_group_ids[row] = next_id
+            next_id += 1
+    return step_group_ids
 
 
 def ref_gigpo_advantages(
@@ -98,8 +110,8 @@ def ref_gigpo_advantages(
     )
     returns = ref_discounted_returns(rewards, traj_ids, gamma=gamma)
     rows_of_step_group = defaultdict(list)
-    for row, key in enumerate(ref_step_groups(group_ids, anchors)):
-        rows_of_step_group[key].append(row)
+    for row, step_group in enumerate(ref_step_groups(group_ids, anchors)):
+        rows_of_step_group[step_group].append(row)
     step = np.zeros(len(returns))
     for rows in rows_of_step_group.values():
         scores = normalize_scores([returns[row] for row in rows], normalize, eps)

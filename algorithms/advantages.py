@@ -62,8 +62,8 @@ def _as_rewards(rewards: Any, name: str = "rewards") -> np.ndarray:
     array = np.asarray(rewards, dtype=np.float64)
     if array.ndim != 1:
         raise ValueError(f"{name} must be 1-D (one row per step), got shape {array.shape}")
-    bad = np.flatnonzero(~np.isfinite(array))
-    if bad.size:
+    if not np.isfinite(array).all():
+        bad = np.flatnonzero(~np.isfinite(array))
         raise ValueError(
             f"{name} must be finite; {bad.size} row(s) are not, first at row {bad[0]}: "
             f"{array[bad[0]]!r}"
@@ -95,6 +95,11 @@ def _check_unit_interval(value: float, name: str) -> float:
     return value
 
 
+def _check_similarity_threshold(threshold: float | None) -> None:
+    if threshold is not None and not 0.0 < float(threshold) < 1.0:
+        raise ValueError(f"similarity_threshold must be in (0, 1), got {threshold}")
+
+
 def _check_eps(eps: float) -> float:
     eps = float(eps)
     if not (np.isfinite(eps) and eps >= 0.0):
@@ -103,6 +108,43 @@ def _check_eps(eps: float) -> float:
 
 
 # --------------------------------------------------------------------------- segments
+
+
+def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct ids (sorted) and the (N,) dense index 0..K-1 of each row.
+
+    Integer ids spanning a range of at most a few times N (the usual 0..T-1 or
+    slightly sparse ids) go through a presence table in O(N + span) without sorting;
+    other ids (str, very sparse ints) through ``np.unique`` in O(N log N).
+    """
+    if ids.size and ids.dtype.kind in "iu":
+        low, high = ids.min(), ids.max()
+        span = int(high) - int(low) + 1
+        if span <= 4 * ids.size + 1024:
+            offsets = (ids - low).astype(np.intp)
+            present = np.zeros(span, dtype=bool)
+            present[offsets] = True
+            rank = np.cumsum(present, dtype=np.intp) - 1
+            uniques = (np.flatnonzero(present) + int(low)).astype(ids.dtype)
+            return uniques, rank[offsets]
+    uniques, index = np.unique(ids, return_inverse=True)
+    return uniques, index.reshape(-1).astype(np.intp, copy=False)
+
+
+def _one_value_per_segment(
+    values: np.ndarray, index: np.ndarray, n_segments: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) one member's value of each row's segment, and (K,) whether segments are constant.
+
+    ``out[index] = values`` with repeated indices leaves *some* member's value in each
+    slot, which is all this needs: a segment is constant exactly when every member
+    equals that value. O(N), exact, no sort.
+    """
+    representative = np.zeros(n_segments, dtype=values.dtype)
+    representative[index] = values
+    per_row = representative[index]
+    mismatches = np.bincount(index, weights=values != per_row, minlength=n_segments)
+    return per_row, mismatches == 0
 
 
 @dataclass(frozen=True)
@@ -127,9 +169,10 @@ class _Trajectories:
 
     @classmethod
     def from_ids(cls, traj_ids: np.ndarray) -> _Trajectories:
-        ids, index = np.unique(traj_ids, return_inverse=True)
-        index = index.reshape(-1)
-        order = np.argsort(index, kind="stable")
+        ids, index = _dense_ids(traj_ids)
+        # A 16-bit key lets NumPy use its O(N) radix sort for the stable sort.
+        key = index.astype(np.uint16) if ids.size <= 1 << 16 else index
+        order = np.argsort(key, kind="stable")
         lengths = np.bincount(index, minlength=ids.size)
         stops = np.cumsum(lengths)
         return cls(
@@ -143,16 +186,16 @@ class _Trajectories:
 
     def group_of_each(self, group_index: np.ndarray) -> np.ndarray:
         """(T,) dense group index of each trajectory; raises if a trajectory spans groups."""
-        sorted_groups = group_index[self.order]
-        low = np.minimum.reduceat(sorted_groups, self.starts)
-        high = np.maximum.reduceat(sorted_groups, self.starts)
-        split = np.flatnonzero(low != high)
-        if split.size:
+        per_row, single = _one_value_per_segment(group_index, self.index, self.ids.size)
+        if not single.all():
+            split = np.flatnonzero(~single)
             raise ValueError(
                 f"every trajectory must belong to one group; {split.size} do not, e.g. "
                 f"trajectory {self.ids[split[0]]!r}"
             )
-        return low
+        groups = np.empty(self.ids.size, dtype=group_index.dtype)
+        groups[self.index] = per_row
+        return groups
 
 
 def _reverse_discounted_scan(values: np.ndarray, ends: np.ndarray, coef: float) -> np.ndarray:
@@ -180,10 +223,9 @@ def _reverse_discounted_scan(values: np.ndarray, ends: np.ndarray, coef: float) 
     longest = int(remaining.max())
     step = 1
     while step < longest:
-        scale = coef**step
-        within = remaining[:-step] > step
-        # np.where builds the addend from the old values before the in-place add.
-        out[:-step] += np.where(within, scale * out[step:], 0.0)
+        # The addend is built from the old values before the in-place add; values are
+        # finite, so multiplying by the 0/1 "same segment" gate is exact.
+        out[:-step] += (coef**step) * out[step:] * (remaining[:-step] > step)
         step *= 2
     return out
 
@@ -220,19 +262,10 @@ def _normalize_in_groups(
     if values.size == 0:
         return np.zeros(0, dtype=np.float64)
     counts = np.bincount(group_index, minlength=n_groups)
-    order = np.argsort(group_index, kind="stable")
-    present = np.flatnonzero(counts)
-    starts = np.cumsum(counts)[present] - counts[present]
-    sorted_values = values[order]
-    group_min = np.zeros(n_groups)
-    group_max = np.zeros(n_groups)
-    group_min[present] = np.minimum.reduceat(sorted_values, starts)
-    group_max[present] = np.maximum.reduceat(sorted_values, starts)
-
-    safe_counts = np.maximum(counts, 1)
-    # Shift by the group minimum so that a constant group has a mean that is exact.
-    shifted = values - group_min[group_index]
-    means = np.bincount(group_index, weights=shifted, minlength=n_groups) / safe_counts
+    representative, constant = _one_value_per_segment(values, group_index, n_groups)
+    # Shift by a member's value: a constant group then has exactly zero deviations.
+    shifted = values - representative
+    means = np.bincount(group_index, weights=shifted, minlength=n_groups) / np.maximum(counts, 1)
     deviations = shifted - means[group_index]
     if normalize == "std":
         squares = np.bincount(group_index, weights=deviations**2, minlength=n_groups)
@@ -241,7 +274,7 @@ def _normalize_in_groups(
             scores = deviations / (stds[group_index] + eps)
     else:
         scores = deviations
-    degenerate = (counts < 2) | (group_min == group_max)
+    degenerate = (counts < 2) | constant
     scores[degenerate[group_index]] = 0.0
     return scores
 
@@ -319,20 +352,21 @@ def grpo_advantages(
     if n == 0:
         return np.zeros(0, dtype=np.float64)
     trajectories = _Trajectories.from_ids(traj_ids)
-    return _episode_advantages(rewards, trajectories, group_ids, normalize, eps, episode_stats)
+    group_uniques, group_index = _dense_ids(group_ids)
+    return _episode_advantages(
+        rewards, trajectories, group_index, group_uniques.size, normalize, eps, episode_stats
+    )
 
 
 def _episode_advantages(
     rewards: np.ndarray,
     trajectories: _Trajectories,
-    group_ids: np.ndarray,
+    group_index: np.ndarray,
+    n_groups: int,
     normalize: str,
     eps: float,
     episode_stats: str,
 ) -> np.ndarray:
-    group_uniques, group_index = np.unique(group_ids, return_inverse=True)
-    group_index = group_index.reshape(-1)
-    n_groups = group_uniques.size
     traj_groups = trajectories.group_of_each(group_index)
     episode_returns = np.bincount(
         trajectories.index, weights=rewards, minlength=trajectories.ids.size
@@ -348,8 +382,9 @@ def _anchor_codes(anchors: Any, n: int) -> np.ndarray:
     """(N,) int codes, equal exactly when the anchors are equal.
 
     NumPy arrays of numbers or strings (1-D) or rows of a 2-D numeric array are coded by
-    ``np.unique`` without a Python loop. Anything else is hashed in one Python pass over
-    the rows (a dict from anchor to code): equality is Python's ``==``/``hash``, so ``1``,
+    ``np.unique`` without a Python loop. Anything else goes through a dict in one
+    ``map(dict.setdefault, ...)`` pass over the rows (C-level, no Python bytecode per
+    row), coded by first occurrence: equality is Python's ``==``/``hash``, so ``1``,
     ``1.0`` and ``True`` are the same anchor, and unhashable anchors (lists, dicts) raise.
     """
     if isinstance(anchors, np.ndarray) and anchors.dtype.kind != "O":
@@ -364,23 +399,14 @@ def _anchor_codes(anchors: Any, n: int) -> np.ndarray:
         raise ValueError(f"anchors has {len(anchors)} rows, expected {n}")
     table: dict[Any, int] = {}
     try:
-        codes = np.fromiter(
-            (table.setdefault(anchor, len(table)) for anchor in anchors), dtype=np.int64, count=n
-        )
+        # One C-level pass: each row gets the row number of its anchor's first occurrence.
+        first_rows = np.fromiter(map(table.setdefault, anchors, range(n)), dtype=np.intp, count=n)
     except TypeError as error:
         raise TypeError(
             f"anchors must be hashable (str, int, tuple, ...); convert lists or arrays to "
             f"tuples first ({error})"
         ) from error
-    return codes
-
-
-def _dense_in_first_appearance(keys: np.ndarray) -> np.ndarray:
-    """(N,) ids 0..K-1 for equal keys, numbered in order of first appearance."""
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    rank = np.empty(first.size, dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(first.size)
-    return rank[inverse.reshape(-1)]
+    return _dense_ids(first_rows)[1]
 
 
 def _similarity_codes(
@@ -459,7 +485,10 @@ def step_groups(
             number of distinct anchors per group and in their length, in Python.
 
     Returns:
-        (N,) int64 dense step-group ids 0..K-1, numbered in order of first appearance.
+        (N,) int dense step-group ids 0..K-1: rows share an id exactly when they share
+        the group and the anchor (or the similarity cluster). Ids are ordered by group
+        (group g's step groups come before those of any larger group id); the order
+        inside a group is an implementation detail.
 
     Raises:
         ValueError: on mismatched lengths or a threshold outside (0, 1).
@@ -470,19 +499,25 @@ def step_groups(
         raise ValueError(f"group_ids must be 1-D (one row per step), got shape {group_ids.shape}")
     n = group_ids.shape[0]
     group_ids = _as_ids(group_ids, "group_ids", n)
-    if similarity_threshold is not None and not 0.0 < float(similarity_threshold) < 1.0:
-        raise ValueError(f"similarity_threshold must be in (0, 1), got {similarity_threshold}")
+    _check_similarity_threshold(similarity_threshold)
+    _, group_index = _dense_ids(group_ids)
+    return _step_group_index(group_index, anchors, similarity_threshold)
+
+
+def _step_group_index(
+    group_index: np.ndarray, anchors: Any, similarity_threshold: float | None
+) -> np.ndarray:
+    """(N,) dense step-group ids from dense group indices and raw anchors."""
+    n = group_index.size
     if n == 0:
         if len(anchors) != 0:
             raise ValueError(f"anchors has {len(anchors)} rows, expected 0")
-        return np.zeros(0, dtype=np.int64)
-    _, group_index = np.unique(group_ids, return_inverse=True)
-    group_index = group_index.reshape(-1)
+        return np.zeros(0, dtype=np.intp)
     codes = _anchor_codes(anchors, n)
     if similarity_threshold is not None:
         codes = _similarity_codes(anchors, group_index, codes, float(similarity_threshold))
-    keys = group_index.astype(np.int64) * (int(codes.max()) + 1) + codes
-    return _dense_in_first_appearance(keys)
+    keys = group_index * (int(codes.max()) + 1) + codes
+    return _dense_ids(keys)[1]
 
 
 @dataclass(frozen=True)
@@ -533,12 +568,16 @@ def gigpo_terms(
     _check_choice(normalize, _NORMALIZE_CHOICES, "normalize")
     _check_choice(episode_stats, _EPISODE_STATS_CHOICES, "episode_stats")
     eps = _check_eps(eps)
-    step_group_ids = step_groups(group_ids, anchors, similarity_threshold=similarity_threshold)
+    _check_similarity_threshold(similarity_threshold)
+    group_uniques, group_index = _dense_ids(group_ids)
+    step_group_ids = _step_group_index(group_index, anchors, similarity_threshold)
     if n == 0:
         empty = np.zeros(0, dtype=np.float64)
         return GiGPOTerms(empty, empty.copy(), empty.copy(), step_group_ids)
     trajectories = _Trajectories.from_ids(traj_ids)
-    episode = _episode_advantages(rewards, trajectories, group_ids, normalize, eps, episode_stats)
+    episode = _episode_advantages(
+        rewards, trajectories, group_index, group_uniques.size, normalize, eps, episode_stats
+    )
     returns = _discounted_returns_sorted(rewards, trajectories, gamma)
     n_step_groups = int(step_group_ids.max()) + 1
     step = _normalize_in_groups(returns, step_group_ids, n_step_groups, normalize, eps)

@@ -1,0 +1,182 @@
+"""Benchmark: vectorized advantage estimators vs the straightforward loop implementation.
+
+Run from the repository root:  PYTHONPATH=. python benchmarks/advantages.py
+
+Batches look like ALFWorld rollouts: groups of 8 trajectories from one initial state, up to
+50 steps each, rows in time-major order (step t of every live env, then step t + 1), a
+reward of 10 on success and -0.1 for invalid actions, and string anchors (observation
+texts) that collide across trajectories of a group as the agents revisit states.
+The loop baseline is ``algorithms/_reference.py`` (the readable spec the tests also use).
+Figures are ratios measured in the same run; absolute times depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from algorithms._reference import (
+    ref_discounted_returns,
+    ref_gae_advantages,
+    ref_gigpo_advantages,
+    ref_grpo_advantages,
+    ref_step_groups,
+)
+from algorithms.advantages import (
+    discounted_returns,
+    gae_advantages,
+    gigpo_advantages,
+    grpo_advantages,
+    step_groups,
+)
+
+GROUP_SIZE = 8
+MAX_STEPS = 50
+STATES_PER_GROUP = 40
+
+
+def make_batch(n_trajectories: int, rng: np.random.Generator) -> dict[str, object]:
+    """One time-major rollout batch of ``n_trajectories`` trajectories (groups of 8)."""
+    # early in training most episodes fail and run to the step limit
+    succeeded = rng.random(n_trajectories) < 0.3
+    lengths = np.where(succeeded, rng.integers(5, MAX_STEPS + 1, size=n_trajectories), MAX_STEPS)
+    traj_of_row = np.repeat(np.arange(n_trajectories), lengths)
+    time_of_row = np.arange(traj_of_row.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    order = np.lexsort((traj_of_row, time_of_row))  # time-major interleaving
+    traj_of_row, time_of_row = traj_of_row[order], time_of_row[order]
+    n = traj_of_row.size
+
+    group_of_row = traj_of_row // GROUP_SIZE
+    # a random walk over a ring of states, starting from the group's shared initial state
+    moves = rng.choice([-1, 0, 1, 2], size=n, p=[0.3, 0.2, 0.3, 0.2])
+    moves[time_of_row == 0] = 0
+    by_traj = np.lexsort((time_of_row, traj_of_row))
+    walk = np.empty(n, dtype=np.int64)
+    cumulative = np.cumsum(moves[by_traj])
+    first = np.repeat(cumulative[np.cumsum(lengths) - lengths], lengths)
+    walk[by_traj] = (cumulative - first) % STATES_PER_GROUP
+    # observation texts: groups play one of 16 room layouts, so texts also recur across
+    # groups (they must not share step groups there)
+    layout_of_row = group_of_row % 16
+    templates = [
+        f"You arrive at loc {s} of room {room}. On the countertop {s}, you see a mug "
+        f"{s % 7}, a knife {s % 5} and a spatula {(s + room) % 3}."
+        for room in range(16)
+        for s in range(STATES_PER_GROUP)
+    ]
+    anchors = [templates[k] for k in (layout_of_row * STATES_PER_GROUP + walk).tolist()]
+
+    rewards = np.where(rng.random(n) < 0.1, -0.1, 0.0)
+    is_last = time_of_row == lengths[traj_of_row] - 1
+    rewards[is_last & succeeded[traj_of_row]] += 10.0
+    values = rng.normal(size=n)
+    truncated = ~succeeded
+    bootstrap = rng.normal(size=int(truncated.sum()))
+    return {
+        "rewards": rewards,
+        "traj_ids": traj_of_row * 13 + 5,
+        "group_ids": group_of_row * 7 + 1,
+        "anchors": anchors,
+        "values": values,
+        "last_values": {
+            int(t) * 13 + 5: float(v)
+            for t, v in zip(np.flatnonzero(truncated), bootstrap, strict=True)
+        },
+    }
+
+
+def best_time(fn: Callable[[], object], repeats: int) -> float:
+    """Best CPU time (``time.process_time``) over ``repeats`` calls, in seconds.
+
+    CPU time rather than wall time: on a shared machine the wall clock also counts the
+    time this process waits for a core, which says nothing about the code.
+    """
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        fn()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def check_agreement(name: str, loop_out: object, vector_out: object) -> None:
+    """Fail loudly if the two implementations disagree on this batch."""
+    if name == "step_groups":
+        loop_ids, vector_ids = np.asarray(loop_out).tolist(), np.asarray(vector_out).tolist()
+        pairs = set(zip(loop_ids, vector_ids, strict=True))
+        if not len(pairs) == len(set(loop_ids)) == len(set(vector_ids)):
+            raise AssertionError("step_groups: loop and vectorized partitions differ")
+        return
+    loop_parts = loop_out if isinstance(loop_out, tuple) else (loop_out,)
+    vector_parts = vector_out if isinstance(vector_out, tuple) else (vector_out,)
+    for want, got in zip(loop_parts, vector_parts, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, err_msg=name)
+
+
+def cases(b: dict[str, object]) -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
+    """(loop, vectorized) callables per function, on batch ``b``."""
+    r, t, g, a, v = b["rewards"], b["traj_ids"], b["group_ids"], b["anchors"], b["values"]
+    lv = b["last_values"]
+    return {
+        "discounted_returns": (
+            lambda: ref_discounted_returns(r, t, gamma=0.95),
+            lambda: discounted_returns(r, t, gamma=0.95),
+        ),
+        "grpo_advantages": (
+            lambda: ref_grpo_advantages(r, t, g),
+            lambda: grpo_advantages(r, t, g),
+        ),
+        "step_groups": (lambda: ref_step_groups(g, a), lambda: step_groups(g, a)),
+        "gigpo_advantages": (
+            lambda: ref_gigpo_advantages(r, t, g, a),
+            lambda: gigpo_advantages(r, t, g, a),
+        ),
+        "gae_advantages": (
+            lambda: ref_gae_advantages(r, v, t, gamma=1.0, lam=0.95, last_values=lv),
+            lambda: gae_advantages(r, v, t, gamma=1.0, lam=0.95, last_values=lv),
+        ),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trajectories", type=int, nargs="+", default=[128, 512, 2048])
+    parser.add_argument("--repeats", type=int, default=20, help="vectorized timing repeats")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = np.random.default_rng(args.seed)
+
+    print(f"load average at start: {os.getloadavg()[0]:.2f}; CPU times, best of repeats")
+    vector_times: dict[tuple[str, int], float] = {}
+    rows_of: dict[int, int] = {}
+    print(
+        f"{'rows':>7} {'trajs':>6} {'function':<19} {'loop ms':>9} {'vector ms':>10} {'speedup':>8}"
+    )
+    for n_traj in args.trajectories:
+        batch = make_batch(n_traj, rng)
+        n = len(batch["rewards"])
+        rows_of[n_traj] = n
+        for name, (loop_fn, vector_fn) in cases(batch).items():
+            check_agreement(name, loop_fn(), vector_fn())
+            loop_s = best_time(loop_fn, repeats=2 if n > 50_000 else 3)
+            vector_s = best_time(vector_fn, repeats=args.repeats)
+            vector_times[(name, n_traj)] = vector_s
+            print(
+                f"{n:>7} {n_traj:>6} {name:<19} {loop_s * 1e3:>9.1f} {vector_s * 1e3:>10.2f} "
+                f"{loop_s / vector_s:>7.0f}x"
+            )
+    if len(args.trajectories) >= 2:
+        small, large = args.trajectories[-2], args.trajectories[-1]
+        row_ratio = rows_of[large] / rows_of[small]
+        print(f"\nscaling {rows_of[small]} -> {rows_of[large]} rows ({row_ratio:.1f}x rows):")
+        for name in cases(make_batch(8, rng)):
+            ratio = vector_times[(name, large)] / vector_times[(name, small)]
+            print(f"  {name:<19} time x{ratio:.2f}  (per-row cost x{ratio / row_ratio:.2f})")
+
+
+if __name__ == "__main__":
+    main()
