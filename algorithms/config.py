@@ -223,9 +223,13 @@ class LearnerConfig:
     step_weight: float = 1.0
     """GiGPO omega: weight of the step-level advantage (Eq. 7)."""
 
-    normalize: Literal["std", "none"] = "std"
-    """Group normalization: divide by the group's sample std (``std``) or only subtract
-    the mean (``none``; the paper's WebShop setting)."""
+    normalize: Literal["std", "mean"] = "std"
+    """Group normalization: subtract the group mean and divide by the sample std (``std``),
+    or only subtract the mean (``mean``; the paper's "w/o std", used for WebShop)."""
+
+    episode_stats: Literal["trajectories", "steps"] = "trajectories"
+    """Episode-level group statistics over trajectories (the paper's Eq. 3) or over step
+    rows (the GiGPO reference code, where long trajectories weigh more)."""
 
     whiten_gae: bool = True
     """PPO: whiten GAE advantages over the batch."""
@@ -468,7 +472,7 @@ def _webshop_1_5b() -> TrainConfig:
         env={"env_id": "AgentGym/WebShop-v0", "num_groups": 16, "group_size": 8,
              "max_steps": 15, "backend": "subprocess",
              "eval_env_kwargs": json.dumps({"split": "test"}), "eval_episodes": 500},
-        learner={"lr": 1e-6, "normalize": "none", "mini_batch_size": 256,
+        learner={"lr": 1e-6, "normalize": "mean", "mini_batch_size": 256,
                  "micro_batch_size": 8},
         run={"iterations": 150, "eval_every": 10},
     )

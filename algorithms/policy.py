@@ -315,6 +315,6 @@ def score_responses(
     if with_entropy:
         from algorithms.losses import entropy_from_logits
 
-        entropy = entropy_from_logits(logits)
+        entropy = entropy_from_logits(logits, response_mask=response_mask)
     values = value_head(hidden[:, width - 1]) if value_head is not None else None
     return ScoredResponses(log_probs=log_probs, entropy=entropy, values=values)

@@ -62,29 +62,33 @@ def hf_weight_name(name: str) -> str | None:
 def vllm_weight_items(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
     """``(hf_name, tensor)`` for every weight of ``model`` as vLLM expects them.
 
-    With PEFT adapters, the adapters are merged into the base weights for the duration of
-    the iteration (``merge_adapter``) and unmerged afterwards, so the training model is
-    unchanged when the generator is exhausted or closed.
+    With PEFT LoRA adapters, each adapted weight is yielded as ``W + delta`` (the active
+    adapters' ``get_delta_weight``) computed on the fly; the model itself is never
+    modified (an in-place merge/unmerge would drift low-precision base weights).
 
     Args:
         model: a causal LM, possibly a ``peft.PeftModel``.
 
     Yields:
         Names in the plain HF layout (e.g. ``model.layers.0.mlp.up_proj.weight``) and
-        detached tensors.
+        detached tensors (the live parameters, or a fresh merged tensor for LoRA layers).
     """
-    merged = hasattr(model, "merge_adapter") and hasattr(model, "peft_config")
-    if merged:
-        model.merge_adapter()
-    try:
-        with torch.no_grad():
-            for name, tensor in model.state_dict().items():
-                mapped = hf_weight_name(name)
-                if mapped is not None:
-                    yield mapped, tensor.detach()
-    finally:
-        if merged:
-            model.unmerge_adapter()
+    lora_layers = {
+        name: module for name, module in model.named_modules()
+        if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer")
+    }
+    suffix = ".base_layer.weight"
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            mapped = hf_weight_name(name)
+            if mapped is None:
+                continue
+            layer = lora_layers.get(name[: -len(suffix)]) if name.endswith(suffix) else None
+            if layer is not None and not getattr(layer, "merged", False):
+                for adapter in layer.active_adapters:
+                    if adapter in layer.lora_A:
+                        tensor = tensor + layer.get_delta_weight(adapter).to(tensor.dtype)
+            yield mapped, tensor.detach()
 
 
 def _import_vllm() -> Any:
