@@ -1,0 +1,263 @@
+"""``AgentGym/ALFWorld-v0``: ALFWorld's text games on the real engine, as a ``TextEnv``.
+
+Data, in this order: ``data_path=``, ``$ALFWORLD_DATA``, ``~/.cache/alfworld`` (the
+official games, see :mod:`agentgym.alfworld.data`); when none holds games, procedurally
+generated games from :func:`agentgym.alfworld.generate.ensure_generated_games` (cached on
+disk, generated on the first reset that needs them).
+
+Observations: at reset, the engine's room description and task ("You are in the middle of
+a room. ... Your task is to: ...") without TextWorld's "-= Welcome to TextWorld, ALFRED! =-"
+banner; at each step, the engine's feedback unchanged. Any string is played: TextWorld
+strips it and looks it up among the admissible commands, exactly (case-sensitive); a
+command that is not there gets "Nothing happens." and changes nothing.
+
+``valid_action`` is ``True`` iff ``action.strip()`` is one of ``admissible_actions`` (the
+engine's admissible commands without "help"). "help" is still passed to the engine, which
+prints its command list, but it counts as invalid: policies are shown the admissible list,
+which does not offer it.
+
+Reward: ``success_reward`` (10, the GiGPO recipe) on the step that solves the task, else
+0; solving terminates the episode, and ``max_steps`` (50) truncates it.
+
+Info extras: ``task_type`` (one of the six), ``won`` (same as ``success``, the key name
+alfworld and verl-agent use).
+
+Anchors: ``"observation"`` is the raw text; ``"state"`` is a digest of the sorted true
+PDDL facts whose predicate some action can change (where the agent is, what it holds,
+what is open, hot, clean, where each object lies, ...), so "Nothing happens." in two
+different states never shares a step group and a state reached by two paths always does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from agentgym.alfworld.data import (
+    TASK_TYPES,
+    GameRecord,
+    available_splits,
+    collect_games,
+    find_data_root,
+    validate_task_types,
+)
+from agentgym.core import AnchorMode, TextEnv, Transition
+
+BANNER = "-= Welcome to TextWorld, ALFRED! =-"
+TASK_PREFIX = "Your task is to: "
+HELP_COMMAND = "help"
+DEFAULT_NUM_GENERATED_GAMES = 60
+"""Games generated per split when no official data is found (10 per task type)."""
+GENERATED_SPLITS = {"train": "train", "valid": "valid", "valid_unseen": "valid"}
+"""Split names accepted for generated games -> the generator's split (by scene:
+alfworld's train scenes vs its held-out test scenes, i.e. "unseen")."""
+
+
+def strip_banner(text: str) -> str:
+    """``text`` without TextWorld's welcome banner and the blank lines after it."""
+    if text.startswith(BANNER):
+        return text[len(BANNER):].lstrip("\n")
+    return text
+
+
+def task_of(intro: str) -> str:
+    """The task sentence after "Your task is to: " in an intro text ("" if absent)."""
+    _, found, task = intro.rpartition(TASK_PREFIX)
+    return task.strip() if found else ""
+
+
+class ALFWorldEnv(TextEnv):
+    """ALFWorld (Shridhar et al., ICLR 2021) text games through TextWorld's PDDL engine.
+
+    Args:
+        data_path: root holding ``json_2.1.1/<split>/...`` (default: ``$ALFWORLD_DATA``,
+            then ``~/.cache/alfworld``, then generated games).
+        split: ``"train"``, ``"valid_seen"`` or ``"valid_unseen"`` for official data;
+            ``"train"`` or ``"valid"`` (alias ``"valid_unseen"``) for generated games.
+        task_types: keep only these task types (``None``: all six).
+        num_generated_games: games per split to generate when no official data is found.
+        generation_seed: seed of the generated games.
+        success_reward: reward for solving the task.
+        anchor, max_steps, max_action_length, render_mode: see :class:`~agentgym.core.TextEnv`.
+
+    Raises:
+        FileNotFoundError: ``data_path`` holds no ``json_2.1.1`` folder.
+        ValueError: unknown split or task type.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_path: str | os.PathLike[str] | None = None,
+        split: str = "train",
+        task_types: Sequence[str] | None = None,
+        num_generated_games: int = DEFAULT_NUM_GENERATED_GAMES,
+        generation_seed: int = 0,
+        success_reward: float = 10.0,
+        anchor: AnchorMode = "observation",
+        max_steps: int | None = 50,
+        max_action_length: int = 1 << 16,
+        render_mode: str | None = None,
+    ):
+        super().__init__(anchor=anchor, max_steps=max_steps,
+                         max_action_length=max_action_length, render_mode=render_mode)
+        self.task_types = validate_task_types(task_types)
+        self.split = split
+        self.success_reward = float(success_reward)
+        self.num_generated_games = int(num_generated_games)
+        self.generation_seed = int(generation_seed)
+        self.data_root: Path | None = find_data_root(data_path)
+        if self.data_root is not None:
+            splits = available_splits(self.data_root)
+            if split not in splits:
+                raise ValueError(f"ALFWorld split {split!r} not found in {self.data_root}; "
+                                 f"available: {list(splits)}")
+        else:
+            if split not in GENERATED_SPLITS:
+                raise ValueError(
+                    f"no official ALFWorld data found (pass data_path= or set $ALFWORLD_DATA); "
+                    f"generated games have the splits {sorted(GENERATED_SPLITS)}, got {split!r}"
+                )
+            if self.num_generated_games < 1:
+                raise ValueError(f"num_generated_games must be >= 1, got {num_generated_games}")
+        self._games: dict[str, GameRecord] | None = None
+        self.games_root: Path | None = None
+        """Where the games lie (known after the first reset or ``task_ids`` access)."""
+        self._task_ids: tuple[str, ...] = ()
+        self._engine: Any = None
+        self._loaded_task: str | None = None
+        self._task = ""
+        self._task_type = ""
+        self._admissible: tuple[str, ...] = ()
+        self._won = False
+
+    # ------------------------------------------------------------------ data
+    @property
+    def generated(self) -> bool:
+        """Whether this env plays generated games (no official data was found)."""
+        return self.data_root is None
+
+    def _ensure_games(self) -> dict[str, GameRecord]:
+        if self._games is None:
+            if self.data_root is not None:
+                root, split = self.data_root, self.split
+            else:
+                split = GENERATED_SPLITS[self.split]
+                wanted = None if self.task_types == TASK_TYPES else list(self.task_types)
+                root = _generated_root(split, self.num_generated_games, self.generation_seed,
+                                       wanted)
+            games = collect_games(root, split, self.task_types)
+            self.games_root = root
+            self._games = {g.task_id: g for g in games}
+            self._task_ids = tuple(g.task_id for g in games)
+        return self._games
+
+    @property
+    def task_ids(self) -> Sequence[str]:
+        """The split's game ids (trial folders relative to the data root), sorted."""
+        self._ensure_games()
+        return self._task_ids
+
+    def game(self, task_id: str) -> GameRecord:
+        """The record of ``task_id`` (its game file and task type)."""
+        games = self._ensure_games()
+        record = games.get(task_id)
+        if record is None:
+            raise ValueError(f"unknown ALFWorld task id {task_id!r} (split {self.split!r}, "
+                             f"task types {list(self.task_types)}; see env.task_ids)")
+        return record
+
+    def walkthrough(self, task_id: str) -> tuple[str, ...]:
+        """The stored expert walkthrough of ``task_id`` (from its game file)."""
+        import json
+
+        with open(self.game(task_id).game_file, encoding="utf-8") as f:
+            return tuple(json.load(f).get("walkthrough") or ())
+
+    # ------------------------------------------------------------------ contract
+    def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
+        record = self.game(task_id)
+        if self._engine is None:
+            from agentgym.alfworld.engine import AlfredEngine
+
+            self._engine = AlfredEngine()
+        if self._loaded_task != task_id:
+            self._loaded_task = None
+            self._engine.load(record.game_file)
+            self._loaded_task = task_id
+        intro = self._engine.reset()
+        self._task = task_of(intro)
+        self._task_type = record.task_type
+        self._read_engine()
+        return strip_banner(intro), self._extras()
+
+    def _step_text(self, action: str) -> Transition:
+        valid = action.strip() in self._admissible
+        feedback = self._engine.step(action)
+        self._read_engine()
+        return Transition(
+            observation=feedback,
+            reward=self.success_reward if self._won else 0.0,
+            terminated=self._won,
+            valid_action=valid,
+            info=self._extras(),
+        )
+
+    def _read_engine(self) -> None:
+        self._admissible = tuple(c for c in self._engine.admissible_commands if c != HELP_COMMAND)
+        self._won = bool(self._engine.won)
+
+    def _extras(self) -> dict[str, Any]:
+        return {"task_type": self._task_type, "won": self._won}
+
+    def state_facts(self) -> tuple[str, ...]:
+        """The sorted true facts that actions can change (what the state anchor digests)."""
+        if self._engine is None or self._loaded_task is None:
+            return ()
+        return self._engine.fluent_facts()
+
+    def state_key(self) -> str:
+        digest = hashlib.blake2b("\n".join(self.state_facts()).encode(), digest_size=16)
+        return digest.hexdigest()
+
+    @property
+    def task(self) -> str:
+        return self._task
+
+    @property
+    def task_type(self) -> str:
+        """The current game's task type."""
+        return self._task_type
+
+    @property
+    def success(self) -> bool:
+        return self._won
+
+    def admissible_actions(self) -> tuple[str, ...]:
+        return self._admissible
+
+    def close(self) -> None:
+        """Give the engine's fast-downward copy back to this process's pool."""
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+            self._loaded_task = None
+        super().close()
+
+
+def _generated_root(split: str, num_games: int, seed: int,
+                    task_types: list[str] | None) -> Path:
+    try:
+        from agentgym.alfworld.generate import ensure_generated_games
+    except ImportError as error:
+        raise RuntimeError(
+            "No official ALFWorld games were found (pass data_path=, set $ALFWORLD_DATA, or run "
+            "alfworld-download) and the game generator agentgym.alfworld.generate is not "
+            f"available ({error})."
+        ) from error
+    root = ensure_generated_games(split=split, num_games=num_games, seed=seed,
+                                  task_types=task_types, cache_dir=None)
+    return Path(root)

@@ -1,0 +1,41 @@
+"""Fixtures for the ALFWorld tests: the shared real games and their engine transcripts."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SHARED_DATA, shared_data_path
+
+ALFWORLD_DATA = SHARED_DATA / "alfworld"
+TRANSCRIPTS = "expert_walkthrough_transcripts.json"
+
+pytest.importorskip("textworld", reason="alfworld extra not installed (pip install agentgym[alfworld])")
+pytest.importorskip("alfworld", reason="alfworld extra not installed (pip install agentgym[alfworld])")
+
+
+@lru_cache(maxsize=1)
+def transcripts() -> dict[str, dict]:
+    """The upstream-engine transcripts, by task id (trial folder relative to the root)."""
+    path = ALFWORLD_DATA / TRANSCRIPTS
+    data = json.loads(path.read_text())
+    return {str(Path(e["gamefile"]).parent.as_posix()): e for e in data["episodes"]}
+
+
+def all_games() -> list[tuple[str, str]]:
+    """(split, task_id) of every shared game, sorted; [] when the data is absent."""
+    base = ALFWORLD_DATA / "json_2.1.1"
+    if not base.is_dir():
+        return []
+    return sorted(
+        (p.parent.relative_to(base).parts[0], p.parent.relative_to(ALFWORLD_DATA).as_posix())
+        for p in base.glob("*/*/*/game.tw-pddl")
+    )
+
+
+@pytest.fixture(scope="session")
+def alfworld_root() -> Path:
+    return shared_data_path("alfworld")
