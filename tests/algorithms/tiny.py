@@ -38,9 +38,13 @@ def _corpus() -> str:
                      "You open the last door and step outside. User Assistant"])
 
 
-def make_tokenizer():
+def make_tokenizer(*, action_tokens: bool = False):
     """A whitespace-split word-level tokenizer over the scripted env's and the prompt's
-    words (decoding joins tokens with spaces, so tags survive a round trip)."""
+    words (decoding joins tokens with spaces, so tags survive a round trip).
+
+    With ``action_tokens`` every door action (``"open red door"`` ...) is one added token,
+    so a one-token answer can be a whole action (the learning test).
+    """
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -50,8 +54,11 @@ def make_tokenizer():
         vocab.setdefault(word, len(vocab))
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]",
-                                   unk_token="[UNK]", eos_token="[EOS]")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]",
+                                        unk_token="[UNK]", eos_token="[EOS]")
+    if action_tokens:
+        tokenizer.add_tokens([f"open {door} door" for door in DEFAULT_DOORS] + ["."])
+    return tokenizer
 
 
 def make_model(vocab_size: int, *, seed: int = 0, hidden: int = 32, layers: int = 2):
@@ -70,9 +77,9 @@ def make_model(vocab_size: int, *, seed: int = 0, hidden: int = 32, layers: int 
 
 
 def make_policy(*, seed: int = 0, model_config: ModelConfig | None = None,
-                hidden: int = 32) -> Policy:
+                hidden: int = 32, action_tokens: bool = False) -> Policy:
     """The tiny model and tokenizer wrapped like a loaded policy (LoRA per config)."""
-    tokenizer = make_tokenizer()
+    tokenizer = make_tokenizer(action_tokens=action_tokens)
     model = make_model(len(tokenizer), seed=seed, hidden=hidden)
     return wrap_model(model, tokenizer, model_config or ModelConfig(), source="tiny test model",
                       path="tiny", gguf_file=None)
