@@ -314,6 +314,14 @@ class RunConfig:
     progress: bool = True
     """Show progress bars."""
 
+    torch_threads: int | None = None
+    """torch intra-op CPU threads (``None``: torch's default). On a shared, loaded CPU one
+    thread was measured ~2x faster than two for the 135M model."""
+
+    samples_per_iteration: int = 8
+    """Steps (prompt tail, response, action, reward) written to ``samples.jsonl`` per
+    iteration, to see what the agent says."""
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -435,7 +443,8 @@ def _cpu_demo() -> TrainConfig:
             "eval_episodes": 4,
         },
         learner={"lr": 1e-5, "mini_batch_size": 12, "micro_batch_size": 4},
-        run={"iterations": 2, "save_every": 1, "keep_checkpoints": 1, "device": "cpu"},
+        run={"iterations": 2, "save_every": 1, "keep_checkpoints": 1, "device": "cpu",
+             "torch_threads": 1},
     )
 
 

@@ -142,20 +142,34 @@ class Learner:
                                                       weight_decay=self.learner.weight_decay)
 
     # ------------------------------------------------------------------ phase 1
+    def single_pass(self, num_steps: int) -> bool:
+        """Whether :meth:`update` makes exactly one optimizer step over ``num_steps`` steps
+        (one epoch, one mini-batch): the policy is then unchanged while the loss is built,
+        so the old log-probs equal the current ones and need no separate forward pass."""
+        return self.learner.epochs == 1 and self.learner.mini_batch_size >= num_steps
+
     @torch.no_grad()
-    def score(self, batch: StepBatch, *, temperature: float) -> StepBatch:
+    def score(self, batch: StepBatch, *, temperature: float, progress: Any = None,
+              with_old_log_probs: bool = True) -> StepBatch:
         """Old log-probs, reference log-probs (when ``kl_coef > 0``) and values (PPO).
 
         Args:
             batch: the unscored rollout batch.
             temperature: the rollout's sampling temperature.
+            progress: optional tqdm-like bar, advanced once per micro-batch.
+            with_old_log_probs: compute old log-probs; ``False`` (allowed only when
+                :meth:`single_pass`) leaves them ``None`` and :meth:`update` uses the
+                detached current log-probs, which are then identical.
 
         Returns:
-            ``batch`` with ``old_log_probs`` (N, R), ``ref_log_probs`` (N, R) or ``None``
-            and ``values`` (N,) or ``None``.
+            ``batch`` with ``old_log_probs`` (N, R) or ``None``, ``ref_log_probs`` (N, R)
+            or ``None`` and ``values`` (N,) or ``None``.
         """
         n, width = batch.response_ids.shape
-        old = np.zeros((n, width), dtype=np.float32)
+        if not with_old_log_probs and not self.single_pass(n):
+            raise ValueError("old log-probs can only be skipped for a single-pass update")
+        old = np.zeros((n, width), dtype=np.float32) if with_old_log_probs else None
+        need_policy_pass = with_old_log_probs or self.value_head is not None
         ref = np.zeros((n, width), dtype=np.float32) if self.learner.kl_coef > 0 else None
         values = np.zeros(n, dtype=np.float32) if self.config.use_critic else None
         was_training = self.model.training
@@ -164,18 +178,26 @@ class Learner:
             for index in _chunks(np.arange(n), self.learner.micro_batch_size):
                 rows = _rows(batch, index, self.device)
                 r = rows["response_ids"].shape[1]
-                scored = score_responses(self.model, rows["prompt_ids"], rows["prompt_mask"],
-                                         rows["response_ids"], rows["response_mask"],
-                                         temperature=temperature, value_head=self.value_head)
-                old[index, :r] = scored.log_probs.float().cpu().numpy()
+                scored = None
+                if need_policy_pass:
+                    scored = score_responses(self.model, rows["prompt_ids"],
+                                             rows["prompt_mask"], rows["response_ids"],
+                                             rows["response_mask"], temperature=temperature,
+                                             value_head=self.value_head)
+                if old is not None:
+                    old[index, :r] = scored.log_probs.float().cpu().numpy()
                 if ref is not None:
                     ref[index, :r] = self._reference_log_probs(rows, temperature)
                 if values is not None:
-                    values[index] = self._values(rows, scored.values).float().cpu().numpy()
+                    head = scored.values if scored is not None else None
+                    values[index] = self._values(rows, head).float().cpu().numpy()
+                if progress is not None:
+                    progress.update(1)
         finally:
             self.model.train(was_training)
         mask = batch.response_mask.astype(bool)
-        old[~mask] = 0.0
+        if old is not None:
+            old[~mask] = 0.0
         if ref is not None:
             ref[~mask] = 0.0
         return batch.with_scores(old_log_probs=old, ref_log_probs=ref, values=values)
@@ -227,20 +249,30 @@ class Learner:
                           step=terms.step)
 
     # ------------------------------------------------------------------ phase 3
-    def update(self, batch: StepBatch, signals: Advantages, *, seed: int) -> dict[str, float]:
+    def micro_batches_per_update(self, num_steps: int) -> int:
+        """Forward/backward passes :meth:`update` makes for ``num_steps`` steps."""
+        learner = self.learner
+        full, rest = divmod(num_steps, learner.mini_batch_size)
+        per_mini = -(-learner.mini_batch_size // learner.micro_batch_size)
+        last = -(-rest // learner.micro_batch_size)
+        return learner.epochs * (full * per_mini + last)
+
+    def update(self, batch: StepBatch, signals: Advantages, *, seed: int,
+               progress: Any = None) -> dict[str, float]:
         """PPO-clip epochs over mini-batches; return averaged diagnostics.
 
         Args:
             batch: the scored batch (``old_log_probs`` set; ``values`` for PPO).
             signals: the output of :meth:`advantages`.
             seed: seeds mini-batch shuffling and torch's RNG for this update.
+            progress: optional tqdm-like bar, advanced once per micro-batch.
 
         Returns:
             ``policy_loss``, ``kl_ref``, ``entropy``, ``approx_kl``, ``clip_fraction``,
             ``grad_norm`` (mean over optimizer steps), ``value_loss`` and
             ``explained_variance`` (PPO), ``optimizer_steps``, ``update_tokens``.
         """
-        if batch.old_log_probs is None:
+        if batch.old_log_probs is None and not self.single_pass(len(batch)):
             raise ValueError("update needs old log-probs: call score() first")
         if self.config.use_critic and (signals.returns is None or batch.values is None):
             raise ValueError("PPO update needs returns and old values")
@@ -255,7 +287,7 @@ class Learner:
             for _ in range(learner.epochs):
                 order = rng.permutation(len(batch))
                 for mini in _chunks(order, learner.mini_batch_size):
-                    stats = self._mini_batch_step(batch, signals, mini)
+                    stats = self._mini_batch_step(batch, signals, mini, progress)
                     tokens += int(batch.response_mask[mini].sum())
                     for key, value in stats.items():
                         totals.setdefault(key, []).append(value)
@@ -268,8 +300,8 @@ class Learner:
             result["explained_variance"] = 1.0 - residual / variance if variance > 0 else 0.0
         return result
 
-    def _mini_batch_step(self, batch: StepBatch, signals: Advantages,
-                         mini: np.ndarray) -> dict[str, float]:
+    def _mini_batch_step(self, batch: StepBatch, signals: Advantages, mini: np.ndarray,
+                         progress: Any = None) -> dict[str, float]:
         learner = self.learner
         mini_tokens = max(1, int(batch.response_mask[mini].sum()))
         sums = {"policy_loss": 0.0, "kl_ref": 0.0, "entropy": 0.0, "approx_kl": 0.0,
@@ -287,8 +319,9 @@ class Learner:
                                      temperature=self.config.generation.temperature,
                                      with_entropy=True, value_head=self.value_head)
             token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
+            old_log_probs = rows.get("old_log_probs", scored.log_probs.detach())
             policy_loss, policy_stats = losses.ppo_clip_policy_loss(
-                scored.log_probs, rows["old_log_probs"], token_advantages, mask,
+                scored.log_probs, old_log_probs, token_advantages, mask,
                 clip_eps=learner.clip_eps)
             loss = policy_loss
             entropy = losses.masked_mean(scored.entropy, mask)
@@ -315,6 +348,8 @@ class Learner:
                                ("approx_kl", policy_stats["approx_kl"]),
                                ("clip_fraction", policy_stats["clip_fraction"])):
                 sums[key] += float(value.detach().item()) * weight
+            if progress is not None:
+                progress.update(1)
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, learner.max_grad_norm)
         self.optimizer.step()

@@ -106,17 +106,31 @@ def _converted_default(folder: str, gguf_file: str) -> Path:
 
 
 def _save_converted(model: Any, tokenizer: Any, target: Path) -> None:
-    """Save a GGUF-converted model in HF format, atomically (later loads skip conversion)."""
+    """Save a GGUF-converted model in HF format, atomically (later loads skip conversion).
+
+    transformers refuses to ``save_pretrained`` a model loaded from GGUF, so the weights
+    are copied into a plain model built from the same config and that one is saved.
+    """
+    from transformers import AutoModelForCausalLM
+
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        model.save_pretrained(tmp)
+        config = copy.deepcopy(model.config)
+        if hasattr(config, "quantization_config"):
+            delattr(config, "quantization_config")
+        plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+        plain.load_state_dict(model.state_dict())
+        plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         os.replace(tmp, target)
-    except OSError:
+    except (OSError, ValueError, RuntimeError) as error:
         # A read-only or full cache only costs the conversion next time.
         import shutil
+        import warnings
 
         shutil.rmtree(tmp, ignore_errors=True)
+        warnings.warn(f"could not cache the converted default model in {target}: {error}",
+                      stacklevel=2)
 
 
 def _from_pretrained(loader: Any, path: str, gguf_file: str | None, **kwargs: Any) -> Any:

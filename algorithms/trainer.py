@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from algorithms.checkpoint import (
     latest_checkpoint,
@@ -88,6 +89,8 @@ class Trainer:
         """Load the model, build learner, engine and envs; restore a checkpoint if asked."""
         config = self.config
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if config.run.torch_threads is not None:
+            torch.set_num_threads(config.run.torch_threads)
         if config.run.resume:
             saved = self.run_dir / "config.json"
             if saved.exists():
@@ -177,13 +180,21 @@ class Trainer:
                                    group_size=config.env.group_size),
                     group_task_ids=None, seed=reset_seed, progress=bar)
             self.engine.release()
+        micro = config.learner.micro_batch_size
         with phase("log_probs"):
-            batch = learner.score(batch, temperature=config.generation.temperature)
+            with _tqdm(progress, total=-(-len(batch) // micro), leave=False,
+                       desc=f"iter {iteration + 1} log-probs (micro-batches)") as bar:
+                batch = learner.score(batch, temperature=config.generation.temperature,
+                                      progress=bar,
+                                      with_old_log_probs=not learner.single_pass(len(batch)))
         with phase("advantages"):
             signals = learner.advantages(batch)
         with phase("update"):
-            stats = learner.update(batch, signals,
-                                   seed=iteration_seed(config.run.seed, iteration, 1))
+            with _tqdm(progress, total=learner.micro_batches_per_update(len(batch)),
+                       leave=False, desc=f"iter {iteration + 1} update (micro-batches)") as bar:
+                stats = learner.update(batch, signals,
+                                       seed=iteration_seed(config.run.seed, iteration, 1),
+                                       progress=bar)
         with phase("weight_sync"):
             self.engine.sync_weights(self.policy.model)
         metrics = rollout_metrics(batch)
@@ -198,7 +209,23 @@ class Trainer:
         metrics["throughput/update_tokens_per_s"] = stats.get("update_tokens", 0.0) / max(
             timings["time/update"], 1e-9)
         self.last_batch = batch
+        self._write_samples(iteration + 1, batch)
         return metrics
+
+    def _write_samples(self, iteration: int, batch: StepBatch) -> None:
+        count = min(self.config.run.samples_per_iteration, len(batch))
+        if count <= 0:
+            return
+        with open(self.run_dir / "samples.jsonl", "a", encoding="utf-8") as handle:
+            for row in range(count):
+                handle.write(json.dumps({
+                    "iteration": iteration, "traj_id": int(batch.traj_ids[row]),
+                    "step": int(batch.step_index[row]), "task_type": batch.task_types[row],
+                    "response": batch.response_texts[row], "action": batch.actions[row],
+                    "format_ok": bool(batch.format_ok[row]),
+                    "valid_action": bool(batch.valid_action[row]),
+                    "reward": float(batch.rewards[row]),
+                }) + "\n")
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, iteration: int) -> dict[str, float]:

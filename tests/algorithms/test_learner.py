@@ -142,3 +142,45 @@ def test_lora_reference_is_the_base_model():
     assert np.abs(again.old_log_probs - batch.old_log_probs).max() > 1e-4
     trainable = {n for n, p in policy.model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
+
+
+@pytest.mark.parametrize(("steps", "mini", "micro", "epochs", "expected"),
+                         [(10, 4, 2, 1, 5), (10, 4, 3, 2, 2 * (2 + 2 + 1)), (4, 8, 8, 1, 1)])
+def test_micro_batch_count(steps, mini, micro, epochs, expected):
+    policy = make_policy()
+    config = _config("grpo", mini_batch_size=mini, micro_batch_size=micro, epochs=epochs,
+                     kl_coef=0.0)
+    learner = Learner(policy, config, CPU)
+    assert learner.micro_batches_per_update(steps) == expected
+
+    class Counter:
+        count = 0
+
+        def update(self, n):
+            Counter.count += n
+
+    batch = learner.score(_rollout(policy.tokenizer), temperature=1.0)
+    learner.update(batch, learner.advantages(batch), seed=0, progress=Counter())
+    assert Counter.count == learner.micro_batches_per_update(len(batch))
+
+
+def test_single_pass_update_without_old_log_probs_is_identical():
+    updated = []
+    for with_old in (True, False):
+        policy = make_policy(seed=3)
+        learner = Learner(policy, _config("gigpo", mini_batch_size=64, micro_batch_size=4),
+                          CPU)
+        rollout = _rollout(policy.tokenizer)
+        assert learner.single_pass(len(rollout))
+        batch = learner.score(rollout, temperature=1.0, with_old_log_probs=with_old)
+        assert (batch.old_log_probs is None) == (not with_old)
+        learner.update(batch, learner.advantages(batch), seed=0)
+        updated.append(_snapshot(policy.model))
+    assert all(torch.allclose(updated[0][n], updated[1][n], atol=1e-7) for n in updated[0])
+
+
+def test_skipping_old_log_probs_needs_a_single_pass():
+    policy = make_policy()
+    learner = Learner(policy, _config("grpo", mini_batch_size=2, micro_batch_size=2), CPU)
+    with pytest.raises(ValueError, match="single-pass"):
+        learner.score(_rollout(policy.tokenizer), temperature=1.0, with_old_log_probs=False)
