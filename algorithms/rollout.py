@@ -224,14 +224,17 @@ def collect_rollout(
         options = {"task_ids": [str(t) for t in group_task_ids for _ in range(group_size)]}
     observations, infos = vec_env.reset(seed=seed, options=options)
     rows = info_rows(infos, num_envs)
+    # An env whose reset failed reports only ``env_error``: its episode is over before it
+    # starts and yields no steps (counted in ``env_errors``).
+    env_errors = np.array([bool(row.get("env_error")) and "anchor" not in row
+                           for row in rows], dtype=bool)
     _check_groups(rows, group_size)
     builder = PromptBuilder(tokenizer, settings.prompt)
     histories: list[list[tuple[str, str]]] = [[] for _ in range(num_envs)]
-    active = np.ones(num_envs, dtype=bool)
+    active = ~env_errors
     steps: list[_Step] = []
     final_success = np.zeros(num_envs, dtype=bool)
-    final_truncated = np.zeros(num_envs, dtype=bool)
-    env_errors = np.zeros(num_envs, dtype=bool)
+    final_truncated = env_errors.copy()
     for turn in range(settings.max_steps):
         indices = np.flatnonzero(active)
         if indices.size == 0:
@@ -287,7 +290,8 @@ def collect_rollout(
 
 def _check_groups(rows: list[dict[str, Any]], group_size: int) -> None:
     for start in range(0, len(rows), group_size):
-        tasks = {rows[i].get("task_id") for i in range(start, start + group_size)}
+        tasks = {rows[i]["task_id"] for i in range(start, start + group_size)
+                 if "task_id" in rows[i]}
         if len(tasks) > 1:
             raise RuntimeError(
                 f"group {start // group_size} started on different tasks {sorted(map(str, tasks))}"
@@ -298,7 +302,8 @@ def _check_groups(rows: list[dict[str, Any]], group_size: int) -> None:
 def _assemble(steps: list[_Step], tokenizer: Any, final_success: np.ndarray,
               final_truncated: np.ndarray, env_errors: int) -> StepBatch:
     if not steps:
-        raise RuntimeError("the rollout produced no steps (max_steps < 1?)")
+        raise RuntimeError(f"the rollout produced no steps ({env_errors} envs failed to "
+                           "reset; see their info['env_error'])")
     steps = sorted(steps, key=lambda s: (s.traj, s.step))
     pad_id = int(tokenizer.pad_token_id)
     prompt_ids, prompt_mask = pad_left([s.prompt for s in steps], pad_id)

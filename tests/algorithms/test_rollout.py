@@ -120,3 +120,27 @@ def test_zero_penalty_still_flags_invalid_steps():
     finally:
         env.close()
     assert batch.invalid.all() and (batch.rewards == 0).all()
+
+
+class _BrokenTaskEnv(ScriptedTextEnv):
+    """Fails to reset one task (an env fault the vector env contains)."""
+
+    def _reset_task(self, task_id):
+        if task_id == TASKS[1]:
+            raise RuntimeError("simulated crash")
+        return super()._reset_task(task_id)
+
+
+def test_a_failed_reset_ends_those_trajectories_without_steps():
+    from agentgym.vector import TextVectorEnv
+
+    tokenizer = make_tokenizer()
+    engine = ScriptedEngine(tokenizer, lambda *_: "<action> look </action>")
+    env = TextVectorEnv([lambda: _BrokenTaskEnv(num_rooms=2, max_steps=3)] * 4, group_size=2)
+    try:
+        batch = collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=TASKS,
+                                seed=0)
+    finally:
+        env.close()
+    assert set(batch.traj_ids.tolist()) == {0, 1} and batch.env_errors == 2
+    assert len(batch) == 6 and not batch.invalid.any()
