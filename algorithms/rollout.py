@@ -228,6 +228,9 @@ def collect_rollout(
     # starts and yields no steps (counted in ``env_errors``).
     env_errors = np.array([bool(row.get("env_error")) and "anchor" not in row
                            for row in rows], dtype=bool)
+    if env_errors.all():
+        raise RuntimeError(f"every env failed to reset; the first error: "
+                           f"{rows[0]['env_error']}")
     _check_groups(rows, group_size)
     builder = PromptBuilder(tokenizer, settings.prompt)
     histories: list[list[tuple[str, str]]] = [[] for _ in range(num_envs)]
