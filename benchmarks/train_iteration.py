@@ -10,7 +10,10 @@ steps = 6,400 steps).
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/train_iteration.py [--iterations 2] [--preset cpu-demo]
+    python -m benchmarks.train_iteration [--iterations 2] [--preset cpu-demo]
+
+(``-m`` from the repo root: run as a file, the script folder comes first on
+``sys.path`` and ``benchmarks/alfworld.py`` would shadow the ``alfworld`` package.)
 """
 
 from __future__ import annotations
