@@ -47,8 +47,8 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
     presets = "\n".join(f"  {key:<17} {PRESET_HELP[key]}" for key in PRESETS)
     description = (
         f"{__doc__.split('Examples::')[0].strip()}\n\nPreset in use: {name} "
-        f"(choose with --preset NAME; the defaults below are this preset's values).\n"
-        f"Presets:\n{presets}"
+        f"(choose with --preset NAME; the defaults below are this preset's values). "
+        f"--engine hf|vllm is short for --generation.engine.\n\nPresets:\n{presets}"
     )
     config = tyro.cli(TrainConfig, default=PRESETS[name], args=rest, description=description)
     return config.validate()
