@@ -31,6 +31,8 @@ def test_default_model_file_is_a_gguf_inside_the_package():
 
 def test_missing_path_error_names_what_was_tried(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read at import time
     with pytest.raises(PolicyLoadError) as error:
         load_policy(ModelConfig(name_or_path="no-such-org/no-such-model-xyz"),
                     torch.device("cpu"))
