@@ -5,10 +5,11 @@ Examples::
     python train.py                                  # cpu-demo on a machine without a GPU
     python train.py --algo grpo --run.iterations 4   # same preset, GRPO, 4 iterations
     python train.py --preset alfworld-1.5b --algo gigpo
-    python train.py --preset alfworld-7b-lora --run.resume
-    python train.py --preset cpu-demo --run.eval-only --run.checkpoint runs/cpu-demo-gigpo-seed0
+    python train.py --preset alfworld-7b-lora --resume
+    python train.py --preset cpu-demo --eval-only --checkpoint runs/cpu-demo-gigpo-seed0
 
-``--engine hf|vllm`` is short for ``--generation.engine``. ``--preset NAME`` picks the
+``--engine hf|vllm``, ``--resume``, ``--eval-only`` and ``--checkpoint PATH`` are short for
+``--generation.engine``, ``--run.resume``, ``--run.eval-only`` and ``--run.checkpoint``. ``--preset NAME`` picks the
 starting values (default: ``cpu-demo`` without a GPU,
 ``alfworld-1.5b`` with one); every other flag overrides a single field. Run
 ``python train.py --preset NAME --help`` to see that preset's values as the defaults.
@@ -40,15 +41,26 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--preset", choices=sorted(PRESETS), default=None)
     pre.add_argument("--engine", choices=("hf", "vllm"), default=None)
+    pre.add_argument("--resume", action="store_true")
+    pre.add_argument("--eval-only", action="store_true")
+    pre.add_argument("--checkpoint", default=None)
     known, rest = pre.parse_known_args(argv)
-    if known.engine is not None:  # short alias of --generation.engine
+    # Short aliases of --generation.engine, --run.resume, --run.eval-only, --run.checkpoint.
+    if known.engine is not None:
         rest = [*rest, "--generation.engine", known.engine]
+    if known.resume:
+        rest = [*rest, "--run.resume"]
+    if known.eval_only:
+        rest = [*rest, "--run.eval-only"]
+    if known.checkpoint is not None:
+        rest = [*rest, "--run.checkpoint", known.checkpoint]
     name = known.preset or default_preset()
     presets = "\n".join(f"  {key:<17} {PRESET_HELP[key]}" for key in PRESETS)
     description = (
         f"{__doc__.split('Examples::')[0].strip()}\n\nPreset in use: {name} "
         f"(choose with --preset NAME; the defaults below are this preset's values). "
-        f"--engine hf|vllm is short for --generation.engine.\n\nPresets:\n{presets}"
+        f"Short forms: --engine (--generation.engine), --resume, --eval-only, --checkpoint "
+        f"(--run.*).\n\nPresets:\n{presets}"
     )
     config = tyro.cli(TrainConfig, default=PRESETS[name], args=rest, description=description)
     return config.validate()

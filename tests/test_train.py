@@ -53,6 +53,12 @@ def test_engine_alias_and_vllm_error_without_gpu(tmp_path, monkeypatch):
         Trainer(vllm_config, policy=make_policy(), run_dir=tmp_path).setup()
 
 
+def test_short_run_flags():
+    config = train.parse_config(["--eval-only", "--checkpoint", "runs/x"])
+    assert config.run.eval_only and config.run.checkpoint == "runs/x"
+    assert train.parse_config(["--resume"]).run.resume
+
+
 def test_default_preset_without_gpu(monkeypatch):
     import torch
 

@@ -184,3 +184,15 @@ def test_skipping_old_log_probs_needs_a_single_pass():
     learner = Learner(policy, _config("grpo", mini_batch_size=2, micro_batch_size=2), CPU)
     with pytest.raises(ValueError, match="single-pass"):
         learner.score(_rollout(policy.tokenizer), temperature=1.0, with_old_log_probs=False)
+
+
+def test_gradient_checkpointing_gives_the_same_update():
+    updated = []
+    for checkpointing in (False, True):
+        policy = make_policy(seed=4, model_config=ModelConfig(
+            gradient_checkpointing=checkpointing))
+        learner = Learner(policy, _config("grpo", kl_coef=0.0), CPU)
+        batch = learner.score(_rollout(policy.tokenizer), temperature=1.0)
+        learner.update(batch, learner.advantages(batch), seed=0)
+        updated.append(_snapshot(policy.model))
+    assert all(torch.allclose(updated[0][n], updated[1][n], atol=1e-6) for n in updated[0])
