@@ -16,16 +16,15 @@ from typing import Any
 import numpy as np
 
 
-def normalize_scores(scores: list[float], normalize: str, eps: float) -> list[float]:
+def normalize_scores(scores: list[float], normalize: str, eps: float) -> np.ndarray:
     """Group-relative scores of one group: ``(x - mean) / (std + eps)`` or ``x - mean``."""
-    if len(scores) == 1 or all(score == scores[0] for score in scores):
-        return [0.0] * len(scores)
-    mean = sum(scores) / len(scores)
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.size == 1 or np.all(scores == scores[0]):
+        return np.zeros_like(scores)
+    centered = scores - scores.mean()
     if normalize == "mean":
-        return [score - mean for score in scores]
-    variance = sum((score - mean) ** 2 for score in scores) / (len(scores) - 1)
-    std = variance**0.5
-    return [(score - mean) / (std + eps) for score in scores]
+        return centered
+    return centered / (scores.std(ddof=1) + eps)
 
 
 def ref_discounted_returns(rewards: Sequence[float], traj_ids: Sequence[Any], *, gamma: float):

@@ -23,9 +23,12 @@ Normalization convention (one choice, used everywhere here): inside a group,
 members are all equal (no rounding noise from the mean). TRL (eps 1e-4), verl (singleton ->
 raw score) and GRPO-Zero (ddof 0) choose differently; this module does not.
 
-Cost: every function is O(N log N) (``np.unique`` / ``argsort`` / ``bincount`` /
-``ufunc.reduceat``); there is no Python loop over rows except the single hashing pass that
-maps arbitrary anchor objects to integers in :func:`step_groups`.
+Cost: O(N) for integer ids in a compact range (up to 65,536 trajectories: a 16-bit radix
+``argsort``, presence tables, ``np.bincount``), O(N log N) otherwise (``np.unique`` for str or
+widely spread ids); discounted sums take ceil(log2(longest trajectory)) vectorized passes. There is no
+Python loop over rows: arbitrary anchor objects are hashed by one C-level
+``map(dict.setdefault, ...)`` pass, and the optional similarity grouping loops over
+*distinct* anchors only.
 """
 
 from __future__ import annotations
@@ -110,6 +113,13 @@ def _check_eps(eps: float) -> float:
 # --------------------------------------------------------------------------- segments
 
 
+def _widened(ids: np.ndarray) -> np.ndarray:
+    """Integer ids as a 64-bit array, so that ``ids - ids.min()`` cannot overflow."""
+    if ids.dtype.itemsize == 8:
+        return ids
+    return ids.astype(np.uint64 if ids.dtype.kind == "u" else np.int64)
+
+
 def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct ids (sorted) and the (N,) dense index 0..K-1 of each row.
 
@@ -118,17 +128,26 @@ def _dense_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     other ids (str, very sparse ints) through ``np.unique`` in O(N log N).
     """
     if ids.size and ids.dtype.kind in "iu":
+        original_dtype = ids.dtype
+        ids = _widened(ids)
         low, high = ids.min(), ids.max()
         span = int(high) - int(low) + 1
         if span <= 4 * ids.size + 1024:
-            offsets = (ids - low).astype(np.intp)
-            present = np.zeros(span, dtype=bool)
-            present[offsets] = True
-            rank = np.cumsum(present, dtype=np.intp) - 1
-            uniques = (np.flatnonzero(present) + int(low)).astype(ids.dtype)
-            return uniques, rank[offsets]
+            offsets = ids.astype(np.intp, copy=False) if low == 0 else (ids - low).astype(np.intp)
+            present, index = _dense_codes(offsets, span)
+            uniques = (np.flatnonzero(present) + int(low)).astype(original_dtype)
+            return uniques, index
     uniques, index = np.unique(ids, return_inverse=True)
     return uniques, index.reshape(-1).astype(np.intp, copy=False)
+
+
+def _dense_codes(codes: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """Presence table (span,) and (N,) dense rank of ``codes`` in [0, span), O(N + span)."""
+    present = np.zeros(span, dtype=bool)
+    present[codes] = True
+    rank = np.cumsum(present, dtype=np.intp)
+    rank -= 1
+    return present, rank[codes]
 
 
 def _one_value_per_segment(
@@ -147,42 +166,50 @@ def _one_value_per_segment(
     return per_row, mismatches == 0
 
 
-@dataclass(frozen=True)
 class _Trajectories:
-    """Row layout of the trajectories of a batch.
+    """Row layout of the trajectories of a batch (computed once, O(N)).
 
     Attributes:
         ids: (T,) the distinct trajectory ids, sorted.
-        index: (N,) dense trajectory index 0..T-1 of each row.
         order: (N,) stable permutation that sorts rows by trajectory, keeping time order.
-        lengths: (T,) rows per trajectory.
         starts: (T,) first position of each trajectory in sorted order.
+        lengths: (T,) rows per trajectory.
         ends: (N,) for each *sorted* position, the exclusive end of its trajectory.
+        index: (N,) dense trajectory index 0..T-1 of each row (computed on first use).
     """
 
-    ids: np.ndarray
-    index: np.ndarray
-    order: np.ndarray
-    lengths: np.ndarray
-    starts: np.ndarray
-    ends: np.ndarray
+    def __init__(self, traj_ids: np.ndarray) -> None:
+        n = traj_ids.size
+        key = None
+        if traj_ids.dtype.kind in "iu":
+            wide = _widened(traj_ids)
+            low = wide.min()
+            span = int(wide.max()) - int(low) + 1
+            if span <= 1 << 16:
+                key = (wide - low).astype(np.uint16)
+        if key is None:  # str ids or a wide id range: dense codes first
+            uniques, dense = _dense_ids(traj_ids)
+            key = dense.astype(np.uint16) if uniques.size <= 1 << 16 else dense
+        # Stable sort; a 16-bit key lets NumPy use its O(N) radix sort.
+        self.order = np.argsort(key, kind="stable")
+        sorted_key = key[self.order]
+        is_start = np.empty(n, dtype=bool)
+        is_start[:1] = True
+        np.not_equal(sorted_key[1:], sorted_key[:-1], out=is_start[1:])
+        self.starts = np.flatnonzero(is_start)
+        stops = np.append(self.starts[1:], n)
+        self.lengths = stops - self.starts
+        self.ends = np.repeat(stops, self.lengths)
+        self.ids = traj_ids[self.order[self.starts]]  # sorted, as the keys are
+        self._index: np.ndarray | None = None
 
-    @classmethod
-    def from_ids(cls, traj_ids: np.ndarray) -> _Trajectories:
-        ids, index = _dense_ids(traj_ids)
-        # A 16-bit key lets NumPy use its O(N) radix sort for the stable sort.
-        key = index.astype(np.uint16) if ids.size <= 1 << 16 else index
-        order = np.argsort(key, kind="stable")
-        lengths = np.bincount(index, minlength=ids.size)
-        stops = np.cumsum(lengths)
-        return cls(
-            ids=ids,
-            index=index,
-            order=order,
-            lengths=lengths,
-            starts=stops - lengths,
-            ends=np.repeat(stops, lengths),
-        )
+    @property
+    def index(self) -> np.ndarray:
+        if self._index is None:
+            index = np.empty(self.order.size, dtype=np.intp)
+            index[self.order] = np.repeat(np.arange(self.starts.size), self.lengths)
+            self._index = index
+        return self._index
 
     def group_of_each(self, group_index: np.ndarray) -> np.ndarray:
         """(T,) dense group index of each trajectory; raises if a trajectory spans groups."""
@@ -221,6 +248,8 @@ def _reverse_discounted_scan(values: np.ndarray, ends: np.ndarray, coef: float) 
         return out
     remaining = ends - np.arange(n)  # rows left in the segment, counting this one
     longest = int(remaining.max())
+    if longest < 1 << 15:  # 2-byte gates: less memory traffic per round
+        remaining = remaining.astype(np.int16)
     step = 1
     while step < longest:
         # The addend is built from the old values before the in-place add; values are
@@ -262,21 +291,23 @@ def _normalize_in_groups(
     if values.size == 0:
         return np.zeros(0, dtype=np.float64)
     counts = np.bincount(group_index, minlength=n_groups)
-    representative, constant = _one_value_per_segment(values, group_index, n_groups)
-    # Shift by a member's value: a constant group then has exactly zero deviations.
-    shifted = values - representative
+    # Shift by one member's value (``out[index] = values`` keeps *some* member per slot):
+    # a singleton or constant group then has deviations that are exactly zero.
+    representative = np.zeros(n_groups)
+    representative[group_index] = values
+    shifted = values - representative[group_index]
     means = np.bincount(group_index, weights=shifted, minlength=n_groups) / np.maximum(counts, 1)
     deviations = shifted - means[group_index]
-    if normalize == "std":
-        squares = np.bincount(group_index, weights=deviations**2, minlength=n_groups)
-        stds = np.sqrt(squares / np.maximum(counts - 1, 1))
-        with np.errstate(invalid="ignore", divide="ignore"):  # 0 / 0 only where degenerate
-            scores = deviations / (stds[group_index] + eps)
-    else:
-        scores = deviations
-    degenerate = (counts < 2) | constant
-    scores[degenerate[group_index]] = 0.0
-    return scores
+    if normalize == "mean":
+        return deviations
+    squares = np.bincount(group_index, weights=deviations * deviations, minlength=n_groups)
+    stds = np.sqrt(squares / np.maximum(counts - 1, 1))
+    # Zero squares: a singleton or constant group (or spreads below 1e-154, whose
+    # squares underflow); such groups score exactly 0, whatever eps is.
+    degenerate = (counts < 2) | (squares == 0.0)
+    with np.errstate(divide="ignore"):
+        scales = np.where(degenerate, 0.0, 1.0 / (stds + eps))
+    return deviations * scales[group_index]
 
 
 # --------------------------------------------------------------------------- public API
@@ -306,7 +337,7 @@ def discounted_returns(rewards: Any, traj_ids: Any, *, gamma: float) -> np.ndarr
     gamma = _check_unit_interval(gamma, "gamma")
     if rewards.size == 0:
         return np.zeros(0, dtype=np.float64)
-    return _discounted_returns_sorted(rewards, _Trajectories.from_ids(traj_ids), gamma)
+    return _discounted_returns_sorted(rewards, _Trajectories(traj_ids), gamma)
 
 
 def grpo_advantages(
@@ -351,7 +382,7 @@ def grpo_advantages(
     eps = _check_eps(eps)
     if n == 0:
         return np.zeros(0, dtype=np.float64)
-    trajectories = _Trajectories.from_ids(traj_ids)
+    trajectories = _Trajectories(traj_ids)
     group_uniques, group_index = _dense_ids(group_ids)
     return _episode_advantages(
         rewards, trajectories, group_index, group_uniques.size, normalize, eps, episode_stats
@@ -381,8 +412,8 @@ def _episode_advantages(
 def _anchor_codes(anchors: Any, n: int) -> np.ndarray:
     """(N,) int codes, equal exactly when the anchors are equal.
 
-    NumPy arrays of numbers or strings (1-D) or rows of a 2-D numeric array are coded by
-    ``np.unique`` without a Python loop. Anything else goes through a dict in one
+    NumPy arrays are coded without a Python loop: 1-D integers by a presence table,
+    other 1-D dtypes and rows of 2-D arrays by ``np.unique``. Anything else goes through a dict in one
     ``map(dict.setdefault, ...)`` pass over the rows (C-level, no Python bytecode per
     row), coded by first occurrence: equality is Python's ``==``/``hash``, so ``1``,
     ``1.0`` and ``True`` are the same anchor, and unhashable anchors (lists, dicts) raise.
@@ -390,6 +421,8 @@ def _anchor_codes(anchors: Any, n: int) -> np.ndarray:
     if isinstance(anchors, np.ndarray) and anchors.dtype.kind != "O":
         if anchors.shape[:1] != (n,) or anchors.ndim > 2:
             raise ValueError(f"anchors must have {n} rows (1-D or 2-D), got {anchors.shape}")
+        if anchors.ndim == 1 and anchors.dtype.kind in "iu":
+            return _dense_ids(anchors)[1]
         axis = 0 if anchors.ndim == 2 else None
         _, codes = np.unique(anchors, axis=axis, return_inverse=True)
         return codes.reshape(-1)
@@ -406,7 +439,7 @@ def _anchor_codes(anchors: Any, n: int) -> np.ndarray:
             f"anchors must be hashable (str, int, tuple, ...); convert lists or arrays to "
             f"tuples first ({error})"
         ) from error
-    return _dense_ids(first_rows)[1]
+    return _dense_codes(first_rows, n)[1]
 
 
 def _similarity_codes(
@@ -517,6 +550,9 @@ def _step_group_index(
     if similarity_threshold is not None:
         codes = _similarity_codes(anchors, group_index, codes, float(similarity_threshold))
     keys = group_index * (int(codes.max()) + 1) + codes
+    span = int(keys.max()) + 1
+    if span <= 4 * n + 1024:
+        return _dense_codes(keys, span)[1]
     return _dense_ids(keys)[1]
 
 
@@ -574,7 +610,7 @@ def gigpo_terms(
     if n == 0:
         empty = np.zeros(0, dtype=np.float64)
         return GiGPOTerms(empty, empty.copy(), empty.copy(), step_group_ids)
-    trajectories = _Trajectories.from_ids(traj_ids)
+    trajectories = _Trajectories(traj_ids)
     episode = _episode_advantages(
         rewards, trajectories, group_index, group_uniques.size, normalize, eps, episode_stats
     )
@@ -718,7 +754,7 @@ def gae_advantages(
     lam = _check_unit_interval(lam, "lam")
     if n == 0:
         return np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.float64)
-    trajectories = _Trajectories.from_ids(traj_ids)
+    trajectories = _Trajectories(traj_ids)
     bootstrap = _bootstrap_values(last_values, trajectories, n)
 
     order = trajectories.order

@@ -3,10 +3,11 @@
 Shapes: ``B`` sequences (one per agent step: the step's response), ``T`` response tokens,
 ``V`` vocabulary. ``response_mask`` (B, T) is True (or nonzero) on the tokens that count.
 
-Masking contract: every function here *selects* with the mask (``torch.where``) before
+Masking contract: every function given a mask *selects* with it (``torch.where``) before
 any arithmetic, so whatever sits under a masked token (padding garbage, ``inf``, ``nan``)
 never changes a loss, a statistic or a gradient, and masked positions get exactly zero
-gradient.
+gradient. (``kl_penalty`` and ``entropy_from_logits`` take the mask as an optional
+``response_mask``; pass it when padding may hold non-finite values.)
 
 The advantages come from :mod:`algorithms.advantages` (one value per step, broadcast to
 the step's tokens with :func:`broadcast_to_tokens`). GiGPO (Feng et al., 2025,
@@ -169,7 +170,9 @@ def aggregate(
     return masked_mean(per_sequence, mask.any(dim=-1))
 
 
-def broadcast_to_tokens(step_values: torch.Tensor | np.ndarray, response_mask: torch.Tensor):
+def broadcast_to_tokens(
+    step_values: torch.Tensor | np.ndarray, response_mask: torch.Tensor
+) -> torch.Tensor:
     """Give every response token its step's value (e.g. the step's advantage).
 
     Args:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -124,6 +126,28 @@ class TestDiscountedReturns:
         returns = discounted_returns(rewards, np.zeros(60, int), gamma=0.5)
         np.testing.assert_array_equal(returns, 0.5 ** np.arange(59, -1, -1))
 
+    def test_wide_id_range(self):
+        rewards = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+        traj_ids = np.array([10**12, -5, 10**12, -5, 7])
+        got = discounted_returns(rewards, traj_ids, gamma=0.5)
+        np.testing.assert_array_equal(got, [1 + 1.5, 2 + 2.0, 3.0, 4.0, 5.0])
+        adv, _ = gae_advantages(
+            rewards, np.zeros(5), traj_ids, gamma=0.5, lam=1.0, last_values={10**12: 2.0}
+        )
+        np.testing.assert_array_equal(adv, [1 + 1.5 + 0.25 * 2, 2 + 2.0, 3.0 + 1.0, 4.0, 5.0])
+
+    def test_small_integer_dtypes_do_not_overflow(self):
+        traj_ids = np.array([-100, 100, -100, 100], dtype=np.int8)
+        got = discounted_returns([1.0, 2.0, 3.0, 4.0], traj_ids, gamma=1.0)
+        np.testing.assert_array_equal(got, [4.0, 6.0, 3.0, 4.0])
+        adv = grpo_advantages([1.0, 2.0, 3.0, 4.0], traj_ids, traj_ids.astype(np.uint8) * 0)
+        assert adv[0] < 0 < adv[1]
+        # four singleton groups; offsets from -100 overflow int8 unless widened, and the
+        # wrapped offset of 30 would collide with the offset of -25
+        group_ids = np.array([-100, 100, 30, -25], dtype=np.int8)
+        adv = grpo_advantages([1.0, 2.0, 3.0, 4.0], [0, 1, 2, 3], group_ids)
+        np.testing.assert_array_equal(adv, [0.0, 0.0, 0.0, 0.0])
+
     def test_string_ids_and_empty(self):
         returns = discounted_returns([1.0, 1.0], np.array(["a", "b"]), gamma=0.5)
         np.testing.assert_array_equal(returns, [1.0, 1.0])
@@ -234,6 +258,11 @@ class TestStepGroups:
         ids = step_groups([0] * 6, anchors)
         np.testing.assert_array_equal(ids, [0, 1, 2, 0, 3, 1])
 
+    def test_object_array_of_tuples(self):
+        anchors = np.empty(4, dtype=object)
+        anchors[:] = [("a", 1), ("b", 2), ("a", 1), ("b", 3)]
+        assert same_partition(step_groups([0, 0, 0, 0], anchors), np.array([0, 1, 0, 2]))
+
     def test_numpy_anchor_paths_agree_with_objects(self):
         group_ids = np.array([0, 0, 1, 1, 0])
         strings = ["x", "y", "x", "x", "y"]
@@ -318,6 +347,14 @@ class TestGiGPO:
         np.testing.assert_allclose(terms.combined(1.0), adv)
         half = gigpo_advantages(rewards, traj_ids, [0] * 5, anchors, gamma=0.5, step_weight=0.5)
         np.testing.assert_allclose(half, terms.episode + 0.5 * terms.step)
+
+    def test_similarity_threshold_equals_merged_anchors(self):
+        rewards, traj_ids, group_ids = [0.0, 0.0, 1.0, 0.0], [0, 1, 0, 1], [0, 0, 0, 0]
+        fuzzy = ["You see a mug 1.", "You see a mug 2.", "Nothing.", "Nothing happens."]
+        merged = ["mug", "mug", "Nothing.", "Nothing happens."]
+        got = gigpo_advantages(rewards, traj_ids, group_ids, fuzzy, similarity_threshold=0.9)
+        np.testing.assert_array_equal(got, gigpo_advantages(rewards, traj_ids, group_ids, merged))
+        assert not np.array_equal(got, gigpo_advantages(rewards, traj_ids, group_ids, fuzzy))
 
     @settings(max_examples=40, deadline=None)
     @given(batch=batches(), normalize=st.sampled_from(["std", "mean"]))
@@ -486,3 +523,73 @@ def test_inputs_are_never_mutated_nor_aliased(batch):
     for output in outputs:
         for value in (*arrays.values(), last_values):
             assert not np.shares_memory(output, value)
+
+
+def test_advantages_module_does_not_import_torch():
+    code = "import sys, algorithms.advantages; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# --------------------------------------------------------------------------- large batches
+
+
+@pytest.mark.slow
+def test_large_time_major_batch_matches_reference():
+    rng = np.random.default_rng(123)
+    lengths = rng.integers(1, 300, size=96)  # long trajectories: 9 scan rounds
+    traj = np.repeat(np.arange(lengths.size), lengths)
+    time_of_row = np.arange(traj.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    order = np.lexsort((traj, time_of_row))  # time-major
+    traj_ids, group_ids = traj[order] * 3 + 1, traj[order] // 8
+    rewards = np.where(rng.random(traj.size) < 0.2, rng.normal(size=traj.size), 0.0)
+    anchors = [f"state {s}" for s in rng.integers(0, 30, size=traj.size)]
+    values = rng.normal(size=traj.size)
+    for gamma in (0.0, 0.5, 0.95, 1.0):
+        np.testing.assert_allclose(
+            discounted_returns(rewards, traj_ids, gamma=gamma),
+            ref_discounted_returns(rewards, traj_ids, gamma=gamma),
+            **TOL,
+        )
+    np.testing.assert_allclose(
+        gigpo_advantages(rewards, traj_ids, group_ids, anchors),
+        ref_gigpo_advantages(rewards, traj_ids, group_ids, anchors),
+        **TOL,
+    )
+    last_values = {int(t): 1.5 for t in np.unique(traj_ids)[::2]}
+    for got, want in zip(
+        gae_advantages(rewards, values, traj_ids, gamma=0.99, lam=0.95, last_values=last_values),
+        ref_gae_advantages(
+            rewards, values, traj_ids, gamma=0.99, lam=0.95, last_values=last_values
+        ),
+        strict=True,
+    ):
+        np.testing.assert_allclose(got, want, **TOL)
+
+
+@pytest.mark.slow
+def test_more_trajectories_than_a_16_bit_key():
+    n_traj = 70_000  # beyond the radix-sort fast path
+    rng = np.random.default_rng(5)
+    traj_ids = np.concatenate([np.arange(n_traj), np.arange(0, n_traj, 2)]) * 1000
+    rewards = rng.normal(size=traj_ids.size)
+    got = discounted_returns(rewards, traj_ids, gamma=0.5)
+    expected = rewards.copy()
+    expected[:n_traj:2] += 0.5 * rewards[n_traj:]  # even trajectories have a second step
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    # groups of two trajectories: advantages are +-(|d| / 2) / (|d| / sqrt(2) + eps)
+    adv = grpo_advantages(rewards, traj_ids, traj_ids // 2000)
+    episode = np.bincount(traj_ids // 1000, weights=rewards)
+    gap = episode[0::2] - episode[1::2]
+    expected_even = (gap / 2) / (np.abs(gap) / np.sqrt(2) + 1e-6)
+    np.testing.assert_allclose(adv[:n_traj:2], expected_even, rtol=1e-9)
+    np.testing.assert_allclose(adv[1:n_traj:2], -expected_even, rtol=1e-9)
+
+
+def test_empty_batches():
+    empty = np.zeros(0)
+    ids = np.zeros(0, dtype=np.int64)
+    assert grpo_advantages(empty, ids, ids).shape == (0,)
+    assert gigpo_advantages(empty, ids, ids, []).shape == (0,)
+    assert step_groups(ids, []).shape == (0,)
+    advantages, returns = gae_advantages(empty, empty, ids, gamma=0.9, lam=0.9)
+    assert advantages.shape == returns.shape == (0,)
