@@ -16,6 +16,8 @@ Semantics (the same for every backend):
   Gymnasium). A list of seeds, one per env, is used as given.
 * **Per-env tasks.** ``reset(options={"task_ids": [...]})`` (one id or ``None`` per env)
   passes ``{"task_id": id}`` to each env; other option keys go to every env unchanged.
+  The envs validate ids: an env that rejects its id by raising fails that reset (see
+  Faults below) without affecting the others.
   ``options={"reset_mask": bool array}`` resets only the masked envs (Gymnasium's
   ``DISABLED``-mode protocol); the others keep their state and get no reset info.
 * **Infos** use Gymnasium's dict-of-arrays layout with ``_key`` masks. Every env's info
@@ -28,9 +30,12 @@ Semantics (the same for every backend):
   traceback or the signal). Every other env of a dead worker ends the same way; the
   other workers' envs go on. The env (or worker) is rebuilt and serves the next reset.
   ``env_error`` is masked in only for those envs. A failed *reset* gives the observation
-  ``""``, an info with only ``env_error`` (and ``group_id``) and an episode that is
-  already over (``truncated`` on the next step). Learners should treat ``env_error``
-  steps as cut episodes, not as agent mistakes.
+  ``""``, an episode that is already over (``truncated`` on the next step) and an info
+  whose contract keys are placeholders, so every env always has them: ``task=""``,
+  ``task_id`` = the requested id or ``""``, ``admissible_actions=()``,
+  ``anchor=("env_error", i)`` (never equal to a real anchor), ``success=False``,
+  ``valid_action=True``. Learners should treat ``env_error`` steps as cut episodes,
+  not as agent mistakes.
 * **Actions.** A batch must be a sequence (list, tuple, 1-D array) of ``num_envs`` items,
   else ``ValueError``. Individual bad actions (empty, huge, non-text) never raise: the
   envs answer them with feedback and ``valid_action=False``.
@@ -39,6 +44,7 @@ Semantics (the same for every backend):
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -51,6 +57,8 @@ from gymnasium.vector.utils import batch_space
 
 from agentgym.vector.backend import BACKENDS, Backend
 from agentgym.vector.host import EnvFailure
+
+logger = logging.getLogger(__name__)
 
 EMPTY_OBSERVATION = ""
 """Observation of an env whose reset failed."""
@@ -191,8 +199,9 @@ class TextVectorEnv(VectorEnv):
             self._needs_reset[i] = False
             self._terminated[i] = False
             if isinstance(result, EnvFailure):
+                _log_failure(i, "reset", result)
                 self._observations[i] = EMPTY_OBSERVATION
-                self._infos[i] = {"env_error": result.message}
+                self._infos[i] = _failed_reset_info(i, requests[i][1], result.message)
                 self._truncated[i] = True
             else:
                 self._observations[i], self._infos[i] = result
@@ -230,6 +239,7 @@ class TextVectorEnv(VectorEnv):
         for i in active:
             result = results[i]
             if isinstance(result, EnvFailure):
+                _log_failure(i, "step", result)
                 self._truncated[i] = True
                 self._infos[i] = {**self._infos[i], "env_error": result.message}
             else:
@@ -250,6 +260,12 @@ class TextVectorEnv(VectorEnv):
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the workers and close every sub-env (``close()`` calls this once)."""
         self._backend.close()
+
+    def __enter__(self) -> TextVectorEnv:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
 
     def __del__(self) -> None:
         # VectorEnv has no finaliser: without one, a dropped subprocess vector env would
@@ -285,6 +301,7 @@ class TextVectorEnv(VectorEnv):
                 continue
             if self._needs_reset[i] or self._terminated[i] or self._truncated[i]:
                 continue
+            _log_failure(i, "reset of a neighbour", result)
             self._truncated[i] = True
             self._infos[i] = {**self._infos[i], "env_error": result.message}
 
@@ -337,7 +354,9 @@ class TextVectorEnv(VectorEnv):
         if seed is None:
             if self.group_size == 1:
                 return [None] * self.num_envs
-            group_seeds = self.np_random.integers(_SEED_LIMIT, size=self.num_envs // self.group_size)
+            group_seeds = self.np_random.integers(
+                _SEED_LIMIT, size=self.num_envs // self.group_size
+            )
             return [int(group_seeds[g]) for g in self._group_ids]
         if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
             super().reset(seed=int(seed))  # seeds the vector env's own RNG
@@ -347,6 +366,25 @@ class TextVectorEnv(VectorEnv):
                 raise ValueError(f"expected {self.num_envs} seeds, got {len(seed)}")
             return list(seed)
         raise TypeError(f"seed must be an int, a sequence of {self.num_envs} seeds or None")
+
+
+def _log_failure(i: int, during: str, failure: EnvFailure) -> None:
+    headline = failure.message.splitlines()[0] if failure.message else "unknown error"
+    logger.warning("env %d failed during %s; its episode ends truncated: %s", i, during, headline)
+
+
+def _failed_reset_info(i: int, options: dict[str, Any] | None, message: str) -> dict[str, Any]:
+    """Placeholder contract keys for an env whose reset failed (see the module docstring)."""
+    task_id = (options or {}).get("task_id")
+    return {
+        "task": "",
+        "task_id": "" if task_id is None else str(task_id),
+        "admissible_actions": (),
+        "anchor": ("env_error", i),
+        "success": False,
+        "valid_action": True,
+        "env_error": message,
+    }
 
 
 def _make_backend(name: str, env_fns: list[Callable[[], gym.Env]], num_workers: int) -> Backend:
@@ -411,4 +449,6 @@ def _env_id_from_make_vec(frame: Any) -> str:
         spec = frame.f_locals.get("env_spec")
         if isinstance(spec, gym.envs.registration.EnvSpec):
             return spec.id
-    raise TypeError("make_vector_env() needs env_id (a registered id such as 'AgentGym/Scripted-v0')")
+    raise TypeError(
+        "make_vector_env() needs env_id (a registered id such as 'AgentGym/Scripted-v0')"
+    )

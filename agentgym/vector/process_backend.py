@@ -18,17 +18,21 @@ worker loop) every env it hosted gets an :class:`~agentgym.vector.host.EnvFailur
 saying how it died; a replacement is started at once and serves those envs' next reset.
 Workers ignore SIGINT (the parent handles Ctrl-C and closes them) and exit when the
 parent's end of their pipe closes, so they never outlive a killed parent for long.
+
+POSIX only (Linux, macOS): the parent waits on pipes and process sentinels with
+``select.poll``.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import pickle
+import select
 import signal
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 from agentgym.vector.backend import (
@@ -271,26 +275,34 @@ class ProcessBackend:
 
     # ------------------------------------------------------------------ workers
     def _gather(self, waiting: Mapping[int, _Worker]) -> dict[int, tuple | None]:
-        """Wait for one message from each worker; ``None`` for a worker that died."""
-        waiting = dict(waiting)
+        """Wait for one message from each worker; ``None`` for a worker that died.
+
+        Polls every waiting worker's pipe and process sentinel at once with a raw
+        ``select.poll`` (``multiprocessing.connection.wait`` builds a Python selector on
+        every call: about a third of the backend's per-step CPU time in a profile).
+        The sentinel catches a death even when a grandchild still holds the pipe open.
+        """
+        poller = select.poll()
+        by_fd: dict[int, _Worker] = {}
+        for worker in waiting.values():
+            for fd in (worker.conn.fileno(), worker.process.sentinel):
+                by_fd[fd] = worker
+                poller.register(fd, select.POLLIN)
         replies: dict[int, tuple | None] = {}
-        while waiting:
-            handles: dict[Any, _Worker] = {}
-            for worker in waiting.values():
-                handles[worker.conn] = worker
-                handles[worker.process.sentinel] = worker
-            for handle in wait(list(handles)):
-                worker = handles[handle]
-                if worker.index not in waiting:
+        while len(replies) < len(waiting):
+            for fd, _ in poller.poll():
+                worker = by_fd[fd]
+                if worker.index in replies:
                     continue
                 reply = None  # the process ended, or its pipe closed, without a reply
                 try:
-                    if worker.conn.poll():
+                    if fd == worker.conn.fileno() or worker.conn.poll():
                         reply = pickle.loads(worker.conn.recv_bytes())
                 except (EOFError, OSError):
                     pass
                 replies[worker.index] = reply
-                del waiting[worker.index]
+                poller.unregister(worker.conn.fileno())
+                poller.unregister(worker.process.sentinel)
         return replies
 
     def _ensure_ready(self, worker: _Worker) -> str | None:
@@ -320,7 +332,10 @@ class ProcessBackend:
     def _restart_dead(self, worker: _Worker, command: str) -> str:
         name = worker.name
         how = _describe_exit(worker.reap())
-        worker.start()  # boots while the other envs go on; serves the next reset
+        try:
+            worker.start()  # boots while the other envs go on; serves the next reset
+        except OSError:  # cannot spawn right now: _ensure_ready tries again at next use
+            worker.process = None
         return (
             f"{name} {how} during {command}(); the worker was restarted and "
             "its episodes were ended (truncated)"

@@ -157,7 +157,10 @@ class RayBackend:
     def _restart_dead(self, w: int, command: str, error: Exception) -> str:
         pid = self._pids[w]
         self._kill(w)
-        self._launch(w)  # boots while the other envs go on; serves the next reset
+        try:
+            self._launch(w)  # boots while the other envs go on; serves the next reset
+        except Exception:  # Ray refused: _ensure_ready launches again at next use
+            self._actors[w] = None
         return (
             f"ray actor {pid} ({describe_env_block(self._blocks[w])}) failed during "
             f"{command}(); it was restarted and its episodes were ended (truncated): "

@@ -19,11 +19,19 @@ class SyncBackend:
 
     Args:
         env_fns: zero-argument callables building the envs.
+
+    Raises:
+        RuntimeError: an ``env_fn`` raised (chained to its exception).
     """
 
     def __init__(self, env_fns: Sequence[EnvFn]):
         self._host = EnvHost(env_fns, range(len(env_fns)))
-        self.spaces = self._host.start()
+        try:
+            self.spaces = self._host.start()
+        except Exception as error:  # same error type as the worker backends
+            raise RuntimeError(
+                f"could not build the envs: {type(error).__name__}: {error}"
+            ) from error
 
     def reset(
         self, requests: Mapping[int, tuple[int | None, dict[str, Any] | None]]

@@ -1,0 +1,93 @@
+"""Envs for the vector env tests: faults on command, and an env that must never be
+stepped after its episode ended. Module-level so that worker processes can import them."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from typing import Any
+
+import gymnasium as gym
+
+from agentgym.core import TextSpace, Transition
+from agentgym.scripted import ScriptedTextEnv
+
+RAISE = "!raise"
+SIGKILL = "!sigkill"
+SEGFAULT = "!segfault"
+EXIT = "!exit"
+FAULT_ACTIONS = (RAISE, SIGKILL, SEGFAULT, EXIT)
+FAULTY_TASK = "!raise-on-reset"
+
+
+class InjectedFault(RuntimeError):
+    """The exception a :class:`FaultyTextEnv` raises on command."""
+
+
+class FaultyTextEnv(ScriptedTextEnv):
+    """The scripted door env, which misbehaves on command.
+
+    Actions ``"!raise"`` (an exception escapes ``step``), ``"!sigkill"`` (the process
+    kills itself with SIGKILL), ``"!segfault"`` (a real segmentation fault) and
+    ``"!exit"`` (``os._exit(3)``); resetting with task id ``"!raise-on-reset"`` raises.
+    """
+
+    def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
+        if task_id == FAULTY_TASK:
+            raise InjectedFault("injected fault in reset")
+        return super()._reset_task(task_id)
+
+    def _step_text(self, action: str) -> Transition:
+        if action == RAISE:
+            raise InjectedFault("injected fault in step")
+        if action == SIGKILL:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if action == SEGFAULT:
+            ctypes.string_at(0)
+        if action == EXIT:
+            os._exit(3)
+        return super()._step_text(action)
+
+
+class BrokenInitEnv(ScriptedTextEnv):
+    """Cannot be built."""
+
+    def __init__(self, **kwargs: Any):
+        raise InjectedFault("injected fault in __init__")
+
+
+class StrictCounterEnv(gym.Env[str, str]):
+    """A plain Gymnasium text env (not a ``TextEnv``) whose episode ends after
+    ``length`` steps, and which raises if it is stepped after that: only a vector env
+    that really freezes finished envs can drive it through a batch."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, length: int = 2):
+        self.length = length
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+        self._count = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._count = 0
+        return "count 0", {"count": 0}
+
+    def step(self, action: Any):
+        if self._count >= self.length:
+            raise AssertionError("stepped after the episode ended")
+        self._count += 1
+        done = self._count >= self.length
+        return f"count {self._count} after {action!r}", 1.0, done, False, {"count": self._count}
+
+
+class MarkerGuardedEnv(FaultyTextEnv):
+    """A :class:`FaultyTextEnv` that cannot be built while the file ``marker`` exists
+    (to make rebuilding an env, or restarting a worker, fail on demand)."""
+
+    def __init__(self, marker: str, **kwargs: Any):
+        if os.path.exists(marker):
+            raise InjectedFault(f"cannot be built while {marker} exists")
+        super().__init__(**kwargs)

@@ -1,0 +1,70 @@
+"""The Ray backend on a local Ray instance: lazy start, same results as sync, dead actors."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from tests.agentgym.faulty_envs import RAISE
+from tests.agentgym.test_vector_backends import faulty_vector, trace, wait_until_gone
+
+ray = pytest.importorskip("ray")
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]  # starting Ray and its actors takes > 20 s here
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_instance():
+    """Ray is started by the first vector env of this module; shut it down at the end."""
+    started_here = not ray.is_initialized()
+    yield
+    if started_here and ray.is_initialized():
+        ray.shutdown()
+
+
+def test_ray_is_started_lazily_and_results_equal_sync():
+    with faulty_vector(4, group_size=2) as venv:
+        expected = trace(venv, seed=7)
+        assert not ray.is_initialized()  # the sync backend never touches Ray
+    with faulty_vector(4, group_size=2, backend="ray", num_workers=2) as venv:
+        assert ray.is_initialized()
+        assert ray.cluster_resources()["CPU"] <= (os.cpu_count() or 1)
+        pids = venv.worker_pids()
+        assert len(set(pids)) == 2 and os.getpid() not in pids
+        assert trace(venv, seed=7) == expected
+
+
+def test_ray_exception_in_step_is_contained():
+    with faulty_vector(4, backend="ray", num_workers=2) as venv:
+        venv.reset(seed=0)
+        pids = venv.worker_pids()
+        _, _, _, truncated, infos = venv.step(["look", RAISE, "look", "look"])
+        assert truncated.tolist() == [False, True, False, False]
+        assert "injected fault in step" in infos["env_error"][1]
+        assert venv.worker_pids() == pids
+        _, infos = venv.reset(seed=0)
+        assert "env_error" not in infos
+
+
+def test_ray_killed_actor_is_replaced_and_close_kills_the_rest():
+    venv = faulty_vector(4, backend="ray", num_workers=2)
+    try:
+        venv.reset(seed=1)
+        venv.step(["look"] * 4)
+        victim = venv.worker_pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        assert wait_until_gone(victim)
+        _, rewards, _, truncated, infos = venv.step(["look"] * 4)
+        assert truncated.tolist() == [True, True, False, False] and not rewards.any()
+        assert infos["_env_error"].tolist() == [True, True, False, False]
+        assert "restarted" in infos["env_error"][0]
+        _, infos = venv.reset(seed=1)
+        assert "env_error" not in infos
+        pids = set(venv.worker_pids())
+        assert victim not in pids and None not in pids
+    finally:
+        venv.close()
+    for pid in pids:
+        assert wait_until_gone(pid), f"actor process {pid} survived close()"
