@@ -106,27 +106,27 @@ def rss_mb() -> float:
     return float("nan")
 
 
-def memory(data: Path, count: int) -> None:
-    """Run in a fresh process: RSS growth per additional env (same game / distinct games)."""
+def memory(data: Path, count: int, distinct: bool) -> None:
+    """Run in a fresh process: RSS growth per additional env (same game or distinct games)."""
     import gymnasium as gym
 
     import agentgym  # noqa: F401
 
     games = sorted(data.glob("json_2.1.1/*/*/*/game.tw-pddl"), key=receptacles)[-count:]
-    for label, ids in (("same game", [games[-1]] * count), ("distinct games", games)):
-        envs, rss = [], []
-        for game in ids:
-            split = game.relative_to(data).parts[1]
-            env = gym.make("AgentGym/ALFWorld-v0", data_path=data, split=split)
-            env.reset(options={"task_id": game.parent.relative_to(data).as_posix()})
-            envs.append(env)
-            gc.collect()
-            rss.append(rss_mb())
-        per_env = (rss[-1] - rss[0]) / (count - 1)
-        print(f"memory, {label:14s}: 1 env {rss[0]:.0f} MB, {count} envs {rss[-1]:.0f} MB -> "
-              f"{per_env:.1f} MB per additional env (largest kitchens)")
-        for env in envs:
-            env.close()
+    label, ids = ("distinct games", games) if distinct else ("same game", [games[-1]] * count)
+    envs, rss = [], []
+    for game in ids:
+        split = game.relative_to(data).parts[1]
+        env = gym.make("AgentGym/ALFWorld-v0", data_path=data, split=split)
+        env.reset(options={"task_id": game.parent.relative_to(data).as_posix()})
+        envs.append(env)
+        gc.collect()
+        rss.append(rss_mb())
+    per_env = (rss[-1] - rss[0]) / (count - 1)
+    print(f"memory, {label:14s}: 1 env {rss[0]:.0f} MB, {count} envs {rss[-1]:.0f} MB -> "
+          f"{per_env:.1f} MB per additional env (largest kitchens)")
+    for env in envs:
+        env.close()
 
 
 def vector(data: Path, num_envs: int, steps: int) -> None:
@@ -174,16 +174,18 @@ def main() -> None:
     parser.add_argument("--vector-envs", type=int, default=4)
     parser.add_argument("--vector-steps", type=int, default=30)
     parser.add_argument("--only", choices=("speed", "memory", "vector"))
+    parser.add_argument("--distinct", action="store_true", help="memory: distinct games")
     args = parser.parse_args()
     if not (args.data / "json_2.1.1").is_dir():
         sys.exit(f"no ALFWorld data at {args.data} (pass --data)")
     if args.only in (None, "speed"):
         speed(args.data, args.games_per_size, args.steps, args.resets)
     if args.only == "memory":
-        memory(args.data, args.memory_envs)
-    elif args.only is None:  # a fresh process, so the speed run's libraries do not count
-        subprocess.run([sys.executable, __file__, "--only", "memory", "--data", str(args.data),
-                        "--memory-envs", str(args.memory_envs)], check=True)
+        memory(args.data, args.memory_envs, args.distinct)
+    elif args.only is None:  # fresh processes, so that earlier libraries and caches do not count
+        for distinct in ([], ["--distinct"]):
+            subprocess.run([sys.executable, __file__, "--only", "memory", "--data", str(args.data),
+                            "--memory-envs", str(args.memory_envs), *distinct], check=True)
     if args.only in (None, "vector"):
         vector(args.data, args.vector_envs, args.vector_steps)
 

@@ -20,22 +20,25 @@ is done:
   only the task rule is parsed per game.
 * **the PDDL->SAS translation** -- TextWorld runs ``fast_downward.pddl2sas`` twice on
   ``load()`` and twice again on every ``reset()`` (once more with planner optimizations,
-  used only for re-planning, which the env never asks for). Here it runs once per game
-  and process (LRU cache of :data:`TRANSLATION_CACHE_SIZE` games); a reset reloads the
-  cached SAS text into fast-downward and restores the cached initial facts, text and
-  commands (the initial state of a game is always the same).
+  used only for re-planning, which the env never asks for, so it is skipped). Here it
+  runs once per game and process (LRU cache of :data:`TRANSLATION_CACHE_SIZE` games,
+  shared by the engines of a process: a group of envs playing one game translates it
+  once); a reset reloads the cached SAS text into fast-downward and restores copies of
+  the cached initial fact store and intro text (a game's initial state never varies).
 * **admissible commands** -- a command's text is derived from its operator's arguments
   and, in ALFWorld's grammar, from static facts only (e.g. ``receptacleatlocation``).
   When a command template's derivation reads only predicates that no action changes, its
   text is memoized per operator and game; otherwise it is derived every step.
 
-Processes, not threads: ``fast_downward.pddl2sas`` rewrites ``sys.argv`` and swaps
-``sys.stdout`` while it runs, and each fast-downward library copy holds one global task.
+Processes, not threads: ``fast_downward.pddl2sas`` rewrites ``sys.argv`` (we restore it)
+and swaps ``sys.stdout`` while it runs, and each fast-downward library copy holds one
+global task; nothing here is safe to call from several threads at once.
 Parallelize with processes (the vector env's subprocess backend). Each
 :class:`AlfredEngine` takes a library copy from a per-process pool (:func:`acquire_lib`);
-``fast_downward.load_lib`` copies and ``dlopen``\\ s a 34 MB ``libdownward.so`` (~10 MB
-resident) that is never unloaded, so engines return their copy on :meth:`close` and new
-engines reuse it -- a process holds at most as many copies as engines alive at once.
+``fast_downward.load_lib`` copies and ``dlopen``\\ s a 34 MB ``libdownward.so`` (a few
+MB resident, more once a task is loaded) that is never unloaded, so engines return their
+copy on :meth:`close` (or when garbage-collected) and new engines reuse it -- a process
+holds at most as many copies as engines alive at once.
 """
 
 from __future__ import annotations
@@ -47,14 +50,13 @@ import sys
 import threading
 import weakref
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-TRANSLATION_CACHE_SIZE = 64
-"""Games whose PDDL->SAS translation a process keeps (a kitchen's is ~2-5 MB)."""
+TRANSLATION_CACHE_SIZE = 16
+"""Games whose PDDL->SAS translation a process keeps besides those loaded (~5 MB each)."""
 LOGIC_CACHE_SIZE = 8
 """Distinct game grammars (with the task masked) a process keeps parsed."""
 NOTHING_HAPPENS = "Nothing happens."
@@ -330,8 +332,9 @@ class Translation:
     """A game's PDDL->SAS translation and what its initial state always gives."""
 
     task: Any
+    """The normalized PDDL task; dropped once the initial facts are known (it is large)."""
     sas: bytes
-    sas_text: str
+    types: tuple[tuple[str, tuple[str, ...]], ...]
     name2type: dict[str, str]
     actions: dict[str, Any]
     fluents: frozenset[str]
@@ -366,7 +369,7 @@ def translate(domain: str, problem: str) -> Translation:
         translation = Translation(
             task=task,
             sas=sas.encode("utf-8"),
-            sas_text=sas,
+            types=tuple((t.name, tuple(t.supertype_names)) for t in task.types),
             name2type={o.name: o.type_name for o in task.objects},
             actions={a.name: a for a in task.actions},
             fluents=frozenset(fluents),
@@ -419,7 +422,7 @@ class AlfredEngine:
     wanted; ``load`` another game into the same engine (and fast-downward copy) later.
 
     Attributes after ``reset``: :attr:`admissible_commands` (sorted, "help" included,
-    like TextWorld), :attr:`won`.
+    like TextWorld), :attr:`won`, :attr:`moves` (commands that matched an action).
     """
 
     def __init__(self) -> None:
@@ -462,14 +465,19 @@ class AlfredEngine:
         for key in ("pddl_domain", "grammar", "pddl_problem"):
             if not isinstance(data.get(key), str):
                 raise ValueError(f"ALFWorld game {game_file} lacks the text field {key!r}")
-        self._game = data
-        self._logic = load_logic(data["pddl_domain"], data["grammar"])
-        self._translation = translate(data["pddl_domain"], data["pddl_problem"])
+        self._game = None  # unusable until the new game is fully loaded
+        logic = load_logic(data["pddl_domain"], data["grammar"])
+        translation = translate(data["pddl_domain"], data["pddl_problem"])
+        self._game, self._logic, self._translation = data, logic, translation
         # Command texts depend on the grammar too: keep them per (translation, grammar).
-        self._command_cache = self._translation.initial.setdefault(("commands", data["grammar"]), {})
+        self._command_cache = translation.initial.setdefault(("commands", data["grammar"]), {})
         self._cacheable_templates = {}
-        self._new_state()
-        self._entity_infos = self._make_entity_infos()
+        try:
+            self._new_state()
+            self._entity_infos = self._make_entity_infos()
+        except BaseException:
+            self._game = None
+            raise
 
     @property
     def walkthrough(self) -> tuple[str, ...]:
@@ -502,12 +510,11 @@ class AlfredEngine:
         state._logic = game_logic
         state.downward_lib = self._lib
         state.pddl_problem = self._game["pddl_problem"] if self._game else ""
-        state.task, state.sas = translation.task, translation.sas_text
         state._actions = translation.actions
         state.name2type = translation.name2type
-        for type_ in translation.task.types:
+        for name, supertypes in translation.types:
             try:
-                game_logic.types.add(Type(type_.name, type_.supertype_names))
+                game_logic.types.add(Type(name, list(supertypes)))
             except ValueError:
                 pass
         self._lib.load_sas(translation.sas)
@@ -520,6 +527,7 @@ class AlfredEngine:
             state.add_facts(_initial_facts(translation, self._lib))
             snapshot = (state._facts, state._vars_by_name, state._vars_by_type, state._var_counts)
             translation.initial["state"] = _copy_fact_store(snapshot)
+            translation.task = None  # everything needed from it is kept apart
         else:  # the same store add_facts() built, copied (a reset must not alter the cache)
             snapshot = _copy_fact_store(snapshot)
         state._facts, state._vars_by_name, state._vars_by_type, state._var_counts = snapshot
@@ -628,10 +636,6 @@ class AlfredEngine:
         return known
 
     # -------------------------------------------------------------- state
-    def facts(self) -> Iterator[Any]:
-        """The current facts (``textworld.logic.Proposition``), as TextWorld holds them."""
-        return self._state.facts
-
     def fluent_facts(self) -> tuple[str, ...]:
         """The true facts whose predicate some action can change, sorted (a state key)."""
         fluents = self._translation.fluents
@@ -684,22 +688,3 @@ class ReferenceEngine:
 
     def close(self) -> None:
         self._env.close()
-
-
-def walk_game(engine: AlfredEngine | ReferenceEngine, commands: list[str],
-              on_step: Callable[[str, str], None] | None = None) -> list[str]:
-    """Reset ``engine`` and play ``commands``; returns the observations (intro first)."""
-    observations = [engine.reset()]
-    for command in commands:
-        observations.append(engine.step(command))
-        if on_step is not None:
-            on_step(command, observations[-1])
-    return observations
-
-
-def game_paths(root: Path) -> list[Path]:
-    """Every ``game.tw-pddl`` under ``root``, sorted (for tests and benchmarks)."""
-    return sorted(root.rglob("game.tw-pddl"))
-
-
-StateKey = Hashable

@@ -51,9 +51,9 @@ TASK_PREFIX = "Your task is to: "
 HELP_COMMAND = "help"
 DEFAULT_NUM_GENERATED_GAMES = 60
 """Games generated per split when no official data is found (10 per task type)."""
-GENERATED_SPLITS = {"train": "train", "valid": "valid", "valid_unseen": "valid"}
-"""Split names accepted for generated games -> the generator's split (by scene:
-alfworld's train scenes vs its held-out test scenes, i.e. "unseen")."""
+GENERATED_SPLITS: tuple[str, ...] = ("train", "valid", "valid_seen", "valid_unseen")
+"""Split names accepted for generated games ("valid" is "valid_unseen": alfworld's
+held-out scenes; "valid_seen" holds other games of the train scenes)."""
 
 
 def strip_banner(text: str) -> str:
@@ -75,8 +75,8 @@ class ALFWorldEnv(TextEnv):
     Args:
         data_path: root holding ``json_2.1.1/<split>/...`` (default: ``$ALFWORLD_DATA``,
             then ``~/.cache/alfworld``, then generated games).
-        split: ``"train"``, ``"valid_seen"`` or ``"valid_unseen"`` for official data;
-            ``"train"`` or ``"valid"`` (alias ``"valid_unseen"``) for generated games.
+        split: ``"train"``, ``"valid_seen"`` or ``"valid_unseen"`` (for generated games
+            also ``"valid"``, an alias of ``"valid_unseen"``).
         task_types: keep only these task types (``None``: all six).
         num_generated_games: games per split to generate when no official data is found.
         generation_seed: seed of the generated games.
@@ -145,10 +145,10 @@ class ALFWorldEnv(TextEnv):
             if self.data_root is not None:
                 root, split = self.data_root, self.split
             else:
-                split = GENERATED_SPLITS[self.split]
                 wanted = None if self.task_types == TASK_TYPES else list(self.task_types)
-                root = _generated_root(split, self.num_generated_games, self.generation_seed,
-                                       wanted)
+                root = _generated_root(self.split, self.num_generated_games,
+                                       self.generation_seed, wanted)
+                split = _generated_split_dir(root, self.split)
             games = collect_games(root, split, self.task_types)
             self.games_root = root
             self._games = {g.task_id: g for g in games}
@@ -246,6 +246,18 @@ class ALFWorldEnv(TextEnv):
             self._engine = None
             self._loaded_task = None
         super().close()
+
+
+def _generated_split_dir(root: Path, split: str) -> str:
+    """The folder under ``root/json_2.1.1`` that holds the generated games of ``split``."""
+    present = available_splits(root)
+    for name in (split, "valid_unseen" if split == "valid" else split):
+        if name in present:
+            return name
+    if len(present) == 1:
+        return present[0]
+    raise RuntimeError(f"generated ALFWorld games for split {split!r} not found in {root}; "
+                       f"it holds {list(present)}")
 
 
 def _generated_root(split: str, num_games: int, seed: int,

@@ -13,8 +13,7 @@ from tests.conftest import SHARED_DATA, shared_data_path
 ALFWORLD_DATA = SHARED_DATA / "alfworld"
 TRANSCRIPTS = "expert_walkthrough_transcripts.json"
 
-pytest.importorskip("textworld", reason="alfworld extra not installed (pip install agentgym[alfworld])")
-pytest.importorskip("alfworld", reason="alfworld extra not installed (pip install agentgym[alfworld])")
+_MISSING_EXTRA = "alfworld extra not installed (pip install agentgym[alfworld])"
 
 
 @lru_cache(maxsize=1)
@@ -38,4 +37,7 @@ def all_games() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="session")
 def alfworld_root() -> Path:
+    """The shared real games (skips without them or without the engine packages)."""
+    pytest.importorskip("textworld", reason=_MISSING_EXTRA)
+    pytest.importorskip("alfworld", reason=_MISSING_EXTRA)
     return shared_data_path("alfworld")

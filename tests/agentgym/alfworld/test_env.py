@@ -217,7 +217,7 @@ def test_no_data_without_the_generator_is_a_clear_error(
     with pytest.raises(RuntimeError, match="No official ALFWorld games"):
         env.reset(seed=0)
     with pytest.raises(ValueError, match="generated games have the splits"):
-        ALFWorldEnv(split="valid_seen")
+        ALFWorldEnv(split="test")
 
 
 @pytest.mark.slow
