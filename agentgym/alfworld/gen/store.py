@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from agentgym.alfworld.gen.game import GeneratedGame
@@ -110,9 +111,23 @@ def written_trials(root: Path, split_dir: str, key: str) -> dict[int, Path]:
     return found
 
 
+STALE_STAGING_S = 3600.0
+"""Staging folders older than this (seconds) belong to killed writers and are removed."""
+
+
 def cleanup_staging(root: Path) -> None:
-    """Removes ``<root>/.tmp`` if it is empty (left-overs of killed writers stay)."""
+    """Removes stale staging folders of killed writers, then ``<root>/.tmp`` if empty."""
+    tmp = root / ".tmp"
+    if not tmp.is_dir():
+        return
+    now = time.time()
+    for entry in tmp.iterdir():
+        try:
+            if now - entry.stat().st_mtime > STALE_STAGING_S:
+                shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue
     try:
-        (root / ".tmp").rmdir()
+        tmp.rmdir()
     except OSError:
-        pass
+        pass  # another writer is staging a game right now

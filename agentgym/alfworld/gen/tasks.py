@@ -9,8 +9,8 @@ receptacles so that the task is solvable and not already solved:
 * for the place tasks no instance of the target type starts in a receptacle of the
   target type (so the goal is false at the start);
 * look_at_obj_in_light's lamp stands inside a receptacle (the goal and ``use`` need it);
-* clean needs a SinkBasin, heat a Microwave, cool a Fridge in the scene, and the target
-  receptacle is never that appliance.
+* clean needs a SinkBasin, heat a Microwave, cool a Fridge in the scene; the target
+  receptacle is never that appliance, nor a sink or bathtub basin.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ APPLIANCES: dict[str, str] = {
     "pick_cool_then_place_in_recep": "Fridge",
 }
 """The receptacle type each state-changing task needs (``clean/heat/cool X with Y``)."""
+
+BASIN_TYPES: tuple[str, ...] = ("BathtubBasin", "SinkBasin")
+"""Never a task's target receptacle (no official game puts things in a basin as its goal)."""
 
 MAX_INSTANCES = 3
 """Most instances of one object type (alfworld's ``MAX_NUM_OF_OBJ_INSTANCES``)."""
@@ -147,7 +150,7 @@ def task_options(task_type: str, scene: SceneInfo) -> list[Task]:
         if needed is not None and otype not in needed:
             continue
         for parent in _holders(scene, otype):
-            if parent == appliance or (appliance == "SinkBasin" and parent.endswith("Basin")):
+            if parent == appliance or parent in BASIN_TYPES:
                 continue
             if _holders(scene, otype, exclude=parent):
                 options.append(Task(task_type, otype, parent))
