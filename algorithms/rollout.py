@@ -224,10 +224,9 @@ def collect_rollout(
         options = {"task_ids": [str(t) for t in group_task_ids for _ in range(group_size)]}
     observations, infos = vec_env.reset(seed=seed, options=options)
     rows = info_rows(infos, num_envs)
-    # An env whose reset failed reports only ``env_error``: its episode is over before it
-    # starts and yields no steps (counted in ``env_errors``).
-    env_errors = np.array([bool(row.get("env_error")) and "anchor" not in row
-                           for row in rows], dtype=bool)
+    # An env whose reset failed reports ``env_error`` (with placeholder contract keys):
+    # its episode is over before it starts and yields no steps (counted in env_errors).
+    env_errors = np.array([bool(row.get("env_error")) for row in rows], dtype=bool)
     if env_errors.all():
         raise RuntimeError(f"every env failed to reset; the first error: "
                            f"{rows[0]['env_error']}")

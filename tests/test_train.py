@@ -108,11 +108,8 @@ def test_cpu_demo_shortened(tmp_path):
     saved = json.loads((run / "config.json").read_text())
     assert saved["preset"] == "cpu-demo" and saved["env"]["max_steps"] == 1
     assert (run / "checkpoints" / "latest").read_text() == "iter_000001"
-    # Evaluated on the train split: generated held-out games ("valid_unseen") currently
-    # fail in the ALFWorld env (split folder naming, reported to its authors).
-    evaluated = train.main(_demo_args(tmp_path, *short, "--run.eval-only", "--run.checkpoint",
-                                      str(run), "--run.run-name", "demo-eval",
-                                      "--env.eval-env-kwargs", '{"split": "train"}'))
+    evaluated = train.main(_demo_args(tmp_path, *short, "--eval-only", "--checkpoint",
+                                      str(run), "--run.run-name", "demo-eval"))
     assert "eval/success" in evaluated
     results = json.loads((tmp_path / "demo-eval" / "eval" / "iter_000001.json").read_text())
     assert set(results["per_task_type"]) == {"pick_and_place_simple"}
