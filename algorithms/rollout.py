@@ -1,0 +1,338 @@
+"""Multi-turn rollouts over a vectorized text env, collected into a typed step batch.
+
+Every agent step is one training sample: the per-step prompt
+(:mod:`algorithms.prompts`), the sampled response, the parsed action and its reward. A
+step whose answer is badly formatted, or whose action the env reports as not valid
+(``info["valid_action"]``), costs ``invalid_action_penalty`` (GiGPO recipes: 0.1, 0.01 for
+Search-QA); the env's own reward never includes it.
+
+The ``N = num_groups * group_size`` sub-envs are reset with
+``options={"task_ids": [...]}`` so the ``group_size`` envs of a group play the same task
+from the same initial state. The loop steps the whole batch until every env has
+terminated or truncated, or ``max_steps`` turns have passed; finished envs get an empty
+action, which the vector env ignores (it repeats their last observation with reward 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from algorithms.config import PromptConfig
+from algorithms.parsing import parse_action
+from algorithms.prompts import PromptBuilder
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """One iteration's agent steps, sorted by trajectory then step.
+
+    ``N`` steps; prompts are left-padded to ``P`` tokens, responses right-padded to ``R``.
+
+    Attributes:
+        prompt_ids: (N, P) int64 prompt token ids (pad id where ``prompt_mask`` is 0).
+        prompt_mask: (N, P) int64, 1 on real prompt tokens.
+        response_ids: (N, R) int64 response token ids.
+        response_mask: (N, R) int64, 1 on real response tokens.
+        rewards: (N,) float64 env reward minus the invalid-action penalty.
+        env_rewards: (N,) float64 the env's reward.
+        invalid: (N,) bool, the step paid the penalty (bad format or invalid action).
+        format_ok: (N,) bool, the answer had the required format.
+        valid_action: (N,) bool, the env could execute the action.
+        traj_ids: (N,) int64, one id per sub-env (trajectory) of the rollout.
+        group_ids: (N,) int64, ``traj_id // group_size``.
+        anchors: N hashable anchors of the state each action was taken in.
+        step_index: (N,) int64, the step's turn number within its trajectory (0-based).
+        last_step: (N,) bool, the trajectory's final step.
+        success: (N,) bool, the trajectory ended in success (repeated on each step).
+        truncated: (N,) bool, the trajectory ended without terminating (time limit).
+        task_ids: N task ids.
+        task_types: N task types (``""`` where the env reports none).
+        actions: N actions sent to the env.
+        response_texts: N decoded responses.
+        prompt_cut: (N,) bool, the prompt was cut to fit the token budget.
+        env_errors: number of trajectories that ended on an env error.
+        old_log_probs: (N, R) float32 log-probs under the sampling policy, once scored.
+        ref_log_probs: (N, R) float32 log-probs under the reference policy, once scored.
+        values: (N,) float32 critic values V(s_t), once scored (PPO).
+    """
+
+    prompt_ids: np.ndarray
+    prompt_mask: np.ndarray
+    response_ids: np.ndarray
+    response_mask: np.ndarray
+    rewards: np.ndarray
+    env_rewards: np.ndarray
+    invalid: np.ndarray
+    format_ok: np.ndarray
+    valid_action: np.ndarray
+    traj_ids: np.ndarray
+    group_ids: np.ndarray
+    anchors: tuple[Hashable, ...]
+    step_index: np.ndarray
+    last_step: np.ndarray
+    success: np.ndarray
+    truncated: np.ndarray
+    task_ids: tuple[str, ...]
+    task_types: tuple[str, ...]
+    actions: tuple[str, ...]
+    response_texts: tuple[str, ...]
+    prompt_cut: np.ndarray
+    env_errors: int = 0
+    old_log_probs: np.ndarray | None = field(default=None, repr=False)
+    ref_log_probs: np.ndarray | None = field(default=None, repr=False)
+    values: np.ndarray | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return int(self.rewards.shape[0])
+
+    def with_scores(self, **scores: np.ndarray | None) -> StepBatch:
+        """A copy with ``old_log_probs`` / ``ref_log_probs`` / ``values`` set."""
+        allowed = {"old_log_probs", "ref_log_probs", "values"}
+        unknown = set(scores) - allowed
+        if unknown:
+            raise ValueError(f"unknown score fields {unknown}")
+        return replace(self, **scores)
+
+    @property
+    def num_trajectories(self) -> int:
+        return int(self.last_step.sum())
+
+
+@dataclass
+class _Step:
+    prompt: tuple[int, ...]
+    response: tuple[int, ...]
+    env_reward: float
+    penalty: float
+    format_ok: bool
+    valid: bool
+    traj: int
+    group: int
+    anchor: Hashable
+    step: int
+    task_id: str
+    task_type: str
+    action: str
+    text: str
+    prompt_cut: bool
+
+
+def info_rows(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
+    """Gymnasium dict-of-arrays infos (``_key`` masks) to one dict per sub-env."""
+    rows: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+    for key, values in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos.get(f"_{key}")
+        if isinstance(values, dict):
+            nested = info_rows(values, num_envs)
+            for index in range(num_envs):
+                if mask is None or bool(mask[index]):
+                    rows[index][key] = nested[index]
+            continue
+        for index in range(num_envs):
+            if mask is None or bool(mask[index]):
+                rows[index][key] = values[index]
+    return rows
+
+
+def pad_left(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Left-pad to a (N, max_len) int64 array; return ``(ids, mask)``."""
+    width = max((len(s) for s in sequences), default=0)
+    ids = np.full((len(sequences), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(sequences), width), dtype=np.int64)
+    for row, sequence in enumerate(sequences):
+        if len(sequence):
+            ids[row, width - len(sequence):] = sequence
+            mask[row, width - len(sequence):] = 1
+    return ids, mask
+
+
+def pad_right(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad to a (N, max_len) int64 array (at least 1 column); return ``(ids, mask)``."""
+    width = max(1, max((len(s) for s in sequences), default=0))
+    ids = np.full((len(sequences), width), pad_id, dtype=np.int64)
+    mask = np.zeros((len(sequences), width), dtype=np.int64)
+    for row, sequence in enumerate(sequences):
+        ids[row, : len(sequence)] = sequence
+        mask[row, : len(sequence)] = 1
+    return ids, mask
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """What one rollout needs besides the env and the engine.
+
+    Attributes:
+        group_size: trajectories per group.
+        max_steps: turns at most.
+        temperature: sampling temperature.
+        max_new_tokens: response length limit.
+        invalid_action_penalty: reward subtracted on a badly formatted or invalid step.
+        prompt: prompt settings (also the parsing style).
+    """
+
+    group_size: int
+    max_steps: int
+    temperature: float
+    max_new_tokens: int
+    invalid_action_penalty: float
+    prompt: PromptConfig
+
+
+def collect_rollout(
+    vec_env: Any,
+    engine: Any,
+    tokenizer: Any,
+    settings: RolloutSettings,
+    *,
+    group_task_ids: Sequence[str] | None,
+    seed: int,
+    progress: Any = None,
+) -> StepBatch:
+    """Roll out every sub-env of ``vec_env`` and collect the steps.
+
+    Args:
+        vec_env: a vector text env (``agentgym.vector.TextVectorEnv`` API) with
+            ``num_envs = len(group_task_ids) * group_size``.
+        engine: a :class:`~algorithms.engines.GenerationEngine`.
+        tokenizer: the policy's tokenizer (prompts, decoding, pad id).
+        settings: see :class:`RolloutSettings`.
+        group_task_ids: one task id per group; ``None`` lets the env pick from ``seed``
+            (groups then rely on the vector env's group seeding).
+        seed: reset seed and the base of the per-turn sampling seeds.
+        progress: optional tqdm-like bar, advanced once per turn.
+
+    Returns:
+        The :class:`StepBatch` (unscored).
+
+    Raises:
+        RuntimeError: the envs of a group did not start on the same task.
+    """
+    num_envs = int(vec_env.num_envs)
+    group_size = settings.group_size
+    if num_envs % group_size:
+        raise ValueError(f"num_envs={num_envs} is not a multiple of group_size={group_size}")
+    options = None
+    if group_task_ids is not None:
+        if len(group_task_ids) * group_size != num_envs:
+            raise ValueError(f"{len(group_task_ids)} groups x {group_size} != {num_envs} envs")
+        options = {"task_ids": [str(t) for t in group_task_ids for _ in range(group_size)]}
+    observations, infos = vec_env.reset(seed=seed, options=options)
+    rows = info_rows(infos, num_envs)
+    # An env whose reset failed reports ``env_error`` (with placeholder contract keys):
+    # its episode is over before it starts and yields no steps (counted in env_errors).
+    env_errors = np.array([bool(row.get("env_error")) for row in rows], dtype=bool)
+    if env_errors.all():
+        raise RuntimeError(f"every env failed to reset; the first error: "
+                           f"{rows[0]['env_error']}")
+    _check_groups(rows, group_size)
+    builder = PromptBuilder(tokenizer, settings.prompt)
+    histories: list[list[tuple[str, str]]] = [[] for _ in range(num_envs)]
+    active = ~env_errors
+    steps: list[_Step] = []
+    final_success = np.zeros(num_envs, dtype=bool)
+    final_truncated = env_errors.copy()
+    for turn in range(settings.max_steps):
+        indices = np.flatnonzero(active)
+        if indices.size == 0:
+            break
+        prompts = [
+            builder.build(str(rows[i].get("task", "")), histories[i], str(observations[i]),
+                          tuple(rows[i].get("admissible_actions", ()) or ()))
+            for i in indices
+        ]
+        responses = engine.generate([p.token_ids for p in prompts],
+                                    temperature=settings.temperature,
+                                    max_new_tokens=settings.max_new_tokens,
+                                    seed=seed * 1_009 + turn)
+        texts = tokenizer.batch_decode([list(r) for r in responses], skip_special_tokens=True)
+        parsed = [parse_action(text, think=settings.prompt.think,
+                               action_tag=settings.prompt.action_tag,
+                               style=settings.prompt.env_style) for text in texts]
+        actions = [""] * num_envs
+        for position, index in enumerate(indices):
+            actions[index] = parsed[position].action
+        next_observations, rewards, terminated, truncated, next_infos = vec_env.step(
+            tuple(actions))
+        next_rows = info_rows(next_infos, num_envs)
+        for position, index in enumerate(indices):
+            valid = bool(next_rows[index].get("valid_action", True))
+            ok = parsed[position].format_ok
+            penalty = settings.invalid_action_penalty if (not ok or not valid) else 0.0
+            steps.append(_Step(
+                prompt=prompts[position].token_ids, response=tuple(responses[position]),
+                env_reward=float(rewards[index]), penalty=penalty, format_ok=ok, valid=valid,
+                traj=int(index), group=int(index) // group_size, anchor=rows[index]["anchor"],
+                step=turn, task_id=str(rows[index].get("task_id", "")),
+                task_type=str(rows[index].get("task_type", "") or ""),
+                action=parsed[position].action, text=texts[position],
+                prompt_cut=prompts[position].was_cut,
+            ))
+            histories[index].append((str(observations[index]), parsed[position].action))
+            finished = bool(terminated[index]) or bool(truncated[index])
+            if finished:
+                final_truncated[index] = not bool(terminated[index])
+            final_success[index] = bool(next_rows[index].get("success", False))
+            if "env_error" in next_rows[index] and next_rows[index]["env_error"]:
+                env_errors[index] = True
+            if finished:
+                active[index] = False
+        observations, rows = next_observations, next_rows
+        if progress is not None:
+            progress.update(1)
+            progress.set_postfix(active=int(active.sum()))
+    final_truncated |= active  # still running at max_steps: cut by the rollout
+    return _assemble(steps, tokenizer, final_success, final_truncated, int(env_errors.sum()))
+
+
+def _check_groups(rows: list[dict[str, Any]], group_size: int) -> None:
+    for start in range(0, len(rows), group_size):
+        tasks = {rows[i]["task_id"] for i in range(start, start + group_size)
+                 if "task_id" in rows[i]}
+        if len(tasks) > 1:
+            raise RuntimeError(
+                f"group {start // group_size} started on different tasks {sorted(map(str, tasks))}"
+                "; groups need the same task in every env"
+            )
+
+
+def _assemble(steps: list[_Step], tokenizer: Any, final_success: np.ndarray,
+              final_truncated: np.ndarray, env_errors: int) -> StepBatch:
+    if not steps:
+        raise RuntimeError(f"the rollout produced no steps ({env_errors} envs failed to "
+                           "reset; see their info['env_error'])")
+    steps = sorted(steps, key=lambda s: (s.traj, s.step))
+    pad_id = int(tokenizer.pad_token_id)
+    prompt_ids, prompt_mask = pad_left([s.prompt for s in steps], pad_id)
+    response_ids, response_mask = pad_right([s.response for s in steps], pad_id)
+    traj_ids = np.array([s.traj for s in steps], dtype=np.int64)
+    last = np.ones(len(steps), dtype=bool)
+    last[:-1] = traj_ids[1:] != traj_ids[:-1]
+    env_rewards = np.array([s.env_reward for s in steps], dtype=np.float64)
+    penalties = np.array([s.penalty for s in steps], dtype=np.float64)
+    return StepBatch(
+        prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+        response_ids=response_ids, response_mask=response_mask,
+        rewards=env_rewards - penalties, env_rewards=env_rewards,
+        invalid=~(np.array([s.format_ok and s.valid for s in steps], dtype=bool)),
+        format_ok=np.array([s.format_ok for s in steps], dtype=bool),
+        valid_action=np.array([s.valid for s in steps], dtype=bool),
+        traj_ids=traj_ids,
+        group_ids=np.array([s.group for s in steps], dtype=np.int64),
+        anchors=tuple(s.anchor for s in steps),
+        step_index=np.array([s.step for s in steps], dtype=np.int64),
+        last_step=last,
+        success=final_success[traj_ids],
+        truncated=final_truncated[traj_ids],
+        task_ids=tuple(s.task_id for s in steps),
+        task_types=tuple(s.task_type for s in steps),
+        actions=tuple(s.action for s in steps),
+        response_texts=tuple(s.text for s in steps),
+        prompt_cut=np.array([s.prompt_cut for s in steps], dtype=bool),
+        env_errors=env_errors,
+    )

@@ -1,0 +1,91 @@
+"""Engines: HF batched sampling (left padding, seeding, EOS trim); vLLM weight-name mapping
+and its clear errors on a machine without vLLM or a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from algorithms.config import GenerationConfig, ModelConfig  # noqa: E402
+from algorithms.engines import EngineUnavailableError, make_engine  # noqa: E402
+from algorithms.engines.hf import HFEngine  # noqa: E402
+from algorithms.engines.vllm import hf_weight_name, vllm_weight_items  # noqa: E402
+from tests.algorithms.tiny import make_policy  # noqa: E402
+
+
+def _prompts(tokenizer):
+    texts = ["open red door", "You are in room 1 of 3 . look", "look"]
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def test_hf_engine_is_seeded_and_batch_independent():
+    policy = make_policy()
+    prompts = _prompts(policy.tokenizer)
+    engine = HFEngine(policy.model, policy.tokenizer, batch_size=8)
+    state = torch.get_rng_state()
+    first = engine.generate(prompts, temperature=1.0, max_new_tokens=6, seed=3)
+    assert torch.equal(torch.get_rng_state(), state)  # the global RNG is left alone
+    assert first == engine.generate(prompts, temperature=1.0, max_new_tokens=6, seed=3)
+    assert first != engine.generate(prompts, temperature=1.0, max_new_tokens=6, seed=4)
+    assert all(1 <= len(r) <= 6 for r in first)
+
+
+def test_hf_engine_left_padding_matches_single_prompts():
+    policy = make_policy()
+    prompts = _prompts(policy.tokenizer)
+    engine = HFEngine(policy.model, policy.tokenizer, batch_size=8)
+    batched = engine.generate(prompts, temperature=0.0, max_new_tokens=5, seed=0)
+    single = [engine.generate([p], temperature=0.0, max_new_tokens=5, seed=0)[0]
+              for p in prompts]
+    assert batched == single
+
+
+def test_hf_engine_trims_after_eos():
+    policy = make_policy()
+    engine = HFEngine(policy.model, policy.tokenizer)
+    eos = policy.tokenizer.eos_token_id
+    assert engine._trim([5, 6, eos, 0, 0]) == (5, 6, eos)
+    assert engine._trim([5, 6]) == (5, 6)
+
+
+def test_weight_names_map_to_the_plain_hf_layout():
+    assert hf_weight_name("model.layers.0.mlp.up_proj.weight") == \
+        "model.layers.0.mlp.up_proj.weight"
+    assert hf_weight_name("base_model.model.model.layers.1.self_attn.v_proj.base_layer.weight") \
+        == "model.layers.1.self_attn.v_proj.weight"
+    assert hf_weight_name("base_model.model.model.layers.1.self_attn.v_proj.lora_B.default."
+                          "weight") is None
+
+
+def test_vllm_weight_items_merge_lora_and_leave_the_model_unchanged():
+    pytest.importorskip("peft")
+    plain = make_policy(seed=0)
+    expected_names = set(plain.model.state_dict())
+    lora = make_policy(seed=0, model_config=ModelConfig(lora_rank=2, lora_alpha=4,
+                                                        lora_target_modules=("q_proj",)))
+    with torch.no_grad():  # make the adapter non-trivial
+        for name, parameter in lora.model.named_parameters():
+            if "lora_B" in name:
+                parameter.fill_(0.1)
+    before = {n: t.clone() for n, t in lora.model.state_dict().items()}
+    items = dict(vllm_weight_items(lora.model))
+    assert set(items) == expected_names
+    layer = lora.model.get_base_model().model.layers[0].self_attn.q_proj
+    merged = layer.base_layer.weight + layer.scaling["default"] * (
+        layer.lora_B["default"].weight @ layer.lora_A["default"].weight)
+    torch.testing.assert_close(items["model.layers.0.self_attn.q_proj.weight"], merged)
+    after = lora.model.state_dict()
+    assert all(torch.equal(before[n], after[n]) for n in before)  # unmerged again
+    plain_items = dict(vllm_weight_items(plain.model))
+    assert set(plain_items) == expected_names
+
+
+def test_vllm_engine_without_gpu_or_package_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    policy = make_policy()
+    with pytest.raises(EngineUnavailableError, match="needs a CUDA GPU"):
+        make_engine(GenerationConfig(engine="vllm"), policy, torch.device("cpu"), seed=0,
+                    max_model_len=64)

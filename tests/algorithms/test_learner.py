@@ -1,0 +1,198 @@
+"""The learner on a tiny random Llama: every algo updates, zero advantages do not, the
+critic fits, the LoRA reference is the base model."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from agentgym.scripted import ScriptedTextEnv  # noqa: E402
+from agentgym.vector import make_vector_env  # noqa: E402
+from algorithms.config import ModelConfig, PromptConfig, TrainConfig, replace  # noqa: E402
+from algorithms.learner import Advantages, Learner  # noqa: E402
+from algorithms.rollout import RolloutSettings, collect_rollout  # noqa: E402
+from tests.algorithms.fakes import ScriptedEngine  # noqa: E402
+from tests.algorithms.tiny import make_model, make_policy  # noqa: E402
+
+TASKS = ("doors-0001", "doors-0002")
+CPU = torch.device("cpu")
+
+
+def _config(algo: str, **learner: object) -> TrainConfig:
+    base = TrainConfig(algo=algo)
+    values = {"lr": 1e-3, "critic_lr": 1e-2, "mini_batch_size": 4, "micro_batch_size": 2,
+              "kl_coef": 0.01, **learner}
+    return replace(base, learner=values, generation={"temperature": 1.0},
+                   env={"group_size": 2, "num_groups": 2}, run={"device": "cpu"})
+
+
+def _rollout(tokenizer, *, num_rooms: int = 2, winner_every: int = 2):
+    """Envs with even index play the solution, the others open a wrong door."""
+    solutions = [ScriptedTextEnv().solution(t) for t in TASKS]
+
+    def answer(turn: int, position: int, prompt: str) -> str:
+        for colour in ("red", "green", "blue"):
+            if f"says: open {colour} door" in prompt:
+                right = f"open {colour} door"
+        if position % winner_every == 0:
+            return f"<action> {right} </action>"
+        return "<action> look </action>"
+
+    engine = ScriptedEngine(tokenizer, answer)
+    env = make_vector_env("AgentGym/Scripted-v0", 4, group_size=2, num_rooms=num_rooms,
+                          hint=True, max_steps=3)
+    settings = RolloutSettings(group_size=2, max_steps=3, temperature=1.0, max_new_tokens=12,
+                               invalid_action_penalty=0.1,
+                               prompt=PromptConfig(think=False, max_prompt_tokens=300))
+    try:
+        batch = collect_rollout(env, engine, tokenizer, settings, group_task_ids=TASKS, seed=3)
+    finally:
+        env.close()
+    assert solutions  # tasks exist
+    return batch
+
+
+def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
+
+
+@pytest.mark.parametrize("algo", ["gigpo", "grpo", "ppo"])
+def test_one_step_changes_parameters(algo):
+    policy = make_policy()
+    config = _config(algo)
+    learner = Learner(policy, config, CPU)
+    batch = learner.score(_rollout(policy.tokenizer), temperature=1.0)
+    assert batch.old_log_probs.shape == batch.response_ids.shape
+    assert np.all(batch.old_log_probs[batch.response_mask == 0] == 0)
+    assert np.all(batch.old_log_probs[batch.response_mask == 1] < 0)
+    signals = learner.advantages(batch)
+    assert np.abs(signals.advantages).max() > 0
+    before = _snapshot(policy.model)
+    stats = learner.update(batch, signals, seed=0)
+    after = _snapshot(policy.model)
+    changed = [n for n in before if not torch.equal(before[n], after[n])]
+    assert len(changed) == len(before), f"unchanged: {set(before) - set(changed)}"
+    assert stats["grad_norm"] > 0 and stats["optimizer_steps"] == np.ceil(len(batch) / 4)
+    # First mini-batch: new == old policy, so the ratio is 1 and nothing is clipped.
+    assert stats["clip_fraction"] >= 0 and stats["approx_kl"] >= 0
+    if algo == "ppo":
+        assert learner.value_head is not None
+        assert "value_loss" in stats and "explained_variance" in stats
+
+
+def test_zero_advantages_give_zero_policy_gradient():
+    policy = make_policy()
+    learner = Learner(policy, _config("grpo", kl_coef=0.0, entropy_coef=0.0), CPU)
+    batch = learner.score(_rollout(policy.tokenizer), temperature=1.0)
+    zero = Advantages(advantages=np.zeros(len(batch)))
+    before = _snapshot(policy.model)
+    stats = learner.update(batch, zero, seed=0)
+    assert stats["grad_norm"] == 0.0
+    after = _snapshot(policy.model)
+    assert all(torch.equal(before[n], after[n]) for n in before)
+
+
+def test_first_pass_ratio_is_one():
+    policy = make_policy()
+    learner = Learner(policy, _config("grpo", kl_coef=0.0, mini_batch_size=64,
+                                      micro_batch_size=64), CPU)
+    batch = learner.score(_rollout(policy.tokenizer), temperature=1.0)
+    stats = learner.update(batch, learner.advantages(batch), seed=0)
+    assert stats["approx_kl"] < 1e-6 and stats["clip_fraction"] == 0.0
+
+
+@pytest.mark.parametrize("critic", ["value_head", "separate"])
+def test_ppo_critic_fits_constant_return(critic):
+    policy = make_policy()
+    config = replace(_config("ppo", lr=0.0, critic_lr=3e-2, kl_coef=0.0, value_clip=10.0,
+                             mini_batch_size=64, micro_batch_size=64),
+                     model={"critic": critic})
+    backbone = make_model(len(policy.tokenizer), seed=5).model if critic == "separate" else None
+    learner = Learner(policy, config, CPU, critic_backbone=backbone)
+    # One room, every env wins at once: one step per trajectory, return exactly 1.
+    batch = _rollout(policy.tokenizer, num_rooms=1, winner_every=1)
+    assert np.all(batch.rewards == 1.0)
+    for iteration in range(60):
+        scored = learner.score(batch, temperature=1.0)
+        signals = learner.advantages(scored)
+        np.testing.assert_allclose(signals.returns, 1.0)
+        learner.update(scored, signals, seed=iteration)
+    values = learner.score(batch, temperature=1.0).values
+    np.testing.assert_allclose(values, 1.0, atol=0.05)
+
+
+def test_lora_reference_is_the_base_model():
+    pytest.importorskip("peft")
+    lora = ModelConfig(lora_rank=4, lora_alpha=8, lora_target_modules=("q_proj", "v_proj"))
+    policy = make_policy(model_config=lora)
+    config = dataclasses.replace(_config("grpo", lr=5e-2), model=lora)
+    learner = Learner(policy, config, CPU)
+    assert learner.reference is None  # no second copy with LoRA
+    batch = learner.score(_rollout(policy.tokenizer), temperature=1.0)
+    # LoRA's B starts at zero: policy == base model.
+    np.testing.assert_allclose(batch.ref_log_probs, batch.old_log_probs, atol=1e-5)
+    learner.update(batch, learner.advantages(batch), seed=0)
+    again = learner.score(batch, temperature=1.0)
+    np.testing.assert_allclose(again.ref_log_probs, batch.ref_log_probs, atol=1e-5)
+    assert np.abs(again.old_log_probs - batch.old_log_probs).max() > 1e-4
+    trainable = {n for n, p in policy.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+
+
+@pytest.mark.parametrize(("steps", "mini", "micro", "epochs", "expected"),
+                         [(10, 4, 2, 1, 5), (10, 4, 3, 2, 2 * (2 + 2 + 1)), (4, 8, 8, 1, 1)])
+def test_micro_batch_count(steps, mini, micro, epochs, expected):
+    policy = make_policy()
+    config = _config("grpo", mini_batch_size=mini, micro_batch_size=micro, epochs=epochs,
+                     kl_coef=0.0)
+    learner = Learner(policy, config, CPU)
+    assert learner.micro_batches_per_update(steps) == expected
+
+    class Counter:
+        count = 0
+
+        def update(self, n):
+            Counter.count += n
+
+    batch = learner.score(_rollout(policy.tokenizer), temperature=1.0)
+    learner.update(batch, learner.advantages(batch), seed=0, progress=Counter())
+    assert Counter.count == learner.micro_batches_per_update(len(batch))
+
+
+def test_single_pass_update_without_old_log_probs_is_identical():
+    updated = []
+    for with_old in (True, False):
+        policy = make_policy(seed=3)
+        learner = Learner(policy, _config("gigpo", mini_batch_size=64, micro_batch_size=4),
+                          CPU)
+        rollout = _rollout(policy.tokenizer)
+        assert learner.single_pass(len(rollout))
+        batch = learner.score(rollout, temperature=1.0, with_old_log_probs=with_old)
+        assert (batch.old_log_probs is None) == (not with_old)
+        learner.update(batch, learner.advantages(batch), seed=0)
+        updated.append(_snapshot(policy.model))
+    assert all(torch.allclose(updated[0][n], updated[1][n], atol=1e-7) for n in updated[0])
+
+
+def test_skipping_old_log_probs_needs_a_single_pass():
+    policy = make_policy()
+    learner = Learner(policy, _config("grpo", mini_batch_size=2, micro_batch_size=2), CPU)
+    with pytest.raises(ValueError, match="single-pass"):
+        learner.score(_rollout(policy.tokenizer), temperature=1.0, with_old_log_probs=False)
+
+
+def test_gradient_checkpointing_gives_the_same_update():
+    updated = []
+    for checkpointing in (False, True):
+        policy = make_policy(seed=4, model_config=ModelConfig(
+            gradient_checkpointing=checkpointing))
+        learner = Learner(policy, _config("grpo", kl_coef=0.0), CPU)
+        batch = learner.score(_rollout(policy.tokenizer), temperature=1.0)
+        learner.update(batch, learner.advantages(batch), seed=0)
+        updated.append(_snapshot(policy.model))
+    assert all(torch.allclose(updated[0][n], updated[1][n], atol=1e-6) for n in updated[0])

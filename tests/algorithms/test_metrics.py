@@ -1,0 +1,80 @@
+"""Metrics on hand-built step batches; checkpoint files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from algorithms.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint  # noqa: E402
+from algorithms.metrics import (  # noqa: E402
+    advantage_metrics,
+    rollout_metrics,
+    step_group_metrics,
+    trajectory_table,
+)
+from algorithms.rollout import StepBatch  # noqa: E402
+
+
+def _batch() -> StepBatch:
+    # traj 0: 2 steps, success, env rewards 0 + 10, one invalid step; traj 1: 1 step.
+    n = 3
+    return StepBatch(
+        prompt_ids=np.ones((n, 4), dtype=np.int64), prompt_mask=np.ones((n, 4), dtype=np.int64),
+        response_ids=np.ones((n, 2), dtype=np.int64),
+        response_mask=np.array([[1, 1], [1, 0], [1, 1]]),
+        rewards=np.array([-0.1, 10.0, 0.0]), env_rewards=np.array([0.0, 10.0, 0.0]),
+        invalid=np.array([True, False, False]), format_ok=np.array([False, True, True]),
+        valid_action=np.array([True, True, True]), traj_ids=np.array([0, 0, 1]),
+        group_ids=np.array([0, 0, 0]), anchors=("a", "b", "a"),
+        step_index=np.array([0, 1, 0]), last_step=np.array([False, True, True]),
+        success=np.array([True, True, False]), truncated=np.array([False, False, True]),
+        task_ids=("t", "t", "t"), task_types=("pick", "pick", "pick"),
+        actions=("x", "y", "z"), response_texts=("x", "y", "z"),
+        prompt_cut=np.array([False, True, False]),
+    )
+
+
+def test_trajectory_table_and_rollout_metrics():
+    table = trajectory_table(_batch())
+    np.testing.assert_array_equal(table["returns"], [10.0, 0.0])
+    np.testing.assert_allclose(table["penalized_returns"], [9.9, 0.0])
+    np.testing.assert_array_equal(table["lengths"], [2, 1])
+    metrics = rollout_metrics(_batch())
+    assert metrics["rollout/success"] == 0.5 and metrics["rollout/success/pick"] == 0.5
+    assert metrics["rollout/return"] == 5.0 and metrics["rollout/episode_length"] == 1.5
+    assert metrics["rollout/invalid_action_rate"] == pytest.approx(1 / 3)
+    assert metrics["rollout/prompt_cut_rate"] == pytest.approx(1 / 3)
+    assert metrics["rollout/response_tokens"] == pytest.approx(5 / 3)
+
+
+def test_step_group_shares_are_weighted_by_steps():
+    # sizes: group 0 has 1 step, group 1 has 3, group 2 has 12
+    ids = np.array([0] + [1] * 3 + [2] * 12)
+    metrics = step_group_metrics(ids)
+    assert metrics["advantage/step_group_share/1"] == pytest.approx(1 / 16)
+    assert metrics["advantage/step_group_share/2-4"] == pytest.approx(3 / 16)
+    assert metrics["advantage/step_group_share/10-19"] == pytest.approx(12 / 16)
+    assert metrics["advantage/step_group_share/20+"] == 0.0
+    assert metrics["advantage/step_group_size_mean"] == pytest.approx((1 + 9 + 144) / 16)
+
+
+def test_zero_advantage_share():
+    assert advantage_metrics(np.array([0.0, 1e-12, 0.5, -0.5]))["advantage/zero_share"] == 0.5
+
+
+def test_checkpoints_are_atomic_and_pruned(tmp_path):
+    for iteration in (1, 2, 3):
+        save_checkpoint(tmp_path, iteration, {"w": torch.tensor([float(iteration)])},
+                        {"note": iteration}, keep=2)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.is_dir())
+    assert names == ["iter_000002", "iter_000003"]
+    # A crash while writing leaves a temporary folder that is never taken for a checkpoint.
+    (tmp_path / "checkpoints" / ".tmp-iter_000004").mkdir()
+    assert latest_checkpoint(tmp_path).name == "iter_000003"
+    payload = load_checkpoint(tmp_path)
+    assert payload["iteration"] == 3 and payload["meta"]["note"] == 3
+    assert torch.equal(payload["learner"]["w"], torch.tensor([3.0]))
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "nowhere")

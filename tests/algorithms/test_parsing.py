@@ -1,0 +1,70 @@
+"""Action parsing: (action, format_ok) for well- and badly-formed answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from algorithms.parsing import ParsedAction, parse_action
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<think>go</think><action>open red door</action>", ParsedAction("open red door", True)),
+        ("<think>a\nb</think>\n<action>  look </action>", ParsedAction("look", True)),
+        ("<THINK>x</THINK><ACTION>look</ACTION>", ParsedAction("look", True)),
+        # missing think block
+        ("<action>look</action>", ParsedAction("look", False)),
+        # think after the action
+        ("<action>look</action><think>x</think>", ParsedAction("look", False)),
+        # two actions: the last one is sent, the format is bad
+        ("<think>x</think><action>a</action><action>b</action>", ParsedAction("b", False)),
+        # empty action
+        ("<think>x</think><action> </action>", ParsedAction("", False)),
+        # unclosed action tag: the rest of the text is sent
+        ("<think>x</think><action>go north", ParsedAction("go north", False)),
+        # no tags at all: the last non-empty line is sent
+        ("I will look around.\n\ngo west\n", ParsedAction("go west", False)),
+        ("<think>only thinking</think>", ParsedAction("", False)),
+        ("", ParsedAction("", False)),
+    ],
+)
+def test_default_style(text, expected):
+    assert parse_action(text) == expected
+
+
+def test_without_think():
+    assert parse_action("<action>look</action>", think=False) == ParsedAction("look", True)
+    assert parse_action("look", think=False) == ParsedAction("look", False)
+
+
+def test_empty_tag_makes_the_whole_answer_the_action():
+    assert parse_action("  open  red\ndoor ", think=False, action_tag="") == \
+        ParsedAction("open red door", True)
+    assert parse_action("   ", think=False, action_tag="") == ParsedAction("", False)
+
+
+def test_custom_tag():
+    assert parse_action("<think>x</think><act>look</act>", action_tag="act") == \
+        ParsedAction("look", True)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("<think>need facts</think><search>capital of France</search>",
+         ParsedAction("<search>capital of France</search>", True)),
+        ("<think>known</think><answer> Paris </answer>", ParsedAction("<answer>Paris</answer>", True)),
+        ("<think>x</think><search>a</search><answer>b</answer>",
+         ParsedAction("<answer>b</answer>", False)),
+        ("<answer>Paris</answer>", ParsedAction("<answer>Paris</answer>", False)),
+        ("Paris", ParsedAction("Paris", False)),
+    ],
+)
+def test_searchqa_style(text, expected):
+    assert parse_action(text, style="searchqa") == expected
+
+
+def test_unknown_style():
+    with pytest.raises(ValueError, match="style"):
+        parse_action("x", style="nope")

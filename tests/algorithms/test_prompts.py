@@ -1,0 +1,94 @@
+"""Per-step prompts: content, history window, cutting from the history side."""
+
+from __future__ import annotations
+
+import pytest
+
+from algorithms.config import PromptConfig
+from algorithms.prompts import PromptBuilder, render_user_message
+
+HISTORY = [("obs one", "act one"), ("obs two", "act two"), ("obs three", "act three")]
+
+
+def test_message_has_task_history_observation_actions_and_format():
+    text = render_user_message("Find the key.", HISTORY[-2:], "You see a box.",
+                               ("open box", "look"), PromptConfig())
+    assert "Your task: Find the key." in text
+    assert text.index("obs two") < text.index("act two") < text.index("obs three")
+    assert "Now you see: You see a box." in text
+    assert "Actions you can take now: open box, look." in text
+    assert "<think>" in text and "<action>" in text
+
+
+def test_message_without_admissible_actions_or_think():
+    config = PromptConfig(think=False, show_admissible_actions=False)
+    text = render_user_message("t", [], "o", ("a", "b"), config)
+    assert "Actions you can take" not in text and "<think>" not in text
+    assert "<action>" in text
+
+
+def test_searchqa_instruction():
+    text = render_user_message("Who?", [], "Question: who?", (),
+                               PromptConfig(env_style="searchqa"))
+    assert "<search>" in text and "<answer>" in text and "<action>" not in text
+
+
+class _CharTokenizer:
+    """One token per character; a chat template-free tokenizer."""
+
+    chat_template = None
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) for c in text]}
+
+
+def test_builder_windows_history():
+    builder = PromptBuilder(_CharTokenizer(), PromptConfig(history_window=2))
+    built = builder.build("t", HISTORY, "now", ())
+    assert built.history_used == 2 and built.history_dropped == 0 and not built.was_cut
+    assert "obs one" not in built.text and "obs two" in built.text
+    assert built.text.startswith("User: ") and built.text.endswith("Assistant:")
+    assert list(built.token_ids) == [ord(c) for c in built.text]
+
+
+def test_builder_cuts_history_first_then_the_observation_start():
+    full = PromptBuilder(_CharTokenizer(), PromptConfig(history_window=2)).build(
+        "t", HISTORY, "now", ())
+    budget = len(full.token_ids) - 5
+    built = PromptBuilder(_CharTokenizer(), PromptConfig(history_window=2,
+                                                         max_prompt_tokens=budget)).build(
+        "t", HISTORY, "now", ())
+    assert built.history_used == 1 and built.history_dropped == 1 and built.was_cut
+    assert "obs three" in built.text and "obs two" not in built.text
+    assert len(built.token_ids) <= budget
+
+    long_observation = "x" * 200 + "THE END"
+    no_history = PromptBuilder(_CharTokenizer(), PromptConfig(history_window=0)).build(
+        "t", [], long_observation, ())
+    budget = len(no_history.token_ids) - 50
+    cut = PromptBuilder(_CharTokenizer(), PromptConfig(history_window=2,
+                                                       max_prompt_tokens=budget)).build(
+        "t", HISTORY, long_observation, ())
+    assert cut.history_used == 0 and cut.history_dropped == 2
+    assert cut.observation_chars_cut > 0 and "THE END" in cut.text and "[...]" in cut.text
+    assert len(cut.token_ids) <= budget
+    assert len(cut.token_ids) > budget - 2  # the largest observation tail that fits
+
+
+def test_builder_raises_when_nothing_fits():
+    builder = PromptBuilder(_CharTokenizer(), PromptConfig(max_prompt_tokens=20))
+    with pytest.raises(ValueError, match="max_prompt_tokens=20"):
+        builder.build("a long task " * 10, [], "obs", ())
+
+
+def test_builder_uses_the_chat_template():
+    transformers = pytest.importorskip("transformers")
+    from tests.algorithms.tiny import make_tokenizer
+
+    tokenizer = make_tokenizer()
+    tokenizer.chat_template = (
+        "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}"
+        "{% if add_generation_prompt %}<assistant>{% endif %}")
+    built = PromptBuilder(tokenizer, PromptConfig()).build("t", [], "o", ())
+    assert built.text.startswith("<user> ") and built.text.endswith("<assistant>")
+    assert transformers is not None

@@ -1,0 +1,146 @@
+"""The rollout on the scripted door env yields the expected step batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from agentgym.scripted import ScriptedTextEnv  # noqa: E402
+from agentgym.vector import make_vector_env  # noqa: E402
+from algorithms.config import PromptConfig  # noqa: E402
+from algorithms.rollout import RolloutSettings, collect_rollout, info_rows  # noqa: E402
+from tests.algorithms.fakes import ScriptedEngine  # noqa: E402
+from tests.algorithms.tiny import make_tokenizer  # noqa: E402
+
+TASKS = ("doors-0003", "doors-0005")
+
+
+def _settings(**prompt: object) -> RolloutSettings:
+    return RolloutSettings(group_size=2, max_steps=3, temperature=1.0, max_new_tokens=16,
+                           invalid_action_penalty=0.1,
+                           prompt=PromptConfig(think=False, max_prompt_tokens=400, **prompt))
+
+
+def _env(**kwargs: object):
+    return make_vector_env("AgentGym/Scripted-v0", 4, group_size=2, num_rooms=2, hint=True,
+                           max_steps=3, **kwargs)
+
+
+def test_step_batch_ids_anchors_masks_penalties():
+    tokenizer = make_tokenizer()
+    solutions = [ScriptedTextEnv().solution(t) for t in TASKS]
+    wrong = {s: next(f"open {c} door" for c in ("red", "green", "blue")
+                     if f"open {c} door" not in s) for s in solutions}
+    # env 0 wins in two steps; env 1 answers tag-less words (bad format, env: invalid);
+    # env 2 opens a wrong door (valid, nothing happens); env 3 looks around.
+    plans = {0: lambda t: f"<action> {solutions[0][t]} </action>",
+             1: lambda t: "door door",
+             2: lambda t: f"<action> {wrong[solutions[1]]} </action>",
+             3: lambda t: "<action> look </action>"}
+    active_by_turn = {0: [0, 1, 2, 3], 1: [0, 1, 2, 3], 2: [1, 2, 3]}
+    engine = ScriptedEngine(tokenizer,
+                            lambda turn, pos, _: plans[active_by_turn[turn][pos]](turn))
+    env = _env()
+    try:
+        batch = collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=TASKS,
+                                seed=7)
+    finally:
+        env.close()
+
+    np.testing.assert_array_equal(batch.traj_ids, [0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3])
+    np.testing.assert_array_equal(batch.group_ids, [0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1])
+    np.testing.assert_array_equal(batch.step_index, [0, 1, 0, 1, 2, 0, 1, 2, 0, 1, 2])
+    np.testing.assert_array_equal(batch.last_step, [0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1])
+    np.testing.assert_array_equal(batch.success, [1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(batch.truncated, [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1])
+    np.testing.assert_array_equal(batch.env_rewards, [0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(batch.format_ok, [1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1])
+    np.testing.assert_array_equal(batch.valid_action, [1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1])
+    np.testing.assert_array_equal(batch.invalid, [0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_allclose(batch.rewards, batch.env_rewards - 0.1 * batch.invalid)
+    assert batch.actions[0] == solutions[0][0] and batch.actions[2] == "door door"
+    assert set(batch.task_ids[:5]) == {TASKS[0]} and set(batch.task_ids[5:]) == {TASKS[1]}
+
+    # Anchors: the observation the action was taken in (GiGPO's anchor state).
+    probe = ScriptedTextEnv(num_rooms=2, hint=True, max_steps=3)
+    first_obs, _ = probe.reset(options={"task_id": TASKS[0]})
+    second_obs, *_ = probe.step(solutions[0][0])
+    assert batch.anchors[0] == first_obs and batch.anchors[1] == second_obs
+    assert batch.anchors[2] == first_obs  # env 1: garbage, state unchanged ...
+    assert batch.anchors[3] == "Nothing happens."  # ... but the text now differs
+    assert batch.anchors[6] == "Nothing happens." and batch.anchors[9] == batch.anchors[8]
+
+    # Masks: left-padded prompts, right-padded responses; ids round-trip to the text.
+    assert batch.prompt_ids.shape == batch.prompt_mask.shape
+    assert batch.response_ids.shape == batch.response_mask.shape
+    for row in range(len(batch)):
+        prompt = batch.prompt_ids[row][batch.prompt_mask[row] == 1]
+        assert np.all(batch.prompt_mask[row][: len(batch.prompt_mask[row]) - len(prompt)] == 0)
+        response = batch.response_ids[row][batch.response_mask[row] == 1]
+        assert batch.response_mask[row][: len(response)].all()
+        assert response[-1] == tokenizer.eos_token_id
+        assert tokenizer.decode(list(response), skip_special_tokens=True) == \
+            batch.response_texts[row]
+    first_prompt = tokenizer.decode(list(batch.prompt_ids[0][batch.prompt_mask[0] == 1]))
+    assert "A sign says: " + solutions[0][0] + "." in first_prompt
+    assert "Actions you can take now: open red door" in first_prompt
+    # The history window carries the previous (observation, action) pair.
+    second_prompt = tokenizer.decode(list(batch.prompt_ids[1][batch.prompt_mask[1] == 1]))
+    assert "You did: " + solutions[0][0] in second_prompt
+
+
+def test_info_rows_respects_masks():
+    infos = {"a": np.array([1, 0]), "_a": np.array([True, False]),
+             "b": np.array(["x", "y"], dtype=object), "_b": np.array([True, True])}
+    assert info_rows(infos, 2) == [{"a": 1, "b": "x"}, {"b": "y"}]
+
+
+def test_groups_must_share_a_task():
+    tokenizer = make_tokenizer()
+    engine = ScriptedEngine(tokenizer, lambda *_: "look")
+    env = _env()
+    try:
+        with pytest.raises(ValueError, match="groups"):
+            collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=TASKS[:1],
+                            seed=0)
+    finally:
+        env.close()
+
+
+def test_zero_penalty_still_flags_invalid_steps():
+    tokenizer = make_tokenizer()
+    engine = ScriptedEngine(tokenizer, lambda *_: "door door")
+    settings = RolloutSettings(group_size=2, max_steps=1, temperature=1.0, max_new_tokens=8,
+                               invalid_action_penalty=0.0, prompt=PromptConfig(think=False))
+    env = _env()
+    try:
+        batch = collect_rollout(env, engine, tokenizer, settings, group_task_ids=TASKS, seed=0)
+    finally:
+        env.close()
+    assert batch.invalid.all() and (batch.rewards == 0).all()
+
+
+class _BrokenTaskEnv(ScriptedTextEnv):
+    """Fails to reset one task (an env fault the vector env contains)."""
+
+    def _reset_task(self, task_id):
+        if task_id == TASKS[1]:
+            raise RuntimeError("simulated crash")
+        return super()._reset_task(task_id)
+
+
+def test_a_failed_reset_ends_those_trajectories_without_steps():
+    from agentgym.vector import TextVectorEnv
+
+    tokenizer = make_tokenizer()
+    engine = ScriptedEngine(tokenizer, lambda *_: "<action> look </action>")
+    env = TextVectorEnv([lambda: _BrokenTaskEnv(num_rooms=2, max_steps=3)] * 4, group_size=2)
+    try:
+        batch = collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=TASKS,
+                                seed=0)
+    finally:
+        env.close()
+    assert set(batch.traj_ids.tolist()) == {0, 1} and batch.env_errors == 2
+    assert len(batch) == 6 and not batch.invalid.any()

@@ -1,0 +1,86 @@
+"""Train an LLM agent with GiGPO, GRPO or PPO on an AgentGym text environment.
+
+Examples::
+
+    python train.py                                  # cpu-demo on a machine without a GPU
+    python train.py --algo grpo --run.iterations 4   # same preset, GRPO, 4 iterations
+    python train.py --preset alfworld-1.5b --algo gigpo
+    python train.py --preset alfworld-7b-lora --resume
+    python train.py --preset cpu-demo --eval-only --checkpoint runs/cpu-demo-gigpo-seed0
+
+``--engine hf|vllm``, ``--resume``, ``--eval-only`` and ``--checkpoint PATH`` are short for
+``--generation.engine``, ``--run.resume``, ``--run.eval-only`` and ``--run.checkpoint``. ``--preset NAME`` picks the
+starting values (default: ``cpu-demo`` without a GPU,
+``alfworld-1.5b`` with one); every other flag overrides a single field. Run
+``python train.py --preset NAME --help`` to see that preset's values as the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from algorithms.config import PRESET_HELP, PRESETS, TrainConfig
+
+
+def default_preset() -> str:
+    """``alfworld-1.5b`` when a CUDA GPU is visible, else ``cpu-demo``."""
+    try:
+        import torch
+    except ImportError:
+        return "cpu-demo"
+    return "alfworld-1.5b" if torch.cuda.is_available() else "cpu-demo"
+
+
+def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
+    """The resolved :class:`~algorithms.config.TrainConfig` of a command line."""
+    import tyro
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--preset", choices=sorted(PRESETS), default=None)
+    pre.add_argument("--engine", choices=("hf", "vllm"), default=None)
+    pre.add_argument("--resume", action="store_true")
+    pre.add_argument("--eval-only", action="store_true")
+    pre.add_argument("--checkpoint", default=None)
+    known, rest = pre.parse_known_args(argv)
+    # Short aliases of --generation.engine, --run.resume, --run.eval-only, --run.checkpoint.
+    if known.engine is not None:
+        rest = [*rest, "--generation.engine", known.engine]
+    if known.resume:
+        rest = [*rest, "--run.resume"]
+    if known.eval_only:
+        rest = [*rest, "--run.eval-only"]
+    if known.checkpoint is not None:
+        rest = [*rest, "--run.checkpoint", known.checkpoint]
+    name = known.preset or default_preset()
+    presets = "\n".join(f"  {key:<17} {PRESET_HELP[key]}" for key in PRESETS)
+    description = (
+        f"{__doc__.split('Examples::')[0].strip()}\n\nPreset in use: {name} "
+        f"(choose with --preset NAME; the defaults below are this preset's values). "
+        f"Short forms: --engine (--generation.engine), --resume, --eval-only, --checkpoint "
+        f"(--run.*).\n\nPresets:\n{presets}"
+    )
+    config = tyro.cli(TrainConfig, default=PRESETS[name], args=rest, description=description)
+    return config.validate()
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
+    """Parse the command line, then train or evaluate; return the last metrics."""
+    config = parse_config(argv)
+    from algorithms.trainer import Trainer
+
+    trainer = Trainer(config)
+    print(f"[agentgym] preset={config.preset} algo={config.algo} env={config.env.env_id} "
+          f"run_dir={trainer.run_dir}", flush=True)
+    metrics = trainer.run()
+    keys = [k for k in ("rollout/success", "rollout/return", "eval/success") if k in metrics]
+    summary = " ".join(f"{k}={metrics[k]:.3f}" for k in keys)
+    print(f"[agentgym] done: {summary} (metrics: {trainer.run_dir / 'metrics.jsonl'})",
+          flush=True)
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
