@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agentgym.vector import make_vector_env
 from agentgym.webshop.catalog_gen import generate_catalog
 from agentgym.webshop.env import SEARCH_PLACEHOLDER, WebShopEnv
 from agentgym.webshop.goals import GoalSplit
@@ -158,10 +159,32 @@ def bench_memory(n_envs: int) -> None:
 
 
 def random_action(admissible, words: list[str], rng: random.Random) -> str:
+    if not admissible:  # a finished env (done page): the vector env ignores its action
+        return ""
     action = rng.choice(admissible)
     if action == SEARCH_PLACEHOLDER:
         return f"search[{' '.join(rng.sample(words, min(4, len(words))))}]"
     return action
+
+
+def vector_rate(envs, total_steps: int, rng: random.Random) -> float:
+    """Steps/s of live (not finished) envs under random admissible actions."""
+    _, infos = envs.reset(seed=0)
+    steps, start, round_ = 0, time.perf_counter(), 0
+    done = np.zeros(envs.num_envs, dtype=bool)
+    while steps < total_steps:
+        actions = [
+            random_action(infos["admissible_actions"][i], infos["task"][i].split(), rng)
+            for i in range(envs.num_envs)
+        ]
+        _, _, terminated, truncated, infos = envs.step(actions)
+        steps += int((~done).sum())
+        done |= np.asarray(terminated) | np.asarray(truncated)
+        if done.all():
+            round_ += 1
+            done[:] = False
+            _, infos = envs.reset(seed=round_ * envs.num_envs)
+    return steps / (time.perf_counter() - start)
 
 
 def bench_steps(total_steps: int) -> None:
@@ -182,50 +205,16 @@ def bench_steps(total_steps: int) -> None:
             observation, info = single.reset(seed=episode)
     single_rate = steps / (time.perf_counter() - start)
 
-    try:
-        from agentgym.vector import make_vector_env
-    except ImportError:
-        make_vector_env = None
-    if make_vector_env is not None:
-        envs = make_vector_env("AgentGym/WebShop-v0", VECTOR_ENVS, backend="sync", nouns="simple")
-        kind = "agentgym.vector (sync backend)"
-        _, infos = envs.reset(seed=0)
-        steps, start, round_ = 0, time.perf_counter(), 0
-        done = np.zeros(VECTOR_ENVS, dtype=bool)
-        while steps < total_steps:
-            actions = [
-                random_action(infos["admissible_actions"][i], infos["task"][i].split(), rng)
-                for i in range(VECTOR_ENVS)
-            ]
-            _, _, terminated, truncated, infos = envs.step(actions)
-            steps += int((~done).sum())
-            done |= np.asarray(terminated) | np.asarray(truncated)
-            if done.all():
-                round_ += 1
-                done[:] = False
-                _, infos = envs.reset(seed=round_ * VECTOR_ENVS)
+    for backend in ("sync", "subprocess"):
+        envs = make_vector_env(
+            "AgentGym/WebShop-v0", VECTOR_ENVS, backend=backend, num_workers=2, nouns="simple"
+        )
+        rate = vector_rate(envs, total_steps, rng)
         envs.close()
-    else:
-        kind = "loop over 16 envs (agentgym.vector not importable)"
-        envs_list = [WebShopEnv(nouns="simple") for _ in range(VECTOR_ENVS)]
-        infos = [e.reset(seed=i)[1] for i, e in enumerate(envs_list)]
-        steps, start, episode = 0, time.perf_counter(), VECTOR_ENVS
-        while steps < total_steps:
-            for i, env in enumerate(envs_list):
-                info = infos[i]
-                _, _, terminated, truncated, info = env.step(
-                    random_action(info["admissible_actions"], info["task"].split(), rng)
-                )
-                steps += 1
-                if terminated or truncated:
-                    episode += 1
-                    _, info = env.reset(seed=episode)
-                infos[i] = info
-    rate = steps / (time.perf_counter() - start)
-    print(
-        f"  16 envs, {kind}: {rate:,.0f} steps/s | one env alone: {single_rate:,.0f} steps/s "
-        f"-> {rate / single_rate:.2f}x"
-    )
+        print(
+            f"  16 envs, agentgym.vector, {backend} backend: {rate:,.0f} "
+            f"steps/s | one env alone: {single_rate:,.0f} steps/s -> {rate / single_rate:.2f}x"
+        )
 
 
 def bench_real_data(quick: bool) -> None:
