@@ -82,5 +82,17 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     return metrics
 
 
+def cli() -> None:
+    """``python train.py``: a setup problem (a model that does not load, an engine that
+    cannot run here, a malformed data file) ends with its message, not a traceback."""
+    from algorithms.engines import EngineUnavailableError
+    from algorithms.policy import PolicyLoadError
+
+    try:
+        main()
+    except (EngineUnavailableError, PolicyLoadError, FileNotFoundError) as error:
+        sys.exit(f"train.py: error: {error}")
+
+
 if __name__ == "__main__":
-    main()
+    cli()

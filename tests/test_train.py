@@ -113,3 +113,15 @@ def test_cpu_demo_shortened(tmp_path):
     assert "eval/success" in evaluated
     results = json.loads((tmp_path / "demo-eval" / "eval" / "iter_000001.json").read_text())
     assert set(results["per_task_type"]) == {"pick_and_place_simple"}
+
+
+def test_cli_turns_setup_errors_into_a_message_and_exit_code(monkeypatch, capsys):
+    from algorithms.policy import PolicyLoadError
+
+    def broken_main():
+        raise PolicyLoadError("could not load the policy model from 'nowhere'")
+
+    monkeypatch.setattr(train, "main", broken_main)
+    with pytest.raises(SystemExit) as exit_info:
+        train.cli()
+    assert exit_info.value.code == "train.py: error: could not load the policy model from 'nowhere'"
