@@ -14,7 +14,6 @@ tokenizer vocabulary, and the document store (``documents.jsonl`` + offsets).
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ from tqdm.auto import tqdm
 from retrieval.base import Document, SearchResult
 from retrieval.corpus import chunked
 from retrieval.docstore import DocumentStore, DocumentStoreWriter
+from retrieval.metadata import read_metadata, write_metadata
 
 META_FILE = "bm25.json"
 FORMAT_VERSION = 1
@@ -150,8 +150,11 @@ class BM25Retriever:
         self.model.save(str(directory), show_progress=False)
         self.tokenizer.save_vocab(str(directory))
         self.tokenizer.save_stopwords(str(directory))
-        meta = {"format_version": FORMAT_VERSION, "num_documents": len(self.store), **self.settings}
-        (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        write_metadata(
+            directory / META_FILE,
+            FORMAT_VERSION,
+            {"num_documents": len(self.store), **self.settings},
+        )
         return directory
 
     @classmethod
@@ -168,14 +171,7 @@ class BM25Retriever:
         import bm25s
 
         directory = Path(directory)
-        meta_path = directory / META_FILE
-        if not meta_path.exists():
-            raise FileNotFoundError(f"{meta_path} not found: not a BM25 retriever folder")
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(
-                f"{meta_path}: unsupported format_version {meta.get('format_version')!r}"
-            )
+        meta = read_metadata(directory / META_FILE, FORMAT_VERSION, "BM25 retriever")
         settings = {key: meta[key] for key in ("k1", "b", "method", "stemmer")}
         tokenizer = _new_tokenizer(settings["stemmer"])
         tokenizer.load_vocab(str(directory))

@@ -14,7 +14,6 @@ A saved retriever is a folder::
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 import time
@@ -37,6 +36,7 @@ from retrieval.faiss_index import (
     to_gpus,
     write_index,
 )
+from retrieval.metadata import read_metadata, write_metadata
 
 logger = logging.getLogger(__name__)
 
@@ -172,14 +172,13 @@ class DenseRetriever:
         self.store.copy_to(directory)
         write_index(self.index, directory / INDEX_FILE)
         meta = {
-            "format_version": FORMAT_VERSION,
             "index_type": self.index_type,
             "params": self.params,
             "num_documents": len(self.store),
             "dim": int(self.index.d),
             "encoder": self.encoder.config.to_json(),
         }
-        (directory / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        write_metadata(directory / META_FILE, FORMAT_VERSION, meta)
         return directory
 
     @classmethod
@@ -206,14 +205,7 @@ class DenseRetriever:
             ValueError: the files disagree with each other.
         """
         directory = Path(directory)
-        meta_path = directory / META_FILE
-        if not meta_path.exists():
-            raise FileNotFoundError(f"{meta_path} not found: not a dense retriever folder")
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise ValueError(
-                f"{meta_path}: unsupported format_version {meta.get('format_version')!r}"
-            )
+        meta = read_metadata(directory / META_FILE, FORMAT_VERSION, "dense retriever")
         saved_encoder = EncoderConfig.from_json(meta["encoder"])
         if encoder is None:
             encoder = Encoder(saved_encoder)
