@@ -60,3 +60,16 @@ class Retriever(Protocol):
     def batch_search(self, queries: Sequence[str], k: int) -> list[list[SearchResult]]:
         """The top ``k`` results for each query, in the order of ``queries``."""
         ...
+
+
+def check_batch_args(queries: Sequence[str], k: int) -> None:
+    """The argument checks every ``batch_search`` shares.
+
+    Raises:
+        TypeError: ``queries`` is a single ``str`` (it would be searched letter by letter).
+        ValueError: ``k < 1``.
+    """
+    if isinstance(queries, str):
+        raise TypeError("batch_search expects a sequence of queries, got a single str")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")

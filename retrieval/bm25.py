@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from retrieval.base import Document, SearchResult
+from retrieval.base import Document, SearchResult, check_batch_args
 from retrieval.corpus import chunked
 from retrieval.docstore import DocumentStore, DocumentStoreWriter
 from retrieval.metadata import read_metadata, write_metadata
@@ -190,10 +190,7 @@ class BM25Retriever:
 
     def batch_search(self, queries: Sequence[str], k: int) -> list[list[SearchResult]]:
         """The top ``k`` passages with a positive score for each query, best first."""
-        if isinstance(queries, str):
-            raise TypeError("batch_search expects a sequence of queries, got a single str")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        check_batch_args(queries, k)
         if len(queries) == 0:
             return []
         query_tokens = self.tokenizer.tokenize(

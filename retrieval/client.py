@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from retrieval.base import Document, SearchResult
+from retrieval.base import Document, SearchResult, check_batch_args
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -147,10 +147,7 @@ class RemoteRetriever:
             RetrievalError: the server failed after all retries, refused the request, or
                 answered in an unexpected shape.
         """
-        if isinstance(queries, str):
-            raise TypeError("batch_search expects a sequence of queries, got a single str")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        check_batch_args(queries, k)
         results: list[list[SearchResult]] = []
         step = self.max_queries_per_request
         for start in range(0, len(queries), step):

@@ -23,7 +23,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from retrieval.base import Document, SearchResult
+from retrieval.base import Document, SearchResult, check_batch_args
 from retrieval.corpus import chunked
 from retrieval.docstore import DocumentStore, DocumentStoreWriter
 from retrieval.encoders import Encoder, EncoderConfig
@@ -240,10 +240,7 @@ class DenseRetriever:
         Fewer than ``k`` results come back only when the corpus is smaller than ``k`` (or an
         approximate index finds fewer candidates).
         """
-        if isinstance(queries, str):
-            raise TypeError("batch_search expects a sequence of queries, got a single str")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        check_batch_args(queries, k)
         if len(queries) == 0:
             return []
         embeddings = self.encoder.encode_queries(list(queries), show_progress=False)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from retrieval.base import Document, Retriever, SearchResult
+from retrieval.base import Document, Retriever, SearchResult, check_batch_args
 
 
 def reciprocal_rank_fusion(
@@ -89,10 +89,7 @@ class HybridRetriever:
 
     def batch_search(self, queries: Sequence[str], k: int) -> list[list[SearchResult]]:
         """One ``batch_search`` per underlying retriever, then fusion per query."""
-        if isinstance(queries, str):
-            raise TypeError("batch_search expects a sequence of queries, got a single str")
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
+        check_batch_args(queries, k)
         depth = max(k, self.depth)
         per_retriever = [r.batch_search(queries, depth) for r in self.retrievers]
         return [
