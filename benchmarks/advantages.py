@@ -1,9 +1,10 @@
 """Benchmark: vectorized advantage estimators vs the straightforward loop implementation.
 
-Run from the repository root:  PYTHONPATH=. python benchmarks/advantages.py
+Run from the repository root:  python -m benchmarks.advantages
 
 Batches look like ALFWorld rollouts: groups of 8 trajectories from one initial state, up to
-50 steps each, rows in time-major order (step t of every live env, then step t + 1), a
+50 steps each, in two row orders: time-major (step t of every live env, then step t + 1;
+trajectories interleaved) and trajectory-major (what the trainer's rollout produces), a
 reward of 10 on success and -0.1 for invalid actions, and string anchors (observation
 texts) that collide across trajectories of a group as the agents revisit states.
 The loop baseline is ``algorithms/_reference.py`` (the readable spec the tests also use).
@@ -37,16 +38,29 @@ from algorithms.advantages import (
 GROUP_SIZE = 8
 MAX_STEPS = 50
 STATES_PER_GROUP = 40
+LAYOUTS = ("time-major", "trajectory-major")
 
 
-def make_batch(n_trajectories: int, rng: np.random.Generator) -> dict[str, object]:
-    """One time-major rollout batch of ``n_trajectories`` trajectories (groups of 8)."""
+def make_batch(
+    n_trajectories: int, rng: np.random.Generator, layout: str = "time-major"
+) -> dict[str, object]:
+    """One rollout batch of ``n_trajectories`` trajectories (groups of 8).
+
+    ``layout``: "time-major" (step t of every live env, then step t + 1: what a loop over
+    a vectorized env appends) or "trajectory-major" (each trajectory's rows together,
+    ascending ids: what :mod:`algorithms.rollout` hands the learner).
+    """
     # early in training most episodes fail and run to the step limit
     succeeded = rng.random(n_trajectories) < 0.3
     lengths = np.where(succeeded, rng.integers(5, MAX_STEPS + 1, size=n_trajectories), MAX_STEPS)
     traj_of_row = np.repeat(np.arange(n_trajectories), lengths)
     time_of_row = np.arange(traj_of_row.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    order = np.lexsort((traj_of_row, time_of_row))  # time-major interleaving
+    if layout == LAYOUTS[0]:
+        order = np.lexsort((traj_of_row, time_of_row))
+    elif layout == LAYOUTS[1]:
+        order = np.lexsort((time_of_row, traj_of_row))
+    else:
+        raise ValueError(f"layout must be time-major or trajectory-major, got {layout!r}")
     traj_of_row, time_of_row = traj_of_row[order], time_of_row[order]
     n = traj_of_row.size
 
@@ -149,10 +163,12 @@ def cases(b: dict[str, object]) -> dict[str, tuple[Callable[[], object], Callabl
     }
 
 
-def floor_cases(b: dict[str, object]) -> dict[str, tuple[Callable[[], object], tuple[str, ...]]]:
+def floor_cases(
+    b: dict[str, object], layout: str
+) -> dict[str, tuple[Callable[[], object], tuple[str, ...]]]:
     """Steps that no vectorized version can skip, timed alone, and the functions they bound.
 
-    - sort rows by trajectory: the stable ``argsort`` of 16-bit trajectory keys (NumPy's
+    - sort rows by trajectory (time-major rows only): the stable ``argsort`` of 16-bit trajectory keys (NumPy's
       radix sort), gathering the rewards into that order and scattering N results back.
       Discounted returns and GAE over interleaved rows need each trajectory's time order,
       i.e. a stable counting sort, whatever the recursion after it.
@@ -173,28 +189,23 @@ def floor_cases(b: dict[str, object]) -> dict[str, tuple[Callable[[], object], t
     def hash_anchors() -> np.ndarray:
         return np.fromiter(map({}.setdefault, a, range(len(a))), dtype=np.intp, count=len(a))
 
-    return {
-        "sort rows by trajectory": (sort_rows, ("discounted_returns", "gae_advantages")),
-        "hash anchors": (hash_anchors, ("gigpo_advantages",)),
-    }
+    floors = {"hash anchors": (hash_anchors, ("gigpo_advantages",))}
+    if layout == "time-major":  # trajectory-major rows are already sorted
+        floors["sort rows by trajectory"] = (sort_rows, ("discounted_returns", "gae_advantages"))
+    return floors
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trajectories", type=int, nargs="+", default=[128, 512, 2048])
-    parser.add_argument("--repeats", type=int, default=20, help="vectorized timing repeats")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    rng = np.random.default_rng(args.seed)
-
-    print(f"load average at start: {os.getloadavg()[0]:.2f}; CPU times, best of repeats")
-    vector_times: dict[tuple[str, int], float] = {}
-    rows_of: dict[int, int] = {}
+def run_layout(layout: str, args: argparse.Namespace) -> None:
+    """Print the table for one row layout, then how time grows with the batch."""
+    rng = np.random.default_rng(args.seed)  # the same batches in every layout
+    print(f"\n{layout} rows")
     print(
         f"{'rows':>7} {'trajs':>6} {'function':<20} {'loop ms':>9} {'vector ms':>10} {'speedup':>8}"
     )
+    vector_times: dict[tuple[str, int], float] = {}
+    rows_of: dict[int, int] = {}
     for n_traj in args.trajectories:
-        batch = make_batch(n_traj, rng)
+        batch = make_batch(n_traj, rng, layout)
         n = len(batch["rewards"])
         rows_of[n_traj] = n
         loop_times: dict[str, float] = {}
@@ -208,17 +219,31 @@ def main() -> None:
                 f"{n:>7} {n_traj:>6} {name:<20} {loop_s * 1e3:>9.1f} {vector_s * 1e3:>10.2f} "
                 f"{loop_s / vector_s:>7.0f}x"
             )
-        for step, (floor_fn, bounded) in floor_cases(batch).items():
+        for step, (floor_fn, bounded) in floor_cases(batch, layout).items():
             floor_s = best_time(floor_fn, repeats=args.repeats)
             limits = ", ".join(f"{name} {loop_times[name] / floor_s:.0f}x" for name in bounded)
             print(f"{'':>15} floor: {step:<23} {floor_s * 1e3:>6.2f} ms; at most {limits}")
     if len(args.trajectories) >= 2:
         small, large = args.trajectories[-2], args.trajectories[-1]
         row_ratio = rows_of[large] / rows_of[small]
-        print(f"\nscaling {rows_of[small]} -> {rows_of[large]} rows ({row_ratio:.1f}x rows):")
+        print(f"scaling {rows_of[small]} -> {rows_of[large]} rows ({row_ratio:.1f}x rows):")
         for name in dict.fromkeys(name for name, _ in vector_times):
             ratio = vector_times[(name, large)] / vector_times[(name, small)]
             print(f"  {name:<20} time x{ratio:.2f}  (per-row cost x{ratio / row_ratio:.2f})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trajectories", type=int, nargs="+", default=[128, 512, 2048])
+    parser.add_argument("--repeats", type=int, default=20, help="vectorized timing repeats")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS, help="row orders to time"
+    )
+    args = parser.parse_args()
+    print(f"load average at start: {os.getloadavg()[0]:.2f}; CPU times, best of repeats")
+    for layout in args.layouts:
+        run_layout(layout, args)
 
 
 if __name__ == "__main__":

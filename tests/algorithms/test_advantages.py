@@ -42,7 +42,8 @@ def same_partition(a: np.ndarray, b: np.ndarray) -> bool:
 
 @st.composite
 def batches(draw, max_groups: int = 4, max_trajs: int = 4, max_len: int = 8):
-    """A random step batch: rows interleaved at random, time order kept per trajectory."""
+    """A random step batch: rows interleaved at random or trajectory-major, time order
+    kept per trajectory."""
     n_groups = draw(st.integers(1, max_groups))
     traj_group, traj_len = [], []
     for group in range(n_groups):
@@ -52,7 +53,9 @@ def batches(draw, max_groups: int = 4, max_trajs: int = 4, max_len: int = 8):
     labels = np.repeat(np.arange(len(traj_len)), traj_len)
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
-    labels = labels[rng.permutation(labels.size)]  # random interleaving of trajectories
+    if draw(st.booleans()):  # random interleaving of trajectories
+        labels = labels[rng.permutation(labels.size)]
+    # else trajectory-major with ascending ids, as the rollout builds batches (no sort)
     n = labels.size
     exact = draw(st.booleans())
     if exact:  # quarters: exact sums, so equal returns and zero-variance groups happen
