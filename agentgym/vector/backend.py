@@ -9,6 +9,8 @@ episodes are lost too), so the caller can end those episodes.
 
 from __future__ import annotations
 
+import math
+import numbers
 import pickle
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -19,6 +21,51 @@ BACKENDS: tuple[str, ...] = ("sync", "subprocess", "ray")
 
 PICKLE_PROTOCOL = 5
 """Pickle protocol of every message between the vector env and its workers."""
+
+WORKER_BACKENDS: tuple[str, ...] = ("subprocess", "ray")
+"""The backends whose envs run outside this process (and so can be timed out)."""
+
+DEFAULT_STEP_TIMEOUT: float | None = None
+"""Default ``step_timeout`` of :class:`~agentgym.vector.TextVectorEnv`: wait forever.
+
+Not a number of seconds because no single bound fits every env: a scripted step takes
+microseconds, a WebShop search or a Search-QA retrieval call can legitimately take
+seconds, and a worker answers for all its envs at once. A bound that is too short would
+silently truncate healthy episodes; the user who knows their envs picks one.
+"""
+
+
+def check_step_timeout(step_timeout: object, backend: str) -> float | None:
+    """Validate ``step_timeout`` for ``backend``; return it as a float (or ``None``).
+
+    Raises:
+        ValueError: not ``None`` nor a positive finite number of seconds, or a timeout
+            for the ``"sync"`` backend (in-process env code cannot be interrupted).
+    """
+    if step_timeout is None:
+        return None
+    if (
+        isinstance(step_timeout, bool)
+        or not isinstance(step_timeout, numbers.Real)
+        or not math.isfinite(step_timeout)
+        or step_timeout <= 0
+    ):
+        raise ValueError(
+            f"step_timeout must be a positive finite number of seconds, or None to wait "
+            f"forever; got {step_timeout!r}"
+        )
+    if backend not in WORKER_BACKENDS:
+        raise ValueError(
+            f"step_timeout needs a worker backend {WORKER_BACKENDS}, not {backend!r}: the "
+            f"{backend!r} backend runs env code in this process, where nothing can "
+            "interrupt a hanging call; use backend='subprocess', or step_timeout=None"
+        )
+    return float(step_timeout)
+
+
+def format_seconds(seconds: float) -> str:
+    """``"0.5 s"``, ``"1 s"``, ``"120 s"``."""
+    return f"{seconds:g} s"
 
 
 class Backend(Protocol):

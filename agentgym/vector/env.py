@@ -36,6 +36,12 @@ Semantics (the same for every backend):
   ``anchor=("env_error", i)`` (never equal to a real anchor), ``success=False``,
   ``valid_action=True``. Learners should treat ``env_error`` steps as cut episodes,
   not as agent mistakes.
+* **Timeouts** (``step_timeout``, worker backends only). A worker or actor that has not
+  answered a ``reset``/``step`` call within ``step_timeout`` seconds counts as dead: it
+  is killed and rebuilt, and its envs' episodes end as above, with an ``env_error``
+  saying it timed out and after how long. The other workers' results of that call come
+  back normally. The default, ``None``, waits forever. The ``"sync"`` backend refuses a
+  timeout (``ValueError``): a call into in-process env code cannot be interrupted.
 * **Actions.** A batch must be a sequence (list, tuple, 1-D array) of ``num_envs`` items,
   else ``ValueError``. Individual bad actions (empty, huge, non-text) never raise: the
   envs answer them with feedback and ``valid_action=False``.
@@ -54,7 +60,12 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from agentgym.vector.backend import BACKENDS, Backend
+from agentgym.vector.backend import (
+    BACKENDS,
+    DEFAULT_STEP_TIMEOUT,
+    Backend,
+    check_step_timeout,
+)
 from agentgym.vector.host import EnvFailure
 
 logger = logging.getLogger(__name__)
@@ -81,14 +92,22 @@ class TextVectorEnv(VectorEnv):
         num_workers: worker processes / actors for ``"subprocess"``/``"ray"``; each
             hosts a contiguous block of envs. Default: ``min(num_envs, os.cpu_count())``.
             Ignored by ``"sync"``.
+        step_timeout: seconds each ``reset``/``step`` call waits for a worker or actor
+            (which answers for all its envs at once) before killing and rebuilding it
+            and ending its envs' episodes as truncated with ``env_error``. ``None`` (the
+            default, :data:`~agentgym.vector.DEFAULT_STEP_TIMEOUT`) waits forever.
+            Building envs is not timed. Only for ``"subprocess"`` and ``"ray"``.
 
     Attributes:
         num_envs: number of sub-envs.
         group_size: envs per group.
         backend: the backend's name.
+        step_timeout: the timeout in seconds, or ``None``.
 
     Raises:
-        ValueError: bad ``group_size``, ``backend`` or ``num_workers``.
+        ValueError: bad ``group_size``, ``backend``, ``num_workers`` or
+            ``step_timeout``, or a ``step_timeout`` with the ``"sync"`` backend (in-process
+            env code cannot be interrupted, so the bound could not be kept).
         RuntimeError: a sub-env could not be built, or the sub-envs' spaces differ.
     """
 
@@ -101,6 +120,7 @@ class TextVectorEnv(VectorEnv):
         group_size: int = 1,
         backend: str = "sync",
         num_workers: int | None = None,
+        step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
     ):
         env_fns = list(env_fns)
         num_envs = len(env_fns)
@@ -122,12 +142,14 @@ class TextVectorEnv(VectorEnv):
             raise ValueError(f"num_workers must be an int or None, got {num_workers!r}")
         elif not 1 <= num_workers <= num_envs:
             raise ValueError(f"num_workers must be in [1, {num_envs}], got {num_workers}")
+        step_timeout = check_step_timeout(step_timeout, backend)
 
         self.num_envs = num_envs
         self.group_size = group_size
         self.backend = backend
         self.num_workers = 1 if backend == "sync" else num_workers
-        self._backend: Backend = _make_backend(backend, env_fns, num_workers)
+        self.step_timeout = step_timeout
+        self._backend: Backend = _make_backend(backend, env_fns, num_workers, step_timeout)
         try:
             first = self._backend.spaces[0]
             for i, spaces in enumerate(self._backend.spaces):
@@ -286,7 +308,7 @@ class TextVectorEnv(VectorEnv):
         name = self.spec.id if self.spec is not None else "?"
         return (
             f"TextVectorEnv({name}, num_envs={self.num_envs}, group_size={self.group_size}, "
-            f"backend={self.backend!r})"
+            f"backend={self.backend!r}, step_timeout={self.step_timeout!r})"
         )
 
     # ------------------------------------------------------------------ helpers
@@ -386,7 +408,12 @@ def _failed_reset_info(i: int, options: dict[str, Any] | None, message: str) -> 
     }
 
 
-def _make_backend(name: str, env_fns: list[Callable[[], gym.Env]], num_workers: int) -> Backend:
+def _make_backend(
+    name: str,
+    env_fns: list[Callable[[], gym.Env]],
+    num_workers: int,
+    step_timeout: float | None,
+) -> Backend:
     if name == "sync":
         from agentgym.vector.sync_backend import SyncBackend
 
@@ -394,10 +421,10 @@ def _make_backend(name: str, env_fns: list[Callable[[], gym.Env]], num_workers: 
     if name == "subprocess":
         from agentgym.vector.process_backend import ProcessBackend
 
-        return ProcessBackend(env_fns, num_workers)
+        return ProcessBackend(env_fns, num_workers, step_timeout)
     from agentgym.vector.ray_backend import RayBackend
 
-    return RayBackend(env_fns, num_workers)
+    return RayBackend(env_fns, num_workers, step_timeout)
 
 
 # ---------------------------------------------------------------------- make_vector_env
@@ -414,6 +441,7 @@ def make_vector_env(
     group_size: int = 1,
     backend: str = "sync",
     num_workers: int | None = None,
+    step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
     **env_kwargs: Any,
 ) -> TextVectorEnv:
     """A :class:`TextVectorEnv` of ``num_envs`` copies of a registered env.
@@ -427,10 +455,14 @@ def make_vector_env(
         env_id: a registered id, e.g. ``"AgentGym/ALFWorld-v0"`` (``gym.make_vec`` binds
             it through :mod:`agentgym.registration`).
         num_envs: number of sub-envs.
-        group_size, backend, num_workers: see :class:`TextVectorEnv`.
+        group_size, backend, num_workers, step_timeout: see :class:`TextVectorEnv`.
         **env_kwargs: passed to every ``gym.make(env_id, ...)``.
     """
     env_fn = functools.partial(make_single_env, env_id, dict(env_kwargs))
     return TextVectorEnv(
-        [env_fn] * num_envs, group_size=group_size, backend=backend, num_workers=num_workers
+        [env_fn] * num_envs,
+        group_size=group_size,
+        backend=backend,
+        num_workers=num_workers,
+        step_timeout=step_timeout,
     )

@@ -19,12 +19,23 @@ saying how it died; a replacement is started at once and serves those envs' next
 Workers ignore SIGINT (the parent handles Ctrl-C and closes them) and exit when the
 parent's end of their pipe closes, so they never outlive a killed parent for long.
 
+Timeouts: with ``step_timeout`` set, a ``reset``/``step`` call waits at most that long
+for the workers' replies (one deadline for the whole call, counted from when the
+requests were sent; a worker answers for all its requested envs at once). A worker that
+has not answered by then is killed with SIGKILL (a hanging env cannot be asked to stop),
+reaped, and replaced exactly like a dead one: every env it hosted gets an
+:class:`~agentgym.vector.host.EnvFailure` saying it timed out and after how long. The
+replies of the workers that did answer are returned as usual. Starting a worker and
+building its envs (at construction, and when a replacement serves its first reset) is
+not timed.
+
 POSIX only (Linux, macOS): the parent waits on pipes and process sentinels with
 ``select.poll``.
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import pickle
 import select
@@ -36,10 +47,12 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from agentgym.vector.backend import (
+    DEFAULT_STEP_TIMEOUT,
     PICKLE_PROTOCOL,
     WorkerBackend,
     describe_env_block,
     dumps_env_fns,
+    format_seconds,
     partition,
 )
 from agentgym.vector.host import (
@@ -53,6 +66,9 @@ from agentgym.vector.host import (
 START_METHOD = "spawn"
 CLOSE_TIMEOUT_S = 5.0
 """How long :meth:`ProcessBackend.close` waits for workers to exit before terminating them."""
+
+TIMED_OUT = ("timed_out",)
+"""What :meth:`ProcessBackend._gather` gives for a worker that did not answer in time."""
 
 
 def _dumps(message: Any) -> bytes:
@@ -188,6 +204,15 @@ class _Worker:
         process.close()
         return exitcode
 
+    def kill(self) -> None:
+        """SIGKILL the process (it may be stuck in env code) and reap it."""
+        if self.process is not None:
+            try:
+                self.process.kill()
+            except OSError:  # already gone
+                pass
+        self.reap()
+
     @property
     def name(self) -> str:
         pid = self.process.pid if self.process is not None else "?"
@@ -200,13 +225,22 @@ class ProcessBackend(WorkerBackend):
     Args:
         env_fns: zero-argument callables building the envs (picklable).
         num_workers: number of worker processes (``1 .. len(env_fns)``).
+        step_timeout: seconds a ``reset``/``step`` call waits for the workers before it
+            kills and replaces those that have not answered (``None``: wait forever).
+            Validated by the caller (:func:`~agentgym.vector.backend.check_step_timeout`).
 
     Raises:
         TypeError: ``env_fns`` cannot be pickled.
         RuntimeError: a worker could not build its envs (the message has its traceback).
     """
 
-    def __init__(self, env_fns: Sequence[EnvFn], num_workers: int):
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFn],
+        num_workers: int,
+        step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
+    ):
+        self._step_timeout = step_timeout
         blocks = partition(len(env_fns), num_workers)
         ctx = mp.get_context(START_METHOD)
         self._workers = [
@@ -254,17 +288,26 @@ class ProcessBackend(WorkerBackend):
                     continue
                 error = self._restart_dead(worker, command)
             self._fail_all(results, worker, error)
-        for w, reply in self._gather(waiting).items():
+        deadline = None
+        if self._step_timeout is not None:
+            deadline = time.monotonic() + self._step_timeout
+        for w, reply in self._gather(waiting, deadline).items():
             worker = self._workers[w]
-            if reply is None:
+            if reply is TIMED_OUT:
+                self._fail_all(results, worker, self._restart_timed_out(worker, command))
+            elif reply is None:
                 self._fail_all(results, worker, self._restart_dead(worker, command))
-                continue
-            results.update(zip(by_worker[w], reply[1], strict=True))
+            else:
+                results.update(zip(by_worker[w], reply[1], strict=True))
         return results
 
     # ------------------------------------------------------------------ workers
-    def _gather(self, waiting: Mapping[int, _Worker]) -> dict[int, tuple | None]:
-        """Wait for one message from each worker; ``None`` for a worker that died.
+    def _gather(
+        self, waiting: Mapping[int, _Worker], deadline: float | None = None
+    ) -> dict[int, tuple | None]:
+        """Wait for one message from each worker; ``None`` for a worker that died,
+        :data:`TIMED_OUT` for one still silent at ``deadline`` (``time.monotonic()``
+        time; ``None``: wait forever).
 
         Polls every waiting worker's pipe and process sentinel at once with a raw
         ``select.poll`` (``multiprocessing.connection.wait`` builds a Python selector on
@@ -279,7 +322,15 @@ class ProcessBackend(WorkerBackend):
                 poller.register(fd, select.POLLIN)
         replies: dict[int, tuple | None] = {}
         while len(replies) < len(waiting):
-            for fd, _ in poller.poll():
+            timeout_ms = None
+            if deadline is not None:
+                timeout_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000))
+            events = poller.poll(timeout_ms)
+            if not events and deadline is not None and time.monotonic() >= deadline:
+                for worker in waiting.values():
+                    replies.setdefault(worker.index, TIMED_OUT)
+                break
+            for fd, _ in events:
                 worker = by_fd[fd]
                 if worker.index in replies:
                     continue
@@ -321,14 +372,28 @@ class ProcessBackend(WorkerBackend):
     def _restart_dead(self, worker: _Worker, command: str) -> str:
         name = worker.name
         how = _describe_exit(worker.reap())
-        try:
-            worker.start()  # boots while the other envs go on; serves the next reset
-        except OSError:  # cannot spawn right now: _ensure_ready tries again at next use
-            worker.process = None
+        self._start_replacement(worker)
         return (
             f"{name} {how} during {command}(); the worker was restarted and "
             "its episodes were ended (truncated)"
         )
+
+    def _restart_timed_out(self, worker: _Worker, command: str) -> str:
+        name = worker.name
+        worker.kill()
+        self._start_replacement(worker)
+        return (
+            f"{name} timed out after {format_seconds(self._step_timeout)} (step_timeout) "
+            f"without answering {command}(); the worker was killed and restarted and its "
+            "episodes were ended (truncated)"
+        )
+
+    @staticmethod
+    def _start_replacement(worker: _Worker) -> None:
+        try:
+            worker.start()  # boots while the other envs go on; serves the next reset
+        except OSError:  # cannot spawn right now: _ensure_ready tries again at next use
+            worker.process = None
 
     @staticmethod
     def _fail_all(results: dict[int, Any], worker: _Worker, message: str) -> None:

@@ -12,6 +12,14 @@ not hold it), so any number of them fit a small local instance. An actor that di
 (``ray.exceptions.RayActorError``: SIGKILL, segfault, out of memory) or fails a call is
 killed and replaced at once; its envs' episodes end truncated with ``env_error`` and the
 replacement serves their next reset.
+
+Timeouts: with ``step_timeout`` set, a ``reset``/``step`` call waits for its actors'
+results with ``ray.wait(..., timeout=step_timeout)`` (one deadline for the whole call; an
+actor answers for all its requested envs at once). An actor whose result is not ready
+by then is killed (``ray.kill``, which also stops the hanging call) and replaced like a
+dead one; its envs' episodes end truncated with an ``env_error`` saying it timed out and
+after how long. The results that were ready are returned as usual. Starting an actor and
+building its envs is not timed.
 """
 
 from __future__ import annotations
@@ -20,7 +28,13 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentgym.vector.backend import WorkerBackend, describe_env_block, partition
+from agentgym.vector.backend import (
+    DEFAULT_STEP_TIMEOUT,
+    WorkerBackend,
+    describe_env_block,
+    format_seconds,
+    partition,
+)
 from agentgym.vector.host import EnvFailure, EnvFn, EnvHost, EnvSpaces
 
 RAY_INSTALL_HINT = "backend='ray' needs Ray: pip install 'agentgym[ray]'"
@@ -50,13 +64,22 @@ class RayBackend(WorkerBackend):
     Args:
         env_fns: zero-argument callables building the envs (serialisable by Ray).
         num_workers: number of actors (``1 .. len(env_fns)``).
+        step_timeout: seconds a ``reset``/``step`` call waits for the actors before it
+            kills and replaces those that have not answered (``None``: wait forever).
+            Validated by the caller (:func:`~agentgym.vector.backend.check_step_timeout`).
 
     Raises:
         ImportError: Ray is not installed.
         RuntimeError: an actor could not build its envs.
     """
 
-    def __init__(self, env_fns: Sequence[EnvFn], num_workers: int):
+    def __init__(
+        self,
+        env_fns: Sequence[EnvFn],
+        num_workers: int,
+        step_timeout: float | None = DEFAULT_STEP_TIMEOUT,
+    ):
+        self._step_timeout = step_timeout
         self._ray = ensure_ray(num_cpus=max(1, min(num_workers, os.cpu_count() or 1)))
         self._blocks = partition(len(env_fns), num_workers)
         self._env_fns = list(env_fns)
@@ -103,6 +126,14 @@ class RayBackend(WorkerBackend):
             start = self._blocks[w].start
             method = getattr(self._actors[w], command)
             refs[w] = method.remote([(i - start, *requests[i]) for i in indices])
+        if self._step_timeout is not None and refs:
+            ready, _ = self._ray.wait(
+                list(refs.values()), num_returns=len(refs), timeout=self._step_timeout
+            )
+            ready = set(ready)
+            for w in [w for w, ref in refs.items() if ref not in ready]:
+                del refs[w]
+                self._fail_all(results, w, self._restart_timed_out(w, command))
         for w, ref in refs.items():
             try:
                 results.update(zip(by_worker[w], self._ray.get(ref), strict=True))
@@ -147,15 +178,28 @@ class RayBackend(WorkerBackend):
     def _restart_dead(self, w: int, command: str, error: Exception) -> str:
         pid = self._pids[w]
         self._kill(w)
-        try:
-            self._launch(w)  # boots while the other envs go on; serves the next reset
-        except Exception:  # Ray refused: _ensure_ready launches again at next use
-            self._actors[w] = None
+        self._relaunch(w)
         return (
             f"ray actor {pid} ({describe_env_block(self._blocks[w])}) failed during "
             f"{command}(); it was restarted and its episodes were ended (truncated): "
             f"{_short(error)}"
         )
+
+    def _restart_timed_out(self, w: int, command: str) -> str:
+        pid = self._pids[w]
+        self._kill(w)
+        self._relaunch(w)
+        return (
+            f"ray actor {pid} ({describe_env_block(self._blocks[w])}) timed out after "
+            f"{format_seconds(self._step_timeout)} (step_timeout) without answering "
+            f"{command}(); it was killed and restarted and its episodes were ended (truncated)"
+        )
+
+    def _relaunch(self, w: int) -> None:
+        try:
+            self._launch(w)  # boots while the other envs go on; serves the next reset
+        except Exception:  # Ray refused: _ensure_ready launches again at next use
+            self._actors[w] = None
 
     def _kill(self, w: int) -> None:
         actor, self._actors[w] = self._actors[w], None

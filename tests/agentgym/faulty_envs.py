@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -17,8 +18,13 @@ RAISE = "!raise"
 SIGKILL = "!sigkill"
 SEGFAULT = "!segfault"
 EXIT = "!exit"
-FAULT_ACTIONS = (RAISE, SIGKILL, SEGFAULT, EXIT)
+HANG = "!hang"
+FAULT_ACTIONS = (RAISE, SIGKILL, SEGFAULT, EXIT, HANG)
 FAULTY_TASK = "!raise-on-reset"
+HANGING_TASK = "!hang-on-reset"
+HANG_S = 30.0
+"""How long a hanging env sleeps: long next to any test's ``step_timeout``, yet bounded,
+so that a vector env that fails to time it out makes a test fail instead of hang."""
 
 
 class InjectedFault(RuntimeError):
@@ -30,12 +36,16 @@ class FaultyTextEnv(ScriptedTextEnv):
 
     Actions ``"!raise"`` (an exception escapes ``step``), ``"!sigkill"`` (the process
     kills itself with SIGKILL), ``"!segfault"`` (a real segmentation fault) and
-    ``"!exit"`` (``os._exit(3)``); resetting with task id ``"!raise-on-reset"`` raises.
+    ``"!exit"`` (``os._exit(3)``) and ``"!hang"`` (sleeps :data:`HANG_S` seconds);
+    resetting with task id ``"!raise-on-reset"`` raises, with ``"!hang-on-reset"`` it
+    sleeps :data:`HANG_S` seconds.
     """
 
     def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
         if task_id == FAULTY_TASK:
             raise InjectedFault("injected fault in reset")
+        if task_id == HANGING_TASK:
+            time.sleep(HANG_S)
         return super()._reset_task(task_id)
 
     def _step_text(self, action: str) -> Transition:
@@ -47,6 +57,8 @@ class FaultyTextEnv(ScriptedTextEnv):
             ctypes.string_at(0)
         if action == EXIT:
             os._exit(3)
+        if action == HANG:
+            time.sleep(HANG_S)
         return super()._step_text(action)
 
 

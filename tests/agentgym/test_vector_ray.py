@@ -1,13 +1,15 @@
-"""The Ray backend on a local Ray instance: lazy start, same results as sync, dead actors."""
+"""The Ray backend on a local Ray instance: lazy start, same results as sync, dead and
+hanging actors."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
-from tests.agentgym.faulty_envs import RAISE
+from tests.agentgym.faulty_envs import HANG, HANG_S, RAISE
 from tests.agentgym.test_vector_backends import faulty_vector, trace, wait_until_gone
 
 ray = pytest.importorskip("ray")
@@ -68,3 +70,26 @@ def test_ray_killed_actor_is_replaced_and_close_kills_the_rest():
         venv.close()
     for pid in pids:
         assert wait_until_gone(pid), f"actor process {pid} survived close()"
+
+
+def test_ray_hanging_step_is_timed_out_and_the_actor_replaced():
+    timeout_s = 2.0  # Ray calls have more overhead than pipes; still far below HANG_S
+    with faulty_vector(4, backend="ray", num_workers=2, step_timeout=timeout_s) as venv:
+        venv.reset(seed=4)
+        before = venv.worker_pids()
+        start = time.monotonic()
+        _, rewards, _, truncated, infos = venv.step(["look", HANG, "look", "look"])
+        elapsed = time.monotonic() - start
+        assert timeout_s <= elapsed < HANG_S / 2, elapsed
+        assert truncated.tolist() == [True, True, False, False] and not rewards.any()
+        assert infos["_env_error"].tolist() == [True, True, False, False]
+        message = infos["env_error"][1]
+        assert "timed out after 2 s" in message and "step()" in message
+        assert "restarted" in message
+        assert wait_until_gone(before[0])  # the hanging actor was killed
+        _, _, _, truncated, _ = venv.step(["look"] * 4)
+        assert truncated.tolist() == [True, True, False, False]
+        _, infos = venv.reset(seed=4)
+        assert "env_error" not in infos
+        after = venv.worker_pids()
+        assert after[0] == after[1] != before[0] and after[2:] == before[2:]
