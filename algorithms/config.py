@@ -170,6 +170,11 @@ class EnvConfig:
     num_workers: int | None = None
     """Env worker processes/actors (``None``: the backend's default)."""
 
+    step_timeout: float | None = None
+    """Seconds a worker may take to answer one ``reset``/``step`` before it is killed and
+    rebuilt and its episodes end truncated with ``info["env_error"]`` (``None``: wait
+    forever). Subprocess and Ray backends only."""
+
     env_kwargs: str = "{}"
     """Extra env constructor arguments, a JSON object (e.g. ``{"task_types":
     ["pick_and_place_simple"]}``)."""
@@ -371,6 +376,9 @@ class TrainConfig:
             problems.append("generation.temperature must be > 0 for training rollouts")
         if self.prompt.max_prompt_tokens < 16 or self.generation.max_new_tokens < 1:
             problems.append("prompt.max_prompt_tokens must be >= 16, max_new_tokens >= 1")
+        if self.env.step_timeout is not None and self.env.backend == "sync":
+            problems.append("env.step_timeout needs the subprocess or ray backend (in-process "
+                            "env code cannot be interrupted)")
         if self.run.eval_only and self.run.resume:
             problems.append("run.eval_only and run.resume are exclusive")
         self.env.kwargs()

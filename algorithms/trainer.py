@@ -146,7 +146,8 @@ class Trainer:
 
         env = self.config.env
         return make_vector_env(env.env_id, num_envs, group_size=group_size,
-                               backend=env.backend, num_workers=env.num_workers, **kwargs)
+                               backend=env.backend, num_workers=env.num_workers,
+                               step_timeout=env.step_timeout, **kwargs)
 
     def _settings(self, *, temperature: float, group_size: int) -> RolloutSettings:
         config = self.config

@@ -72,6 +72,7 @@ def test_env_kwargs_merge():
         {"learner": {"micro_batch_size": 8, "mini_batch_size": 4}},
         {"learner": {"epochs": 0}},
         {"generation": {"temperature": 0.0}},
+        {"env": {"step_timeout": 5.0}},  # the sync backend cannot interrupt an env
     ],
 )
 def test_validation_rejects(changes):

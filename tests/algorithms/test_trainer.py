@@ -101,3 +101,14 @@ def test_seeds_are_independent_per_iteration():
     seeds = {iteration_seed(0, i, s) for i in range(50) for s in range(3)}
     assert len(seeds) == 150 and all(0 <= s < 2**31 for s in seeds)
     assert np.unique([iteration_seed(1, 0, 0), iteration_seed(0, 1, 0)]).size == 2
+
+
+def test_step_timeout_reaches_the_vector_env(tmp_path):
+    config = replace(scripted_config("grpo", iterations=1),
+                     env={"backend": "subprocess", "num_workers": 1, "step_timeout": 7.5})
+    trainer = Trainer(config, policy=make_policy(), run_dir=tmp_path)
+    vec_env = trainer._make_vec_env(config.env.kwargs(), num_envs=2, group_size=2)
+    try:
+        assert vec_env.step_timeout == 7.5
+    finally:
+        vec_env.close()
