@@ -31,7 +31,8 @@ def _config(algo: str, **learner: object) -> TrainConfig:
                    env={"group_size": 2, "num_groups": 2}, run={"device": "cpu"})
 
 
-def _rollout(tokenizer, *, num_rooms: int = 2, winner_every: int = 2):
+def _rollout(tokenizer, *, num_rooms: int = 2, winner_every: int = 2,
+             keep_bootstrap_prompts: bool = True):
     """Envs with even index play the solution, the others open a wrong door."""
     solutions = [ScriptedTextEnv().solution(t) for t in TASKS]
 
@@ -48,7 +49,8 @@ def _rollout(tokenizer, *, num_rooms: int = 2, winner_every: int = 2):
                           hint=True, max_steps=3)
     settings = RolloutSettings(group_size=2, max_steps=3, temperature=1.0, max_new_tokens=12,
                                invalid_action_penalty=0.1,
-                               prompt=PromptConfig(think=False, max_prompt_tokens=300))
+                               prompt=PromptConfig(think=False, max_prompt_tokens=300),
+                               keep_bootstrap_prompts=keep_bootstrap_prompts)
     try:
         batch = collect_rollout(env, engine, tokenizer, settings, group_task_ids=TASKS, seed=3)
     finally:
