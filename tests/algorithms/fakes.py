@@ -82,14 +82,15 @@ def cut_rollout(tokenizer: Any, *, max_steps: int = 2,
     """Four trajectories on the 2-room door env (groups of 2) that end four ways.
 
     - 0 plays the solution and wins at step 1: terminated, reward 1.
-    - 1 looks around; its env allows one step, so its env truncates it after step 0.
+    - 1 opens the right door to room 2, but its env allows one step: truncated by the
+      env after step 0 (the next observation differs from the last one).
     - 2 looks around; its env crashes on step 1: truncated with an env error.
     - 3 answers an action the env rejects (reward -0.1) until the rollout's ``max_steps``
       cuts it (its env would allow 5 steps).
     """
     solution = ScriptedTextEnv(num_rooms=2).solution(CUT_TASKS[0])
     plans = {0: lambda turn: f"<action> {solution[turn]} </action>",
-             1: lambda turn: "<action> look </action>",
+             1: lambda turn: f"<action> {solution[turn]} </action>",
              2: lambda turn: "<action> look </action>",
              3: lambda turn: "<action> open door </action>"}
     active_by_turn = [[0, 1, 2, 3], [0, 2, 3]] + [[3]] * max(0, max_steps - 2)

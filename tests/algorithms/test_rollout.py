@@ -167,13 +167,15 @@ def test_bootstrap_prompts_are_kept_for_step_limit_cuts_only():
     assert batch.bootstrap_prompt_ids.shape == batch.bootstrap_prompt_mask.shape
     assert batch.bootstrap_prompt_ids.shape[0] == 2
 
-    # Trajectory 1: the observation its look led to, with the look in the history.
+    # Trajectory 1: the observation its last action led to (room 2), with that action in
+    # the history.
     probe = ScriptedTextEnv(num_rooms=2, max_steps=1)
     observation, info = probe.reset(options={"task_id": CUT_TASKS[0]})
-    after, _, _, truncated, after_info = probe.step("look")
-    assert truncated
+    action = probe.solution(CUT_TASKS[0])[0]
+    after, _, terminated, truncated, after_info = probe.step(action)
+    assert truncated and not terminated and "room 2 of 2" in after
     expected = PromptBuilder(tokenizer, CUT_PROMPT).build(
-        info["task"], [(observation, "look")], after, after_info["admissible_actions"])
+        info["task"], [(observation, action)], after, after_info["admissible_actions"])
     assert _tokens(batch.bootstrap_prompt_ids[0], batch.bootstrap_prompt_mask[0]) == \
         list(expected.token_ids)
 
