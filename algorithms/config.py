@@ -225,6 +225,13 @@ class LearnerConfig:
     gae_lambda: float = 0.95
     """GAE lambda across agent steps (PPO)."""
 
+    bootstrap_truncated: bool = True
+    """PPO: an episode cut by a step limit (the env's ``max_steps`` or the rollout's) ends
+    its GAE on ``gamma * V(next prompt)``, the critic's value of the prompt the policy
+    would have been given next, instead of 0. ``False`` treats the cut as termination
+    (the GiGPO reference code). Episodes ended by an env error never bootstrap: they have
+    no valid next state."""
+
     step_weight: float = 1.0
     """GiGPO omega: weight of the step-level advantage (Eq. 7)."""
 
@@ -357,6 +364,11 @@ class TrainConfig:
     def use_critic(self) -> bool:
         """Whether ``algo`` trains a critic."""
         return self.algo == "ppo"
+
+    @property
+    def bootstrap_truncated(self) -> bool:
+        """Whether GAE bootstraps truncated episodes, so rollouts keep their next prompt."""
+        return self.use_critic and self.learner.bootstrap_truncated
 
     def validate(self) -> TrainConfig:
         """Raise ``ValueError`` on inconsistent settings; return ``self``."""

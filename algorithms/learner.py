@@ -3,10 +3,13 @@
 An iteration after the rollout:
 
 1. :meth:`Learner.score` -- old log-probs under the sampling policy, reference log-probs
-   (frozen copy, or the base model with LoRA adapters disabled), and critic values (PPO).
+   (frozen copy, or the base model with LoRA adapters disabled), and critic values (PPO):
+   V(s_t) of every step and, with ``learner.bootstrap_truncated``, V(s_T) of the prompt
+   that would have followed each trajectory cut by a step limit.
 2. :meth:`Learner.advantages` -- one advantage per step from the estimator the config
    names: ``gigpo`` (Eq. 8 of Feng et al. 2025), ``grpo`` (Eq. 3) or ``gae`` (turn-level
-   GAE with the critic's values).
+   GAE with the critic's values; a step-limit cut bootstraps from V(s_T), a termination
+   or an env error does not).
 3. :meth:`Learner.update` -- ``epochs`` passes over shuffled mini-batches; each mini-batch
    is one optimizer step accumulated over micro-batches. The step's advantage is given
    to every token of its response. Loss, averaged over the mini-batch's response tokens:
@@ -38,6 +41,7 @@ from algorithms.policy import (
     frozen_copy,
     hidden_size,
     load_causal_lm,
+    prompt_values,
     score_responses,
     split_model,
 )
@@ -66,20 +70,34 @@ class Advantages:
     step: np.ndarray | None = None
 
 
+def _tensor(array: np.ndarray, device: torch.device, dtype: torch.dtype = torch.long
+            ) -> torch.Tensor:
+    return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
+
+
+def _prompt_rows(prompt_ids: np.ndarray, prompt_mask: np.ndarray, index: np.ndarray,
+                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, P') ids and mask of the left-padded prompts ``index`` of (M, P) arrays, trimmed
+    to the longest of them."""
+    mask = prompt_mask[index]
+    width = max(1, int(mask.sum(1).max()))
+    columns = slice(prompt_ids.shape[1] - width, None)
+    return (_tensor(prompt_ids[index][:, columns], device),
+            _tensor(mask[:, columns], device))
+
+
 def _rows(batch: StepBatch, index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
     """Tensors of the rows ``index``, trimmed to the longest prompt and response among them."""
-    prompt_mask = batch.prompt_mask[index]
     response_mask = batch.response_mask[index]
-    prompt_width = max(1, int(prompt_mask.sum(1).max()))
     response_width = max(1, int(response_mask.sum(1).max()))
-    columns = slice(batch.prompt_ids.shape[1] - prompt_width, None)
 
     def tensor(array: np.ndarray, dtype: torch.dtype = torch.long) -> torch.Tensor:
-        return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
+        return _tensor(array, device, dtype)
 
+    prompt_ids, prompt_mask = _prompt_rows(batch.prompt_ids, batch.prompt_mask, index, device)
     rows = {
-        "prompt_ids": tensor(batch.prompt_ids[index][:, columns]),
-        "prompt_mask": tensor(prompt_mask[:, columns]),
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
         "response_ids": tensor(batch.response_ids[index][:, :response_width]),
         "response_mask": tensor(response_mask[:, :response_width]),
     }
@@ -93,6 +111,22 @@ def _rows(batch: StepBatch, index: np.ndarray, device: torch.device) -> dict[str
 def _chunks(index: np.ndarray, size: int) -> Iterator[np.ndarray]:
     for start in range(0, len(index), size):
         yield index[start: start + size]
+
+
+def bootstrap_last_values(batch: StepBatch) -> np.ndarray:
+    """``last_values`` for :func:`~algorithms.advantages.gae_advantages` from a scored batch.
+
+    Returns:
+        (N,) float64: V(s_T) (``batch.bootstrap_values``) at the last row of each
+        trajectory cut by a step limit, NaN (terminated: no bootstrap) on every other row,
+        including the last rows of terminated and env-error trajectories.
+    """
+    if batch.bootstrap_rows is None or batch.bootstrap_values is None:
+        raise ValueError("the batch has no bootstrap values: collect the rollout with "
+                         "keep_bootstrap_prompts=True and score it with a critic")
+    last_values = np.full(len(batch), np.nan)
+    last_values[batch.bootstrap_rows] = batch.bootstrap_values
+    return last_values
 
 
 class Learner:
@@ -163,7 +197,9 @@ class Learner:
 
         Returns:
             ``batch`` with ``old_log_probs`` (N, R) or ``None``, ``ref_log_probs`` (N, R)
-            or ``None`` and ``values`` (N,) or ``None``.
+            or ``None``, ``values`` (N,) or ``None`` and ``bootstrap_values`` (K,) (PPO
+            with ``learner.bootstrap_truncated`` on a batch with bootstrap prompts) or
+            ``None``. The bootstrap passes do not advance ``progress``.
         """
         n, width = batch.response_ids.shape
         if not with_old_log_probs and not self.single_pass(n):
@@ -193,6 +229,9 @@ class Learner:
                     values[index] = self._values(rows, head).float().cpu().numpy()
                 if progress is not None:
                     progress.update(1)
+            bootstrap = None
+            if self.config.bootstrap_truncated and batch.bootstrap_prompt_ids is not None:
+                bootstrap = self._bootstrap_values(batch)
         finally:
             self.model.train(was_training)
         mask = batch.response_mask.astype(bool)
@@ -200,7 +239,18 @@ class Learner:
             old[~mask] = 0.0
         if ref is not None:
             ref[~mask] = 0.0
-        return batch.with_scores(old_log_probs=old, ref_log_probs=ref, values=values)
+        return batch.with_scores(old_log_probs=old, ref_log_probs=ref, values=values,
+                                 bootstrap_values=bootstrap)
+
+    def _bootstrap_values(self, batch: StepBatch) -> np.ndarray:
+        """(K,) float32 critic values of ``batch.bootstrap_prompt_ids``, in micro-batches."""
+        k = batch.bootstrap_prompt_ids.shape[0]
+        values = np.zeros(k, dtype=np.float32)
+        for index in _chunks(np.arange(k), self.learner.micro_batch_size):
+            ids, mask = _prompt_rows(batch.bootstrap_prompt_ids, batch.bootstrap_prompt_mask,
+                                     index, self.device)
+            values[index] = self._prompt_values(ids, mask).float().cpu().numpy()
+        return values
 
     def _reference_log_probs(self, rows: dict[str, torch.Tensor], temperature: float) -> Any:
         args = (rows["prompt_ids"], rows["prompt_mask"], rows["response_ids"],
@@ -220,6 +270,15 @@ class Learner:
             raise RuntimeError("PPO needs a critic; none was built")
         return head_values
 
+    def _prompt_values(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
+                       ) -> torch.Tensor:
+        """Critic values of prompts with no response: (B, P), (B, P) -> (B,)."""
+        if self.critic is not None:
+            return self.critic(prompt_ids, prompt_mask)
+        if self.value_head is None:
+            raise RuntimeError("PPO needs a critic; none was built")
+        return prompt_values(self.model, self.value_head, prompt_ids, prompt_mask)
+
     # ------------------------------------------------------------------ phase 2
     def advantages(self, batch: StepBatch) -> Advantages:
         """Per-step advantages from the configured estimator (see module docstring)."""
@@ -228,11 +287,14 @@ class Learner:
         if estimator == "gae":
             if batch.values is None:
                 raise ValueError("GAE needs critic values: call score() first")
-            # Time-limit truncation is treated as termination (no bootstrap), as in the
-            # GiGPO reference; V of the unseen next state is never computed.
+            # A trajectory cut by a step limit bootstraps from V(s_T); terminated and
+            # env-error ones do not. With bootstrap_truncated off, every cut counts as a
+            # termination (the GiGPO reference).
+            last_values = (bootstrap_last_values(batch) if self.config.bootstrap_truncated
+                           else None)
             advantages, returns = adv.gae_advantages(
                 batch.rewards, batch.values.astype(np.float64), batch.traj_ids,
-                gamma=learner.gamma, lam=learner.gae_lambda)
+                gamma=learner.gamma, lam=learner.gae_lambda, last_values=last_values)
             if learner.whiten_gae and len(advantages) > 1:
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
             return Advantages(advantages=advantages, returns=returns)

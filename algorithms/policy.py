@@ -300,10 +300,31 @@ class SeparateCritic(nn.Module):
 
     def forward(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
         """Values of left-padded prompts: (B, P), (B, P) -> (B,)."""
-        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-        hidden = self.backbone(input_ids=prompt_ids, attention_mask=prompt_mask,
-                               position_ids=positions, use_cache=False).last_hidden_state
-        return self.head(hidden[:, -1])
+        return self.head(last_prompt_hidden(self.backbone, prompt_ids, prompt_mask))
+
+
+def last_prompt_hidden(backbone: nn.Module, prompt_ids: torch.Tensor,
+                       prompt_mask: torch.Tensor) -> torch.Tensor:
+    """Hidden state at the last token of left-padded prompts: (B, P), (B, P) -> (B, H).
+
+    Position ids follow the attention mask, as in :func:`score_responses`.
+    """
+    positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = backbone(input_ids=prompt_ids, attention_mask=prompt_mask,
+                      position_ids=positions, use_cache=False).last_hidden_state
+    return hidden[:, -1]
+
+
+def prompt_values(model: Any, value_head: ValueHead, prompt_ids: torch.Tensor,
+                  prompt_mask: torch.Tensor) -> torch.Tensor:
+    """Value-head values of left-padded prompts alone: (B, P), (B, P) -> (B,).
+
+    The values :func:`score_responses` returns for the same prompts followed by any
+    response (attention is causal: the last prompt token never sees the response), from a
+    prompt-only forward pass. PPO uses it for states no response was sampled in: the
+    prompt after a truncated trajectory's last step.
+    """
+    return value_head(last_prompt_hidden(split_model(model)[0], prompt_ids, prompt_mask))
 
 
 @dataclass

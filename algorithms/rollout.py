@@ -11,6 +11,14 @@ The ``N = num_groups * group_size`` sub-envs are reset with
 from the same initial state. The loop steps the whole batch until every env has
 terminated or truncated, or ``max_steps`` turns have passed; finished envs get an empty
 action, which the vector env ignores (it repeats their last observation with reward 0).
+
+Truncation and bootstrapping: a trajectory is *truncated* when it ends without
+terminating -- cut by the env's step limit, by the rollout's ``max_steps``, or by an env
+error (``info["env_error"]``). With ``keep_bootstrap_prompts`` the rollout keeps, for every
+trajectory cut by a step limit, the prompt the policy would have been given next (the
+observation that followed its last step, with that step in the history), so that PPO can
+bootstrap GAE from the critic's value of it. Env-error trajectories get none: the vector
+env repeats the last observation instead of a real next state, so they count as terminated.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import numpy as np
 
 from algorithms.config import PromptConfig
 from algorithms.parsing import parse_action
-from algorithms.prompts import PromptBuilder
+from algorithms.prompts import BuiltPrompt, PromptBuilder
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,8 @@ class StepBatch:
         step_index: (N,) int64, the step's turn number within its trajectory (0-based).
         last_step: (N,) bool, the trajectory's final step.
         success: (N,) bool, the trajectory ended in success (repeated on each step).
-        truncated: (N,) bool, the trajectory ended without terminating (time limit).
+        truncated: (N,) bool, the trajectory ended without terminating (a step limit or
+            an env error).
         task_ids: N task ids.
         task_types: N task types (``""`` where the env reports none).
         actions: N actions sent to the env.
@@ -58,6 +67,13 @@ class StepBatch:
         old_log_probs: (N, R) float32 log-probs under the sampling policy, once scored.
         ref_log_probs: (N, R) float32 log-probs under the reference policy, once scored.
         values: (N,) float32 critic values V(s_t), once scored (PPO).
+        bootstrap_rows: (K,) int64 last-step row of each trajectory cut by a step limit,
+            ascending, when the rollout kept bootstrap prompts; else ``None``.
+        bootstrap_prompt_ids: (K, P') int64 left-padded prompt that would have followed
+            each of those rows (its observation is the one the last step led to).
+        bootstrap_prompt_mask: (K, P') int64, 1 on real tokens.
+        bootstrap_values: (K,) float32 critic values of those prompts, V(s_T), once
+            scored (PPO with bootstrapping).
     """
 
     prompt_ids: np.ndarray
@@ -85,13 +101,18 @@ class StepBatch:
     old_log_probs: np.ndarray | None = field(default=None, repr=False)
     ref_log_probs: np.ndarray | None = field(default=None, repr=False)
     values: np.ndarray | None = field(default=None, repr=False)
+    bootstrap_rows: np.ndarray | None = field(default=None, repr=False)
+    bootstrap_prompt_ids: np.ndarray | None = field(default=None, repr=False)
+    bootstrap_prompt_mask: np.ndarray | None = field(default=None, repr=False)
+    bootstrap_values: np.ndarray | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
 
     def with_scores(self, **scores: np.ndarray | None) -> StepBatch:
-        """A copy with ``old_log_probs`` / ``ref_log_probs`` / ``values`` set."""
-        allowed = {"old_log_probs", "ref_log_probs", "values"}
+        """A copy with ``old_log_probs`` / ``ref_log_probs`` / ``values`` /
+        ``bootstrap_values`` set."""
+        allowed = {"old_log_probs", "ref_log_probs", "values", "bootstrap_values"}
         unknown = set(scores) - allowed
         if unknown:
             raise ValueError(f"unknown score fields {unknown}")
@@ -174,6 +195,8 @@ class RolloutSettings:
         max_new_tokens: response length limit.
         invalid_action_penalty: reward subtracted on a badly formatted or invalid step.
         prompt: prompt settings (also the parsing style).
+        keep_bootstrap_prompts: keep the next prompt of every trajectory cut by a step
+            limit (PPO's GAE bootstraps from its value; see the module docstring).
     """
 
     group_size: int
@@ -182,6 +205,7 @@ class RolloutSettings:
     max_new_tokens: int
     invalid_action_penalty: float
     prompt: PromptConfig
+    keep_bootstrap_prompts: bool
 
 
 def collect_rollout(
@@ -237,15 +261,12 @@ def collect_rollout(
     steps: list[_Step] = []
     final_success = np.zeros(num_envs, dtype=bool)
     final_truncated = env_errors.copy()
+    bootstrap_prompts: dict[int, tuple[int, ...]] = {}  # traj -> next prompt (step limit)
     for turn in range(settings.max_steps):
         indices = np.flatnonzero(active)
         if indices.size == 0:
             break
-        prompts = [
-            builder.build(str(rows[i].get("task", "")), histories[i], str(observations[i]),
-                          tuple(rows[i].get("admissible_actions", ()) or ()))
-            for i in indices
-        ]
+        prompts = [_prompt(builder, rows[i], histories[i], observations[i]) for i in indices]
         responses = engine.generate([p.token_ids for p in prompts],
                                     temperature=settings.temperature,
                                     max_new_tokens=settings.max_new_tokens,
@@ -282,12 +303,29 @@ def collect_rollout(
                 env_errors[index] = True
             if finished:
                 active[index] = False
+                if (settings.keep_bootstrap_prompts and final_truncated[index]
+                        and not env_errors[index]):  # cut by the env's step limit
+                    bootstrap_prompts[int(index)] = _prompt(
+                        builder, next_rows[index], histories[index],
+                        next_observations[index]).token_ids
         observations, rows = next_observations, next_rows
         if progress is not None:
             progress.update(1)
             progress.set_postfix(active=int(active.sum()))
     final_truncated |= active  # still running at max_steps: cut by the rollout
-    return _assemble(steps, tokenizer, final_success, final_truncated, int(env_errors.sum()))
+    if settings.keep_bootstrap_prompts:
+        for index in np.flatnonzero(active):
+            bootstrap_prompts[int(index)] = _prompt(builder, rows[index], histories[index],
+                                                    observations[index]).token_ids
+    return _assemble(steps, tokenizer, final_success, final_truncated, int(env_errors.sum()),
+                     bootstrap_prompts if settings.keep_bootstrap_prompts else None)
+
+
+def _prompt(builder: PromptBuilder, row: dict[str, Any], history: list[tuple[str, str]],
+            observation: Any) -> BuiltPrompt:
+    """The prompt of a sub-env in the state ``observation`` / ``row`` (its info)."""
+    return builder.build(str(row.get("task", "")), history, str(observation),
+                         tuple(row.get("admissible_actions", ()) or ()))
 
 
 def _check_groups(rows: list[dict[str, Any]], group_size: int) -> None:
@@ -301,8 +339,25 @@ def _check_groups(rows: list[dict[str, Any]], group_size: int) -> None:
             )
 
 
+def _bootstrap_rows(last: np.ndarray, traj_ids: np.ndarray, prompts: dict[int, tuple[int, ...]]
+                    ) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """(K,) int64 last-step rows of the trajectories in ``prompts`` (ascending), and
+    their prompts in the same order.
+
+    Args:
+        last: (N,) bool, the trajectory's last step (rows sorted by trajectory).
+        traj_ids: (N,) int64 trajectory of each row.
+        prompts: trajectory id -> token ids of the prompt after its last step.
+    """
+    last_rows = np.flatnonzero(last)
+    keep = np.array([int(traj_ids[row]) in prompts for row in last_rows], dtype=bool)
+    rows = last_rows[keep].astype(np.int64)
+    return rows, [prompts[int(traj_ids[row])] for row in rows]
+
+
 def _assemble(steps: list[_Step], tokenizer: Any, final_success: np.ndarray,
-              final_truncated: np.ndarray, env_errors: int) -> StepBatch:
+              final_truncated: np.ndarray, env_errors: int,
+              bootstrap_prompts: dict[int, tuple[int, ...]] | None) -> StepBatch:
     if not steps:
         raise RuntimeError(f"the rollout produced no steps ({env_errors} envs failed to "
                            "reset; see their info['env_error'])")
@@ -315,6 +370,12 @@ def _assemble(steps: list[_Step], tokenizer: Any, final_success: np.ndarray,
     last[:-1] = traj_ids[1:] != traj_ids[:-1]
     env_rewards = np.array([s.env_reward for s in steps], dtype=np.float64)
     penalties = np.array([s.penalty for s in steps], dtype=np.float64)
+    bootstrap: dict[str, np.ndarray] = {}
+    if bootstrap_prompts is not None:
+        rows, prompts = _bootstrap_rows(last, traj_ids, bootstrap_prompts)
+        ids, mask = pad_left(prompts, pad_id)
+        bootstrap = {"bootstrap_rows": rows, "bootstrap_prompt_ids": ids,
+                     "bootstrap_prompt_mask": mask}
     return StepBatch(
         prompt_ids=prompt_ids, prompt_mask=prompt_mask,
         response_ids=response_ids, response_mask=response_mask,
@@ -335,4 +396,5 @@ def _assemble(steps: list[_Step], tokenizer: Any, final_success: np.ndarray,
         response_texts=tuple(s.text for s in steps),
         prompt_cut=np.array([s.prompt_cut for s in steps], dtype=bool),
         env_errors=env_errors,
+        **bootstrap,
     )

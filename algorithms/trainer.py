@@ -149,13 +149,14 @@ class Trainer:
                                backend=env.backend, num_workers=env.num_workers,
                                step_timeout=env.step_timeout, **kwargs)
 
-    def _settings(self, *, temperature: float, group_size: int) -> RolloutSettings:
+    def _settings(self, *, temperature: float, group_size: int,
+                  bootstrap: bool) -> RolloutSettings:
         config = self.config
         return RolloutSettings(group_size=group_size, max_steps=config.env.max_steps,
                                temperature=temperature,
                                max_new_tokens=config.generation.max_new_tokens,
                                invalid_action_penalty=config.env.penalty(),
-                               prompt=config.prompt)
+                               prompt=config.prompt, keep_bootstrap_prompts=bootstrap)
 
     # ------------------------------------------------------------------ one iteration
     def train_iteration(self, iteration: int) -> dict[str, float]:
@@ -178,7 +179,8 @@ class Trainer:
                 batch = collect_rollout(
                     self.vec_env, self.engine, self.policy.tokenizer,
                     self._settings(temperature=config.generation.temperature,
-                                   group_size=config.env.group_size),
+                                   group_size=config.env.group_size,
+                                   bootstrap=config.bootstrap_truncated),
                     group_task_ids=None, seed=reset_seed, progress=bar)
             self.engine.release()
         micro = config.learner.micro_batch_size
@@ -250,7 +252,8 @@ class Trainer:
         chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))
         eval_env = self._make_vec_env(config.env.eval_kwargs(), chunk, 1)
         batches: list[StepBatch] = []
-        settings = self._settings(temperature=config.generation.eval_temperature, group_size=1)
+        settings = self._settings(temperature=config.generation.eval_temperature, group_size=1,
+                                  bootstrap=False)
         try:
             with _tqdm(config.run.progress, total=len(task_ids), leave=False,
                        desc="evaluation (episodes)") as bar:

@@ -1,9 +1,15 @@
-"""A scripted generation engine: answers from a fixed table, for rollout tests."""
+"""Scripted stand-ins for rollout tests: a generation engine that answers from a fixed
+table, an env that crashes mid-episode, and a rollout whose trajectories end four ways."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from agentgym.scripted import ScriptedTextEnv
+from agentgym.vector import TextVectorEnv
+from algorithms.config import PromptConfig
+from algorithms.rollout import RolloutSettings, StepBatch, collect_rollout
 
 
 class ScriptedEngine:
@@ -42,3 +48,66 @@ class ScriptedEngine:
 
     def release(self) -> None:
         """Nothing to free."""
+
+
+class StepFailingEnv(ScriptedTextEnv):
+    """Raises on step ``fail_at`` (0-based) of every episode: an env fault that the vector
+    env contains (the episode ends truncated with ``info["env_error"]``)."""
+
+    def __init__(self, *, fail_at: int, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.fail_at = fail_at
+        self._steps = 0
+
+    def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
+        self._steps = 0
+        return super()._reset_task(task_id)
+
+    def _step_text(self, action: str):
+        if self._steps == self.fail_at:
+            raise RuntimeError("simulated crash")
+        self._steps += 1
+        return super()._step_text(action)
+
+
+CUT_TASKS = ("doors-0003", "doors-0005")
+"""The tasks of :func:`cut_rollout`'s two groups."""
+
+CUT_PROMPT = PromptConfig(think=False, max_prompt_tokens=400)
+"""The prompt settings of :func:`cut_rollout`."""
+
+
+def cut_rollout(tokenizer: Any, *, max_steps: int = 2,
+                keep_bootstrap_prompts: bool = True) -> StepBatch:
+    """Four trajectories on the 2-room door env (groups of 2) that end four ways.
+
+    - 0 plays the solution and wins at step 1: terminated, reward 1.
+    - 1 opens the right door to room 2, but its env allows one step: truncated by the
+      env after step 0 (the next observation differs from the last one).
+    - 2 looks around; its env crashes on step 1: truncated with an env error.
+    - 3 answers an action the env rejects (reward -0.1) until the rollout's ``max_steps``
+      cuts it (its env would allow 5 steps).
+    """
+    solution = ScriptedTextEnv(num_rooms=2).solution(CUT_TASKS[0])
+    plans = {0: lambda turn: f"<action> {solution[turn]} </action>",
+             1: lambda turn: f"<action> {solution[turn]} </action>",
+             2: lambda turn: "<action> look </action>",
+             3: lambda turn: "<action> open door </action>"}
+    active_by_turn = [[0, 1, 2, 3], [0, 2, 3]] + [[3]] * max(0, max_steps - 2)
+    engine = ScriptedEngine(tokenizer,
+                            lambda turn, pos, _: plans[active_by_turn[turn][pos]](turn))
+    env = TextVectorEnv([
+        lambda: ScriptedTextEnv(num_rooms=2, max_steps=5),
+        lambda: ScriptedTextEnv(num_rooms=2, max_steps=1),
+        lambda: StepFailingEnv(fail_at=1, num_rooms=2, max_steps=5),
+        lambda: ScriptedTextEnv(num_rooms=2, max_steps=5),
+    ], group_size=2)
+    settings = RolloutSettings(group_size=2, max_steps=max_steps, temperature=1.0,
+                               max_new_tokens=16, invalid_action_penalty=0.1,
+                               prompt=CUT_PROMPT,
+                               keep_bootstrap_prompts=keep_bootstrap_prompts)
+    try:
+        return collect_rollout(env, engine, tokenizer, settings, group_task_ids=CUT_TASKS,
+                               seed=0)
+    finally:
+        env.close()

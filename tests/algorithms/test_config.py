@@ -18,6 +18,14 @@ def test_algo_selects_estimator_and_critic():
         ("gae", True)
 
 
+def test_only_ppo_bootstraps_truncated_episodes():
+    assert TrainConfig(algo="ppo").bootstrap_truncated
+    assert not TrainConfig(algo="gigpo").bootstrap_truncated
+    assert not TrainConfig(algo="grpo").bootstrap_truncated
+    off = replace(TrainConfig(algo="ppo"), learner={"bootstrap_truncated": False})
+    assert not off.bootstrap_truncated
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_presets_are_valid_and_round_trip(name):
     config = PRESETS[name].validate()

@@ -16,7 +16,7 @@ from agentgym.vector import make_vector_env  # noqa: E402
 from algorithms.config import ModelConfig, PromptConfig, TrainConfig, replace  # noqa: E402
 from algorithms.learner import Advantages, Learner  # noqa: E402
 from algorithms.rollout import RolloutSettings, collect_rollout  # noqa: E402
-from tests.algorithms.fakes import ScriptedEngine  # noqa: E402
+from tests.algorithms.fakes import ScriptedEngine, cut_rollout  # noqa: E402
 from tests.algorithms.tiny import make_model, make_policy  # noqa: E402
 
 TASKS = ("doors-0001", "doors-0002")
@@ -31,7 +31,8 @@ def _config(algo: str, **learner: object) -> TrainConfig:
                    env={"group_size": 2, "num_groups": 2}, run={"device": "cpu"})
 
 
-def _rollout(tokenizer, *, num_rooms: int = 2, winner_every: int = 2):
+def _rollout(tokenizer, *, num_rooms: int = 2, winner_every: int = 2,
+             keep_bootstrap_prompts: bool = True):
     """Envs with even index play the solution, the others open a wrong door."""
     solutions = [ScriptedTextEnv().solution(t) for t in TASKS]
 
@@ -48,7 +49,8 @@ def _rollout(tokenizer, *, num_rooms: int = 2, winner_every: int = 2):
                           hint=True, max_steps=3)
     settings = RolloutSettings(group_size=2, max_steps=3, temperature=1.0, max_new_tokens=12,
                                invalid_action_penalty=0.1,
-                               prompt=PromptConfig(think=False, max_prompt_tokens=300))
+                               prompt=PromptConfig(think=False, max_prompt_tokens=300),
+                               keep_bootstrap_prompts=keep_bootstrap_prompts)
     try:
         batch = collect_rollout(env, engine, tokenizer, settings, group_task_ids=TASKS, seed=3)
     finally:
@@ -196,3 +198,72 @@ def test_gradient_checkpointing_gives_the_same_update():
         learner.update(batch, learner.advantages(batch), seed=0)
         updated.append(_snapshot(policy.model))
     assert all(torch.allclose(updated[0][n], updated[1][n], atol=1e-6) for n in updated[0])
+
+
+def _ppo_learner(critic: str, **learner: object) -> Learner:
+    """A PPO learner whose value head is random: zero-initialised heads make every V 0,
+    which would hide whether a bootstrap happened."""
+    policy = make_policy()
+    config = replace(_config("ppo", gamma=0.9, gae_lambda=0.8, **learner),
+                     model={"critic": critic})
+    backbone = make_model(len(policy.tokenizer), seed=5).model if critic == "separate" else None
+    learner_ = Learner(policy, config, CPU, critic_backbone=backbone)
+    head = learner_.value_head if learner_.value_head is not None else learner_.critic.head
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        head.linear.weight.copy_(torch.randn(head.linear.weight.shape, generator=generator))
+        head.linear.bias.fill_(0.5)
+    return learner_
+
+
+@pytest.mark.parametrize("critic", ["value_head", "separate"])
+def test_ppo_bootstraps_step_limit_cuts_from_the_next_state(critic):
+    learner = _ppo_learner(critic)
+    gamma = learner.learner.gamma
+    batch = learner.score(cut_rollout(learner.policy.tokenizer, max_steps=2), temperature=1.0)
+    returns = learner.advantages(batch).returns
+    last = np.flatnonzero(batch.last_step)  # trajectories 0..3, see cut_rollout
+    np.testing.assert_array_equal(batch.bootstrap_rows, last[[1, 3]])
+    v_next = batch.bootstrap_values.astype(np.float64)
+    assert np.abs(gamma * v_next).min() > 0.05  # a missing bootstrap would show
+    r = batch.rewards[last]
+    np.testing.assert_allclose(returns[last], [r[0],                     # terminated
+                                               r[1] + gamma * v_next[0],  # env's limit
+                                               r[2],                     # env error
+                                               r[3] + gamma * v_next[1]],  # rollout's limit
+                               rtol=1e-6, atol=1e-6)
+    # V(next) is the critic's value of the state the policy would have been in: the same
+    # per-step value trajectory 3 gets for step 2 when the rollout runs one turn longer.
+    longer = learner.score(cut_rollout(learner.policy.tokenizer, max_steps=3),
+                           temperature=1.0)
+    row = np.flatnonzero((longer.traj_ids == 3) & (longer.step_index == 2))[0]
+    np.testing.assert_allclose(v_next[1], longer.values[row], atol=1e-5)
+
+
+def test_ppo_without_bootstrap_treats_cuts_as_termination():
+    learner = _ppo_learner("value_head", bootstrap_truncated=False)
+    batch = learner.score(cut_rollout(learner.policy.tokenizer), temperature=1.0)
+    assert batch.bootstrap_values is None
+    returns = learner.advantages(batch).returns
+    last = np.flatnonzero(batch.last_step)
+    np.testing.assert_allclose(returns[last], batch.rewards[last], atol=1e-6)
+
+
+def test_ppo_needs_the_bootstrap_prompts():
+    learner = _ppo_learner("value_head")
+    batch = learner.score(cut_rollout(learner.policy.tokenizer, keep_bootstrap_prompts=False),
+                          temperature=1.0)
+    with pytest.raises(ValueError, match="keep_bootstrap_prompts"):
+        learner.advantages(batch)
+
+
+@pytest.mark.parametrize("algo", ["gigpo", "grpo"])
+def test_group_estimators_ignore_bootstrap_prompts(algo):
+    policy = make_policy()
+    learner = Learner(policy, _config(algo, kl_coef=0.0), CPU)
+    with_prompts = learner.score(cut_rollout(policy.tokenizer), temperature=1.0)
+    assert with_prompts.bootstrap_values is None
+    without = dataclasses.replace(with_prompts, bootstrap_rows=None, bootstrap_prompt_ids=None,
+                                  bootstrap_prompt_mask=None)
+    np.testing.assert_array_equal(learner.advantages(with_prompts).advantages,
+                                  learner.advantages(without).advantages)

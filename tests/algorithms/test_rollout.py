@@ -10,8 +10,9 @@ pytest.importorskip("transformers")
 from agentgym.scripted import ScriptedTextEnv  # noqa: E402
 from agentgym.vector import make_vector_env  # noqa: E402
 from algorithms.config import PromptConfig  # noqa: E402
+from algorithms.prompts import PromptBuilder  # noqa: E402
 from algorithms.rollout import RolloutSettings, collect_rollout, info_rows  # noqa: E402
-from tests.algorithms.fakes import ScriptedEngine  # noqa: E402
+from tests.algorithms.fakes import CUT_PROMPT, CUT_TASKS, ScriptedEngine, cut_rollout  # noqa: E402
 from tests.algorithms.tiny import make_tokenizer  # noqa: E402
 
 TASKS = ("doors-0003", "doors-0005")
@@ -20,7 +21,8 @@ TASKS = ("doors-0003", "doors-0005")
 def _settings(**prompt: object) -> RolloutSettings:
     return RolloutSettings(group_size=2, max_steps=3, temperature=1.0, max_new_tokens=16,
                            invalid_action_penalty=0.1,
-                           prompt=PromptConfig(think=False, max_prompt_tokens=400, **prompt))
+                           prompt=PromptConfig(think=False, max_prompt_tokens=400, **prompt),
+                           keep_bootstrap_prompts=False)
 
 
 def _env(**kwargs: object):
@@ -113,7 +115,8 @@ def test_zero_penalty_still_flags_invalid_steps():
     tokenizer = make_tokenizer()
     engine = ScriptedEngine(tokenizer, lambda *_: "door door")
     settings = RolloutSettings(group_size=2, max_steps=1, temperature=1.0, max_new_tokens=8,
-                               invalid_action_penalty=0.0, prompt=PromptConfig(think=False))
+                               invalid_action_penalty=0.0, prompt=PromptConfig(think=False),
+                               keep_bootstrap_prompts=False)
     env = _env()
     try:
         batch = collect_rollout(env, engine, tokenizer, settings, group_task_ids=TASKS, seed=0)
@@ -144,3 +147,47 @@ def test_a_failed_reset_ends_those_trajectories_without_steps():
         env.close()
     assert set(batch.traj_ids.tolist()) == {0, 1} and batch.env_errors == 2
     assert len(batch) == 6 and not batch.invalid.any()
+
+
+def _tokens(ids: np.ndarray, mask: np.ndarray) -> list[int]:
+    return ids[mask == 1].tolist()
+
+
+def test_bootstrap_prompts_are_kept_for_step_limit_cuts_only():
+    tokenizer = make_tokenizer()
+    batch = cut_rollout(tokenizer, max_steps=2)
+    np.testing.assert_array_equal(batch.traj_ids, [0, 0, 1, 2, 2, 3, 3])
+    last = np.flatnonzero(batch.last_step)
+    np.testing.assert_array_equal(batch.truncated[last], [0, 1, 1, 1])
+    assert batch.env_errors == 1
+    # Cut by the env's step limit (1) and by the rollout's (3); not the winner (0), not
+    # the env error (2).
+    np.testing.assert_array_equal(batch.bootstrap_rows, last[[1, 3]])
+    assert batch.bootstrap_rows.dtype == np.int64
+    assert batch.bootstrap_prompt_ids.shape == batch.bootstrap_prompt_mask.shape
+    assert batch.bootstrap_prompt_ids.shape[0] == 2
+
+    # Trajectory 1: the observation its last action led to (room 2), with that action in
+    # the history.
+    probe = ScriptedTextEnv(num_rooms=2, max_steps=1)
+    observation, info = probe.reset(options={"task_id": CUT_TASKS[0]})
+    action = probe.solution(CUT_TASKS[0])[0]
+    after, _, terminated, truncated, after_info = probe.step(action)
+    assert truncated and not terminated and "room 2 of 2" in after
+    expected = PromptBuilder(tokenizer, CUT_PROMPT).build(
+        info["task"], [(observation, action)], after, after_info["admissible_actions"])
+    assert _tokens(batch.bootstrap_prompt_ids[0], batch.bootstrap_prompt_mask[0]) == \
+        list(expected.token_ids)
+
+    # Trajectory 3, cut by the rollout: the prompt its next step gets when the rollout
+    # runs one turn longer.
+    longer = cut_rollout(tokenizer, max_steps=3)
+    row = np.flatnonzero((longer.traj_ids == 3) & (longer.step_index == 2))[0]
+    assert _tokens(batch.bootstrap_prompt_ids[1], batch.bootstrap_prompt_mask[1]) == \
+        _tokens(longer.prompt_ids[row], longer.prompt_mask[row])
+
+
+def test_no_bootstrap_prompts_unless_asked():
+    batch = cut_rollout(make_tokenizer(), keep_bootstrap_prompts=False)
+    assert batch.bootstrap_rows is None and batch.bootstrap_prompt_ids is None
+    assert batch.bootstrap_prompt_mask is None and batch.bootstrap_values is None

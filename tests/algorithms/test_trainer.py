@@ -47,6 +47,11 @@ def test_resume_reproduces_the_next_iteration(tmp_path, algo):
     wa, wb = _weights(straight), _weights(resumed)
     assert all(torch.allclose(wa[n], wb[n], atol=1e-6) for n in wa)
     assert straight.last_batch.actions == resumed.last_batch.actions
+    # PPO's rollouts keep the prompts its GAE bootstraps from; GiGPO's keep none (no cost).
+    if algo == "ppo":
+        assert straight.last_batch.bootstrap_values is not None
+    else:
+        assert straight.last_batch.bootstrap_prompt_ids is None
 
 
 def test_run_outputs_and_checkpoints(tmp_path):
