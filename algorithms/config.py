@@ -418,6 +418,9 @@ class TrainConfig:
         for name, section in sections.items():
             names = {f.name for f in dataclasses.fields(section)}
             values = {k: v for k, v in data.get(name, {}).items() if k in names}
+            if name == "learner" and name in data and "bootstrap_truncated" not in values:
+                # saved before PPO bootstrapped step-limit cuts: keep what that run did
+                values["bootstrap_truncated"] = False
             for key, value in values.items():
                 if isinstance(value, list):
                     values[key] = tuple(value)

@@ -90,3 +90,10 @@ def test_validation_rejects(changes):
 
 def test_ppo_allows_group_size_one():
     replace(TrainConfig(algo="ppo"), env={"group_size": 1}).validate()
+
+
+def test_configs_saved_before_bootstrapping_load_without_it():
+    data = TrainConfig(algo="ppo").to_dict()
+    assert TrainConfig.from_dict(data).learner.bootstrap_truncated is True
+    del data["learner"]["bootstrap_truncated"]
+    assert TrainConfig.from_dict(data).learner.bootstrap_truncated is False
