@@ -9,6 +9,20 @@ reward of 10 on success and -0.1 for invalid actions, and string anchors (observ
 texts) that collide across trajectories of a group as the agents revisit states.
 The loop baseline is ``algorithms/_reference.py`` (the readable spec the tests also use).
 Figures are ratios measured in the same run; absolute times depend on the machine.
+
+What bounds the speed-up (2-core Xeon, ~22k rows; the "floor" lines print the first two):
+
+- str anchors: one C-level dict pass over 22k anchor objects takes ~1.7 ms; other ways
+  of coding them were no faster (``dict.fromkeys`` + ``operator.itemgetter`` +
+  ``np.fromiter``: 1.8 ms; converting 22k Python ints to an array alone takes 0.5 ms).
+- interleaved rows: the stable radix sort by trajectory plus one gather and one scatter,
+  0.21 ms, before any arithmetic.
+- the segmented discounted sum: six log-depth rounds of five array operations, 0.25 ms.
+  Measured alternatives were slower: ufunc ``where=`` gating 0.37 ms, float gates
+  0.29-0.36 ms, a padded (trajectories x steps) matrix with ``np.cumsum`` 0.33 ms
+  (transposed: 0.71 ms), the same with a triangular matmul 0.31 ms, cache-sized blocks
+  no faster at 22k rows (10% at 88k); ``scipy.signal.lfilter`` takes 0.13 ms before
+  any per-trajectory correction.
 """
 
 from __future__ import annotations
