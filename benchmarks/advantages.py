@@ -20,7 +20,7 @@ What bounds the speed-up (2-core Xeon, ~22k rows; the "floor" lines print the fi
 - the segmented discounted sum: six log-depth rounds of five array operations, 0.25 ms.
   Measured alternatives were slower: ufunc ``where=`` gating 0.37 ms, float gates
   0.29-0.36 ms, a padded (trajectories x steps) matrix with ``np.cumsum`` 0.33 ms
-  (transposed: 0.71 ms), the same with a triangular matmul 0.31 ms, cache-sized blocks
+  (transposed: 0.71 ms), the same with a triangular matmul 0.34 ms, cache-sized blocks
   no faster at 22k rows (10% at 88k); ``scipy.signal.lfilter`` takes 0.13 ms before
   any per-trajectory correction.
 """
