@@ -176,24 +176,26 @@ class RayBackend(WorkerBackend):
         return None
 
     def _restart_dead(self, w: int, command: str, error: Exception) -> str:
-        pid = self._pids[w]
-        self._kill(w)
-        self._relaunch(w)
-        return (
-            f"ray actor {pid} ({describe_env_block(self._blocks[w])}) failed during "
-            f"{command}(); it was restarted and its episodes were ended (truncated): "
-            f"{_short(error)}"
+        return self._restart(
+            w,
+            f"failed during {command}(); it was restarted and its episodes were ended "
+            f"(truncated): {_short(error)}",
         )
 
     def _restart_timed_out(self, w: int, command: str) -> str:
+        return self._restart(
+            w,
+            f"timed out after {format_seconds(self._step_timeout)} (step_timeout) without "
+            f"answering {command}(); it was killed and restarted and its episodes were ended "
+            "(truncated)",
+        )
+
+    def _restart(self, w: int, what_happened: str) -> str:
+        """Kill and relaunch actor ``w``; the env_error message for its envs."""
         pid = self._pids[w]
         self._kill(w)
         self._relaunch(w)
-        return (
-            f"ray actor {pid} ({describe_env_block(self._blocks[w])}) timed out after "
-            f"{format_seconds(self._step_timeout)} (step_timeout) without answering "
-            f"{command}(); it was killed and restarted and its episodes were ended (truncated)"
-        )
+        return f"ray actor {pid} ({describe_env_block(self._blocks[w])}) {what_happened}"
 
     def _relaunch(self, w: int) -> None:
         try:
