@@ -32,7 +32,7 @@ def _batch() -> StepBatch:
         success=np.array([True, True, False]), truncated=np.array([False, False, True]),
         task_ids=("t", "t", "t"), task_types=("pick", "pick", "pick"),
         actions=("x", "y", "z"), response_texts=("x", "y", "z"),
-        prompt_cut=np.array([False, True, False]),
+        prompt_cut=np.array([False, True, False]), env_error=np.zeros(n, dtype=bool),
     )
 
 
