@@ -5,11 +5,11 @@ An iteration after the rollout:
 1. :meth:`Learner.score` -- old log-probs under the sampling policy, reference log-probs
    (frozen copy, or the base model with LoRA adapters disabled), and critic values (PPO):
    V(s_t) of every step and, with ``learner.bootstrap_truncated``, V(s_T) of the prompt
-   that would have followed each trajectory cut by a step limit.
+   that would have followed each trajectory cut by a step limit or an env error.
 2. :meth:`Learner.advantages` -- one advantage per step from the estimator the config
    names: ``gigpo`` (Eq. 8 of Feng et al. 2025), ``grpo`` (Eq. 3) or ``gae`` (turn-level
-   GAE with the critic's values; a step-limit cut bootstraps from V(s_T), a termination
-   or an env error does not).
+   GAE with the critic's values; a cut -- step limit or env error -- bootstraps from
+   V(s_T), a termination does not).
 3. :meth:`Learner.update` -- ``epochs`` passes over shuffled mini-batches; each mini-batch
    is one optimizer step accumulated over micro-batches. The step's advantage is given
    to every token of its response. Loss, averaged over the mini-batch's response tokens:
@@ -118,8 +118,8 @@ def bootstrap_last_values(batch: StepBatch) -> np.ndarray:
 
     Returns:
         (N,) float64: V(s_T) (``batch.bootstrap_values``) at the last row of each
-        trajectory cut by a step limit, NaN (terminated: no bootstrap) on every other row,
-        including the last rows of terminated and env-error trajectories.
+        trajectory cut by a step limit or an env error, NaN (terminated: no bootstrap) on
+        every other row, including the last rows of terminated trajectories.
     """
     if batch.bootstrap_rows is None or batch.bootstrap_values is None:
         raise ValueError("the batch has no bootstrap values: collect the rollout with "
@@ -287,8 +287,8 @@ class Learner:
         if estimator == "gae":
             if batch.values is None:
                 raise ValueError("GAE needs critic values: call score() first")
-            # A trajectory cut by a step limit bootstraps from V(s_T); terminated and
-            # env-error ones do not. With bootstrap_truncated off, every cut counts as a
+            # A trajectory cut by a step limit or an env error bootstraps from V(s_T);
+            # terminated ones do not. With bootstrap_truncated off, every cut counts as a
             # termination (the GiGPO reference).
             last_values = (bootstrap_last_values(batch) if self.config.bootstrap_truncated
                            else None)

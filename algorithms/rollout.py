@@ -26,10 +26,14 @@ have to honour; the failure itself is logged by the vector env and counted here.
 
 Truncation and bootstrapping: a trajectory is *truncated* when it ends without
 terminating -- cut by the env's step limit, by the rollout's ``max_steps``, or by an env
-error. With ``keep_bootstrap_prompts`` the rollout keeps, for every trajectory cut by a
-step limit, the prompt the policy would have been given next (the observation that
-followed its last step, with that step in the history), so that PPO can bootstrap GAE
-from the critic's value of it. Env-error trajectories get none and count as terminated.
+error. With ``keep_bootstrap_prompts`` the rollout keeps, for every truncated trajectory,
+the prompt the policy would have been given after its last step in the batch, so that
+PPO can bootstrap GAE from the critic's value of it: for a step-limit cut, the
+observation that followed its last step, with that step in the history; for an env
+error, the prompt of the failed step itself -- the last real state, in which the action
+that got no outcome was taken. Like a step limit, an env error is an outside event that
+cuts the episode, not the end of the task, so it is bootstrapped the same way (when the
+failed step was the trajectory's first, there is no step to bootstrap).
 """
 
 from __future__ import annotations
@@ -83,10 +87,12 @@ class StepBatch:
         old_log_probs: (N, R) float32 log-probs under the sampling policy, once scored.
         ref_log_probs: (N, R) float32 log-probs under the reference policy, once scored.
         values: (N,) float32 critic values V(s_t), once scored (PPO).
-        bootstrap_rows: (K,) int64 last-step row of each trajectory cut by a step limit,
-            ascending, when the rollout kept bootstrap prompts; else ``None``.
+        bootstrap_rows: (K,) int64 last-step row of each trajectory cut by a step limit
+            or an env error, ascending, when the rollout kept bootstrap prompts; else
+            ``None``.
         bootstrap_prompt_ids: (K, P') int64 left-padded prompt that would have followed
-            each of those rows (its observation is the one the last step led to).
+            each of those rows (the state the last step led to; see the module
+            docstring).
         bootstrap_prompt_mask: (K, P') int64, 1 on real tokens.
         bootstrap_values: (K,) float32 critic values of those prompts, V(s_T), once
             scored (PPO with bootstrapping).
@@ -258,7 +264,8 @@ class RolloutSettings:
         invalid_action_penalty: reward subtracted on a badly formatted or invalid step.
         prompt: prompt settings (also the parsing style).
         keep_bootstrap_prompts: keep the next prompt of every trajectory cut by a step
-            limit (PPO's GAE bootstraps from its value; see the module docstring).
+            limit or an env error (PPO's GAE bootstraps from its value; see the module
+            docstring).
     """
 
     group_size: int
@@ -326,7 +333,7 @@ def collect_rollout(
     final_truncated = env_errors.copy()
     env_error_steps = 0
     first_error = next((str(row["env_error"]) for row in rows if row.get("env_error")), "")
-    bootstrap_prompts: dict[int, tuple[int, ...]] = {}  # traj -> next prompt (step limit)
+    bootstrap_prompts: dict[int, tuple[int, ...]] = {}  # traj -> next prompt (cut)
     for turn in range(settings.max_steps):
         indices = np.flatnonzero(active)
         if indices.size == 0:
@@ -357,6 +364,8 @@ def collect_rollout(
                 final_truncated[index] = True
                 final_success[index] = False
                 active[index] = False
+                if settings.keep_bootstrap_prompts:  # the state the failed step was in
+                    bootstrap_prompts[int(index)] = prompts[position].token_ids
                 continue
             valid = bool(next_rows[index].get("valid_action", True))
             ok = parsed[position].format_ok

@@ -217,27 +217,32 @@ def _ppo_learner(critic: str, **learner: object) -> Learner:
 
 
 @pytest.mark.parametrize("critic", ["value_head", "separate"])
-def test_ppo_bootstraps_step_limit_cuts_from_the_next_state(critic):
+def test_ppo_bootstraps_cut_trajectories_from_the_next_state(critic):
     learner = _ppo_learner(critic)
     gamma = learner.learner.gamma
     batch = learner.score(cut_rollout(learner.policy.tokenizer, max_steps=2), temperature=1.0)
     returns = learner.advantages(batch).returns
     last = np.flatnonzero(batch.last_step)  # trajectories 0..3, see cut_rollout
-    np.testing.assert_array_equal(batch.bootstrap_rows, last[[1, 3]])
+    np.testing.assert_array_equal(batch.bootstrap_rows, last[[1, 2, 3]])
     v_next = batch.bootstrap_values.astype(np.float64)
     assert np.abs(gamma * v_next).min() > 0.05  # a missing bootstrap would show
     r = batch.rewards[last]
     np.testing.assert_allclose(returns[last], [r[0],                     # terminated
                                                r[1] + gamma * v_next[0],  # env's limit
-                                               r[2],                     # env error
-                                               r[3] + gamma * v_next[1]],  # rollout's limit
+                                               r[2] + gamma * v_next[1],  # env error
+                                               r[3] + gamma * v_next[2]],  # rollout's limit
                                rtol=1e-6, atol=1e-6)
     # V(next) is the critic's value of the state the policy would have been in: the same
-    # per-step value trajectory 3 gets for step 2 when the rollout runs one turn longer.
+    # per-step value trajectory 3 gets for step 2 when the rollout runs one turn longer,
+    # and trajectory 2 for its step 1 when its env does not crash.
     longer = learner.score(cut_rollout(learner.policy.tokenizer, max_steps=3),
                            temperature=1.0)
     row = np.flatnonzero((longer.traj_ids == 3) & (longer.step_index == 2))[0]
-    np.testing.assert_allclose(v_next[1], longer.values[row], atol=1e-5)
+    np.testing.assert_allclose(v_next[2], longer.values[row], atol=1e-5)
+    healthy = learner.score(cut_rollout(learner.policy.tokenizer, max_steps=2, fail_at=None),
+                            temperature=1.0)
+    row = np.flatnonzero((healthy.traj_ids == 2) & (healthy.step_index == 1))[0]
+    np.testing.assert_allclose(v_next[1], healthy.values[row], atol=1e-5)
 
 
 def test_ppo_without_bootstrap_treats_cuts_as_termination():

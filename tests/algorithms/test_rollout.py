@@ -153,19 +153,19 @@ def _tokens(ids: np.ndarray, mask: np.ndarray) -> list[int]:
     return ids[mask == 1].tolist()
 
 
-def test_bootstrap_prompts_are_kept_for_step_limit_cuts_only():
+def test_bootstrap_prompts_are_kept_for_cut_trajectories_only():
     tokenizer = make_tokenizer()
     batch = cut_rollout(tokenizer, max_steps=2)
     np.testing.assert_array_equal(batch.traj_ids, [0, 0, 1, 2, 3, 3])
     last = np.flatnonzero(batch.last_step)
     np.testing.assert_array_equal(batch.truncated[last], [0, 1, 1, 1])
     assert batch.env_errors == 1
-    # Cut by the env's step limit (1) and by the rollout's (3); not the winner (0), not
-    # the env error (2).
-    np.testing.assert_array_equal(batch.bootstrap_rows, last[[1, 3]])
+    # Cut by the env's step limit (1), by an env error (2) and by the rollout's step
+    # limit (3); not the winner (0).
+    np.testing.assert_array_equal(batch.bootstrap_rows, last[[1, 2, 3]])
     assert batch.bootstrap_rows.dtype == np.int64
     assert batch.bootstrap_prompt_ids.shape == batch.bootstrap_prompt_mask.shape
-    assert batch.bootstrap_prompt_ids.shape[0] == 2
+    assert batch.bootstrap_prompt_ids.shape[0] == 3
 
     # Trajectory 1: the observation its last action led to (room 2), with that action in
     # the history.
@@ -179,12 +179,25 @@ def test_bootstrap_prompts_are_kept_for_step_limit_cuts_only():
     assert _tokens(batch.bootstrap_prompt_ids[0], batch.bootstrap_prompt_mask[0]) == \
         list(expected.token_ids)
 
+    # Trajectory 2, cut by the crash of its step 1: the prompt of that failed step, the
+    # same as the prompt of step 1 when the env does not crash.
+    healthy = cut_rollout(tokenizer, max_steps=2, fail_at=None)
+    row = np.flatnonzero((healthy.traj_ids == 2) & (healthy.step_index == 1))[0]
+    assert _tokens(batch.bootstrap_prompt_ids[1], batch.bootstrap_prompt_mask[1]) == \
+        _tokens(healthy.prompt_ids[row], healthy.prompt_mask[row])
+
     # Trajectory 3, cut by the rollout: the prompt its next step gets when the rollout
     # runs one turn longer.
     longer = cut_rollout(tokenizer, max_steps=3)
     row = np.flatnonzero((longer.traj_ids == 3) & (longer.step_index == 2))[0]
-    assert _tokens(batch.bootstrap_prompt_ids[1], batch.bootstrap_prompt_mask[1]) == \
+    assert _tokens(batch.bootstrap_prompt_ids[2], batch.bootstrap_prompt_mask[2]) == \
         _tokens(longer.prompt_ids[row], longer.prompt_mask[row])
+
+
+def test_an_env_error_on_the_first_step_leaves_nothing_to_bootstrap():
+    batch = cut_rollout(make_tokenizer(), max_steps=2, fail_at=0)  # rows: 0 0 1 3 3
+    np.testing.assert_array_equal(batch.bootstrap_rows, [2, 4])  # trajectories 1 and 3
+    assert batch.bootstrap_prompt_ids.shape[0] == 2
 
 
 def test_no_bootstrap_prompts_unless_asked():
@@ -248,17 +261,17 @@ def test_a_rollout_without_a_single_step_is_an_error():
 def test_select_keeps_whole_trajectories_and_their_bootstrap_prompts():
     batch = cut_rollout(make_tokenizer(), max_steps=2)  # rows: 0 0 1 2 3 3
     scored = batch.with_scores(values=np.arange(len(batch), dtype=np.float32),
-                               bootstrap_values=np.array([7.0, 9.0], dtype=np.float32))
+                               bootstrap_values=np.array([7.0, 8.0, 9.0], dtype=np.float32))
     part = scored.select(np.array([0, 1, 4, 5]))  # trajectories 0 and 3
     np.testing.assert_array_equal(part.traj_ids, [0, 0, 3, 3])
     np.testing.assert_array_equal(part.values, [0, 1, 4, 5])
     np.testing.assert_array_equal(part.last_step, [0, 1, 0, 1])
     assert part.actions == tuple(batch.actions[i] for i in (0, 1, 4, 5))
-    # Trajectory 1's bootstrap prompt goes with it; trajectory 3's now follows row 3.
+    # Trajectories 1 and 2 take their bootstrap prompts along; 3's now follows row 3.
     np.testing.assert_array_equal(part.bootstrap_rows, [3])
     np.testing.assert_array_equal(part.bootstrap_values, [9.0])
     assert _tokens(part.bootstrap_prompt_ids[0], part.bootstrap_prompt_mask[0]) == \
-        _tokens(batch.bootstrap_prompt_ids[1], batch.bootstrap_prompt_mask[1])
+        _tokens(batch.bootstrap_prompt_ids[2], batch.bootstrap_prompt_mask[2])
     assert part.env_errors == batch.env_errors  # rollout-wide counts stay
     assert len(scored.select(np.zeros(0, dtype=np.int64))) == 0
     with pytest.raises(ValueError, match="whole trajectories"):
