@@ -2,6 +2,10 @@
 
 An iteration after the rollout:
 
+0. :meth:`Learner.training_batch` -- the rollout's steps that are trained on. A step whose
+   env call failed is never in a batch (see :mod:`algorithms.rollout`); GiGPO and GRPO
+   also leave out the earlier steps of a trajectory that ended on an env error, PPO keeps
+   them (reasons below).
 1. :meth:`Learner.score` -- old log-probs under the sampling policy, reference log-probs
    (frozen copy, or the base model with LoRA adapters disabled), and critic values (PPO):
    V(s_t) of every step and, with ``learner.bootstrap_truncated``, V(s_T) of the prompt
@@ -15,6 +19,25 @@ An iteration after the rollout:
    to every token of its response. Loss, averaged over the mini-batch's response tokens:
    ``L = L_clip + kl_coef * KL(pi || pi_ref) - entropy_coef * H`` (+ ``value_coef *
    L_value`` for the value-head critic; a separate critic has its own optimizer).
+
+Env errors. A trajectory that ended on an env error (the env raised, its worker died or
+timed out) has no outcome: the fault cut it, the agent did not end it.
+
+- GiGPO / GRPO compare outcomes inside a group. The trajectory's partial return would
+  count the fault as a failure of its earlier actions (a crash one step before success
+  looks like any other failure), and, in the group's mean and std, it would shift the
+  advantages of every other trajectory of the group; its steps would also join GiGPO's
+  step groups with censored discounted returns. So the whole trajectory is left out of
+  the group's statistics and of the update: the group's advantages are those of the
+  trajectories that finished, exactly as if the failed env had failed to reset (which
+  already yields no steps). A group left with one trajectory gets 0 (the singleton rule)
+  and a group left with none has no rows. Keeping those steps with a zero advantage
+  instead would still apply the KL and entropy terms to them and count their tokens in
+  the token mean, so they are dropped.
+- PPO's GAE is per step: the steps before the error have real rewards and real next
+  states, so they are kept, and the last of them bootstraps from the critic's value of
+  the state the failed step was taken in, like a step-limit cut (with
+  ``learner.bootstrap_truncated``; without it, every cut counts as a termination).
 
 Randomness (mini-batch order, LoRA dropout) is drawn from generators seeded by
 ``(seed, iteration)``, so an iteration's result depends only on the weights, the
@@ -175,6 +198,22 @@ class Learner:
                                                       lr=self.learner.critic_lr,
                                                       weight_decay=self.learner.weight_decay)
 
+    # ------------------------------------------------------------------ phase 0
+    def training_batch(self, batch: StepBatch) -> StepBatch:
+        """The steps of a rollout batch that the update trains on (module docstring).
+
+        Args:
+            batch: a rollout batch (scored or not).
+
+        Returns:
+            ``batch`` itself for PPO, or when no trajectory ended on an env error; for
+            GiGPO and GRPO, a batch without those trajectories (possibly empty: then
+            there is nothing to train on).
+        """
+        if self.config.estimator == "gae" or not batch.env_error.any():
+            return batch
+        return batch.select(np.flatnonzero(~batch.env_error))
+
     # ------------------------------------------------------------------ phase 1
     def single_pass(self, num_steps: int) -> bool:
         """Whether :meth:`update` makes exactly one optimizer step over ``num_steps`` steps
@@ -281,7 +320,12 @@ class Learner:
 
     # ------------------------------------------------------------------ phase 2
     def advantages(self, batch: StepBatch) -> Advantages:
-        """Per-step advantages from the configured estimator (see module docstring)."""
+        """Per-step advantages from the configured estimator (see module docstring).
+
+        Raises:
+            ValueError: GAE without critic values; GiGPO or GRPO on a batch that still
+                holds env-error trajectories (take :meth:`training_batch` first).
+        """
         learner = self.learner
         estimator = self.config.estimator
         if estimator == "gae":
@@ -298,6 +342,10 @@ class Learner:
             if learner.whiten_gae and len(advantages) > 1:
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
             return Advantages(advantages=advantages, returns=returns)
+        if batch.env_error.any():
+            raise ValueError(f"{estimator} cannot use trajectories that ended on an env "
+                             "error (their outcome is unknown): pass "
+                             "Learner.training_batch(batch)")
         if estimator == "grpo":
             values = adv.grpo_advantages(batch.rewards, batch.traj_ids, batch.group_ids,
                                          normalize=learner.normalize,

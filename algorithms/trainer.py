@@ -160,7 +160,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ one iteration
     def train_iteration(self, iteration: int) -> dict[str, float]:
-        """Run iteration ``iteration`` (0-based); return its metrics."""
+        """Run iteration ``iteration`` (0-based); return its metrics.
+
+        Rollout metrics cover the whole rollout; the update uses
+        :meth:`~algorithms.learner.Learner.training_batch` of it (``update/steps`` rows),
+        and is skipped when that is empty (every trajectory ended on an env error).
+        ``last_batch`` is the batch trained on, scored.
+        """
         config = self.config
         learner = self.learner
         timings: dict[str, float] = {}
@@ -176,43 +182,55 @@ class Trainer:
         with phase("rollout"):
             with _tqdm(progress, total=config.env.max_steps, leave=False,
                        desc=f"iter {iteration + 1} rollout (turns)") as bar:
-                batch = collect_rollout(
+                rollout = collect_rollout(
                     self.vec_env, self.engine, self.policy.tokenizer,
                     self._settings(temperature=config.generation.temperature,
                                    group_size=config.env.group_size,
                                    bootstrap=config.bootstrap_truncated),
                     group_task_ids=None, seed=reset_seed, progress=bar)
             self.engine.release()
-        micro = config.learner.micro_batch_size
-        with phase("log_probs"):
-            with _tqdm(progress, total=-(-len(batch) // micro), leave=False,
-                       desc=f"iter {iteration + 1} log-probs (micro-batches)") as bar:
-                batch = learner.score(batch, temperature=config.generation.temperature,
-                                      progress=bar,
-                                      with_old_log_probs=not learner.single_pass(len(batch)))
-        with phase("advantages"):
-            signals = learner.advantages(batch)
-        with phase("update"):
-            with _tqdm(progress, total=learner.micro_batches_per_update(len(batch)),
-                       leave=False, desc=f"iter {iteration + 1} update (micro-batches)") as bar:
-                stats = learner.update(batch, signals,
-                                       seed=iteration_seed(config.run.seed, iteration, 1),
-                                       progress=bar)
-        with phase("weight_sync"):
-            self.engine.sync_weights(self.policy.model)
-        metrics = rollout_metrics(batch)
-        metrics.update(advantage_metrics(signals.advantages))
-        if signals.step_group_ids is not None:
-            metrics.update(step_group_metrics(signals.step_group_ids))
+        # GiGPO/GRPO leave out trajectories that ended on an env error (learner docstring).
+        batch = learner.training_batch(rollout)
+        signals = None
+        stats: dict[str, float] = {}
+        if len(batch):
+            micro = config.learner.micro_batch_size
+            with phase("log_probs"):
+                with _tqdm(progress, total=-(-len(batch) // micro), leave=False,
+                           desc=f"iter {iteration + 1} log-probs (micro-batches)") as bar:
+                    batch = learner.score(
+                        batch, temperature=config.generation.temperature, progress=bar,
+                        with_old_log_probs=not learner.single_pass(len(batch)))
+            with phase("advantages"):
+                signals = learner.advantages(batch)
+            with phase("update"):
+                with _tqdm(progress, total=learner.micro_batches_per_update(len(batch)),
+                           leave=False,
+                           desc=f"iter {iteration + 1} update (micro-batches)") as bar:
+                    stats = learner.update(batch, signals,
+                                           seed=iteration_seed(config.run.seed, iteration, 1),
+                                           progress=bar)
+            with phase("weight_sync"):
+                self.engine.sync_weights(self.policy.model)
+        else:
+            self._say(f"iteration {iteration + 1}: every trajectory ended on an env error; "
+                      "nothing to train on, the update is skipped")
+        metrics = rollout_metrics(rollout)
+        metrics["update/steps"] = float(len(batch))
+        if signals is not None:
+            metrics.update(advantage_metrics(signals.advantages))
+            if signals.step_group_ids is not None:
+                metrics.update(step_group_metrics(signals.step_group_ids))
         metrics.update({f"update/{k}": v for k, v in stats.items()})
         metrics.update(timings)
-        generated = float(batch.response_mask.sum())
+        generated = float(rollout.response_mask.sum())
         metrics["throughput/rollout_tokens_per_s"] = generated / max(timings["time/rollout"],
                                                                      1e-9)
-        metrics["throughput/update_tokens_per_s"] = stats.get("update_tokens", 0.0) / max(
-            timings["time/update"], 1e-9)
+        if "time/update" in timings:
+            metrics["throughput/update_tokens_per_s"] = stats.get("update_tokens", 0.0) / max(
+                timings["time/update"], 1e-9)
         self.last_batch = batch
-        self._write_samples(iteration + 1, batch)
+        self._write_samples(iteration + 1, rollout)
         return metrics
 
     def _write_samples(self, iteration: int, batch: StepBatch) -> None:

@@ -117,3 +117,34 @@ def test_step_timeout_reaches_the_vector_env(tmp_path):
         assert vec_env.step_timeout == 7.5
     finally:
         vec_env.close()
+
+
+def _crashing_trainer(tmp_path, algo: str, fail_at: int) -> Trainer:
+    """A trainer whose 4 scripted envs (2 rooms: no episode ends before step 1) all crash
+    on step ``fail_at``."""
+    from agentgym.vector import TextVectorEnv
+    from tests.algorithms.fakes import StepFailingEnv
+
+    trainer = Trainer(scripted_config(algo, iterations=1), policy=make_policy(seed=1),
+                      run_dir=tmp_path)
+    trainer.setup()
+    trainer.vec_env.close()
+    trainer.vec_env = TextVectorEnv(
+        [lambda: StepFailingEnv(fail_at=fail_at, num_rooms=2, hint=True, num_tasks=64)] * 4,
+        group_size=2)
+    return trainer
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_an_iteration_where_every_trajectory_crashes(tmp_path, algo):
+    trainer = _crashing_trainer(tmp_path, algo, fail_at=1)
+    before = _weights(trainer)
+    metrics = trainer.run()
+    assert metrics["rollout/env_errors"] == 4 and metrics["rollout/steps"] == 4
+    if algo == "grpo":  # no trajectory has an outcome: nothing to train on
+        assert metrics["update/steps"] == 0 and "update/grad_norm" not in metrics
+        assert all(torch.equal(before[n], w) for n, w in _weights(trainer).items())
+    else:  # PPO trains on the step before each crash, bootstrapped
+        assert metrics["update/steps"] == 4 and metrics["update/grad_norm"] > 0
+        assert trainer.last_batch.bootstrap_rows.tolist() == [0, 1, 2, 3]
+    assert read_metrics(tmp_path / "metrics.jsonl")[0]["rollout/env_errors"] == 4
