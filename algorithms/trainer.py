@@ -246,6 +246,7 @@ class Trainer:
                     "format_ok": bool(batch.format_ok[row]),
                     "valid_action": bool(batch.valid_action[row]),
                     "reward": float(batch.rewards[row]),
+                    "env_error": bool(batch.env_error[row]),
                 }) + "\n")
 
     # ------------------------------------------------------------------ evaluation
@@ -253,7 +254,10 @@ class Trainer:
         """Play ``env.eval_episodes`` held-out tasks once each; write per-task-type results.
 
         Tasks are the first ``eval_episodes`` ids of the evaluation env (built with
-        ``env.eval_kwargs()``), played with ``generation.eval_temperature``.
+        ``env.eval_kwargs()``), played with ``generation.eval_temperature``. Episodes
+        that ended on an env error are listed (``env_error``) and counted
+        (``env_errors``) but left out of success, return and length, as in
+        :mod:`algorithms.metrics`.
         """
         import gymnasium as gym
 
@@ -269,7 +273,7 @@ class Trainer:
             raise RuntimeError(f"the evaluation env {config.env.env_id} has no tasks")
         chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))
         eval_env = self._make_vec_env(config.env.eval_kwargs(), chunk, 1)
-        batches: list[StepBatch] = []
+        batches: list[tuple[StepBatch, list[str]]] = []
         settings = self._settings(temperature=config.generation.eval_temperature, group_size=1,
                                   bootstrap=False)
         try:
@@ -283,18 +287,20 @@ class Trainer:
                                             seed=iteration_seed(config.run.seed, iteration,
                                                                 2 + start))
                     keep = min(chunk, len(task_ids) - start)
-                    batches.append((batch, keep))
+                    batches.append((batch, part[:keep]))
                     bar.update(keep)
         finally:
             eval_env.close()
             self.engine.release()
-        results = _eval_results(batches, task_ids)
+        results = _eval_results(batches)
         out = self.run_dir / "eval"
         out.mkdir(parents=True, exist_ok=True)
         (out / f"iter_{iteration:06d}.json").write_text(json.dumps(results, indent=2),
                                                         encoding="utf-8")
-        metrics = {"eval/success": results["success"], "eval/return": results["return"],
-                   "eval/episode_length": results["episode_length"]}
+        metrics = {"eval/success": _nan(results["success"]),
+                   "eval/return": _nan(results["return"]),
+                   "eval/episode_length": _nan(results["episode_length"]),
+                   "eval/env_errors": float(results["env_errors"])}
         for task_type, row in results["per_task_type"].items():
             metrics[f"eval/success/{task_type}"] = row["success"]
         return metrics
@@ -343,27 +349,44 @@ class Trainer:
             self.logger.close()
 
 
-def _eval_results(batches: list[tuple[StepBatch, int]], task_ids: list[str]) -> dict[str, Any]:
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _mean_or_none(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def _eval_results(batches: list[tuple[StepBatch, list[str]]]) -> dict[str, Any]:
+    """Per-episode rows and their summary; ``batches`` pairs each chunk's batch with the
+    task ids of its first trajectories (the others repeat a task to fill the chunk)."""
     rows: list[dict[str, Any]] = []
-    for batch, keep in batches:
+    for batch, tasks in batches:
         table = trajectory_table(batch)
-        order = np.argsort(table["traj_ids"])[:keep]
+        found = {int(t): i for i, t in enumerate(table["traj_ids"])}
         first = {int(t): i for i, t in reversed(list(enumerate(batch.traj_ids)))}
-        for index in order:
-            traj = int(table["traj_ids"][index])
+        for traj, task_id in enumerate(tasks):
+            index = found.get(traj)
+            if index is None:  # failed in its reset or first step: no steps, no outcome
+                rows.append({"task_id": task_id, "task_type": "", "success": False,
+                             "return": 0.0, "length": 0, "env_error": True})
+                continue
             rows.append({"task_id": batch.task_ids[first[traj]],
                          "task_type": str(table["task_types"][index]) or "all",
                          "success": bool(table["success"][index]),
                          "return": float(table["returns"][index]),
-                         "length": int(table["lengths"][index])})
+                         "length": int(table["lengths"][index]),
+                         "env_error": bool(table["env_error"][index])})
+    ended = [r for r in rows if not r["env_error"]]
     per_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
+    for row in ended:
         per_type[row["task_type"]].append(row)
     return {
         "episodes": len(rows),
-        "success": float(np.mean([r["success"] for r in rows])),
-        "return": float(np.mean([r["return"] for r in rows])),
-        "episode_length": float(np.mean([r["length"] for r in rows])),
+        "env_errors": len(rows) - len(ended),
+        "success": _mean_or_none([r["success"] for r in ended]),
+        "return": _mean_or_none([r["return"] for r in ended]),
+        "episode_length": _mean_or_none([r["length"] for r in ended]),
         "per_task_type": {
             task_type: {"episodes": len(group),
                         "success": float(np.mean([r["success"] for r in group])),
@@ -372,4 +395,3 @@ def _eval_results(batches: list[tuple[StepBatch, int]], task_ids: list[str]) -> 
         },
         "tasks": rows,
     }
-
