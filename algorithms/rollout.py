@@ -22,7 +22,9 @@ reset failed yields no steps at all). Dropping the step, rather than keeping it 
 zero loss mask, means every consumer of the batch -- group statistics, GiGPO step groups,
 GAE, the policy, KL and entropy terms and their token means, critic targets, mini-batch
 counts, per-step metrics -- sees only real steps, with no mask that each of them would
-have to honour; the failure itself is logged by the vector env and counted here.
+have to honour; the failure itself is logged by the vector env and counted here. Which of
+the trajectory's earlier steps are trained on depends on the estimator (see
+:meth:`algorithms.learner.Learner.training_batch`).
 
 Truncation and bootstrapping: a trajectory is *truncated* when it ends without
 terminating -- cut by the env's step limit, by the rollout's ``max_steps``, or by an env
