@@ -215,6 +215,8 @@ class Trainer:
         else:
             self._say(f"iteration {iteration + 1}: every trajectory ended on an env error; "
                       "nothing to train on, the update is skipped")
+            for name in ("log_probs", "advantages", "update", "weight_sync"):
+                timings[f"time/{name}"] = 0.0
         metrics = rollout_metrics(rollout)
         metrics["update/steps"] = float(len(batch))
         if signals is not None:
@@ -226,9 +228,8 @@ class Trainer:
         generated = float(rollout.response_mask.sum())
         metrics["throughput/rollout_tokens_per_s"] = generated / max(timings["time/rollout"],
                                                                      1e-9)
-        if "time/update" in timings:
-            metrics["throughput/update_tokens_per_s"] = stats.get("update_tokens", 0.0) / max(
-                timings["time/update"], 1e-9)
+        metrics["throughput/update_tokens_per_s"] = stats.get("update_tokens", 0.0) / max(
+            timings["time/update"], 1e-9)
         self.last_batch = batch
         self._write_samples(iteration + 1, rollout)
         return metrics

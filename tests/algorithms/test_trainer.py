@@ -146,6 +146,7 @@ def test_an_iteration_where_every_trajectory_crashes(tmp_path, algo):
     assert np.isnan(metrics["rollout/success"])  # no episode has an outcome
     if algo == "grpo":  # no trajectory has an outcome: nothing to train on
         assert metrics["update/steps"] == 0 and "update/grad_norm" not in metrics
+        assert metrics["time/update"] == 0.0  # every phase keeps its key
         assert all(torch.equal(before[n], w) for n, w in _weights(trainer).items())
     else:  # PPO trains on the step before each crash, bootstrapped
         assert metrics["update/steps"] == 4 and metrics["update/grad_norm"] > 0
