@@ -228,9 +228,9 @@ class LearnerConfig:
     bootstrap_truncated: bool = True
     """PPO: an episode cut by a step limit (the env's ``max_steps`` or the rollout's) ends
     its GAE on ``gamma * V(next prompt)``, the critic's value of the prompt the policy
-    would have been given next, instead of 0. ``False`` treats the cut as termination
-    (the GiGPO reference code). Episodes ended by an env error never bootstrap: they have
-    no valid next state."""
+    would have been given next, instead of 0. An episode cut by an env error bootstraps
+    from the prompt of its failed step, which is left out of the batch (the last real
+    state). ``False`` treats every cut as termination (the GiGPO reference code)."""
 
     step_weight: float = 1.0
     """GiGPO omega: weight of the step-level advantage (Eq. 7)."""

@@ -2,19 +2,42 @@
 
 An iteration after the rollout:
 
+0. :meth:`Learner.training_batch` -- the rollout's steps that are trained on. A step whose
+   env call failed is never in a batch (see :mod:`algorithms.rollout`); GiGPO and GRPO
+   also leave out the earlier steps of a trajectory that ended on an env error, PPO keeps
+   them (reasons below).
 1. :meth:`Learner.score` -- old log-probs under the sampling policy, reference log-probs
    (frozen copy, or the base model with LoRA adapters disabled), and critic values (PPO):
    V(s_t) of every step and, with ``learner.bootstrap_truncated``, V(s_T) of the prompt
-   that would have followed each trajectory cut by a step limit.
+   that would have followed each trajectory cut by a step limit or an env error.
 2. :meth:`Learner.advantages` -- one advantage per step from the estimator the config
    names: ``gigpo`` (Eq. 8 of Feng et al. 2025), ``grpo`` (Eq. 3) or ``gae`` (turn-level
-   GAE with the critic's values; a step-limit cut bootstraps from V(s_T), a termination
-   or an env error does not).
+   GAE with the critic's values; a cut -- step limit or env error -- bootstraps from
+   V(s_T), a termination does not).
 3. :meth:`Learner.update` -- ``epochs`` passes over shuffled mini-batches; each mini-batch
    is one optimizer step accumulated over micro-batches. The step's advantage is given
    to every token of its response. Loss, averaged over the mini-batch's response tokens:
    ``L = L_clip + kl_coef * KL(pi || pi_ref) - entropy_coef * H`` (+ ``value_coef *
    L_value`` for the value-head critic; a separate critic has its own optimizer).
+
+Env errors. A trajectory that ended on an env error (the env raised, its worker died or
+timed out) has no outcome: the fault cut it, the agent did not end it.
+
+- GiGPO / GRPO compare outcomes inside a group. The trajectory's partial return would
+  count the fault as a failure of its earlier actions (a crash one step before success
+  looks like any other failure), and, in the group's mean and std, it would shift the
+  advantages of every other trajectory of the group; its steps would also join GiGPO's
+  step groups with censored discounted returns. So the whole trajectory is left out of
+  the group's statistics and of the update: the group's advantages are those of the
+  trajectories that finished, exactly as if the failed env had failed to reset (which
+  already yields no steps). A group left with one trajectory gets 0 (the singleton rule)
+  and a group left with none has no rows. Keeping those steps with a zero advantage
+  instead would still apply the KL and entropy terms to them and count their tokens in
+  the token mean, so they are dropped.
+- PPO's GAE is per step: the steps before the error have real rewards and real next
+  states, so they are kept, and the last of them bootstraps from the critic's value of
+  the state the failed step was taken in, like a step-limit cut (with
+  ``learner.bootstrap_truncated``; without it, every cut counts as a termination).
 
 Randomness (mini-batch order, LoRA dropout) is drawn from generators seeded by
 ``(seed, iteration)``, so an iteration's result depends only on the weights, the
@@ -118,8 +141,8 @@ def bootstrap_last_values(batch: StepBatch) -> np.ndarray:
 
     Returns:
         (N,) float64: V(s_T) (``batch.bootstrap_values``) at the last row of each
-        trajectory cut by a step limit, NaN (terminated: no bootstrap) on every other row,
-        including the last rows of terminated and env-error trajectories.
+        trajectory cut by a step limit or an env error, NaN (terminated: no bootstrap) on
+        every other row, including the last rows of terminated trajectories.
     """
     if batch.bootstrap_rows is None or batch.bootstrap_values is None:
         raise ValueError("the batch has no bootstrap values: collect the rollout with "
@@ -174,6 +197,22 @@ class Learner:
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(),
                                                       lr=self.learner.critic_lr,
                                                       weight_decay=self.learner.weight_decay)
+
+    # ------------------------------------------------------------------ phase 0
+    def training_batch(self, batch: StepBatch) -> StepBatch:
+        """The steps of a rollout batch that the update trains on (module docstring).
+
+        Args:
+            batch: a rollout batch (scored or not).
+
+        Returns:
+            ``batch`` itself for PPO, or when no trajectory ended on an env error; for
+            GiGPO and GRPO, a batch without those trajectories (possibly empty: then
+            there is nothing to train on).
+        """
+        if self.config.estimator == "gae" or not batch.env_error.any():
+            return batch
+        return batch.select(np.flatnonzero(~batch.env_error))
 
     # ------------------------------------------------------------------ phase 1
     def single_pass(self, num_steps: int) -> bool:
@@ -281,14 +320,19 @@ class Learner:
 
     # ------------------------------------------------------------------ phase 2
     def advantages(self, batch: StepBatch) -> Advantages:
-        """Per-step advantages from the configured estimator (see module docstring)."""
+        """Per-step advantages from the configured estimator (see module docstring).
+
+        Raises:
+            ValueError: GAE without critic values; GiGPO or GRPO on a batch that still
+                holds env-error trajectories (take :meth:`training_batch` first).
+        """
         learner = self.learner
         estimator = self.config.estimator
         if estimator == "gae":
             if batch.values is None:
                 raise ValueError("GAE needs critic values: call score() first")
-            # A trajectory cut by a step limit bootstraps from V(s_T); terminated and
-            # env-error ones do not. With bootstrap_truncated off, every cut counts as a
+            # A trajectory cut by a step limit or an env error bootstraps from V(s_T);
+            # terminated ones do not. With bootstrap_truncated off, every cut counts as a
             # termination (the GiGPO reference).
             last_values = (bootstrap_last_values(batch) if self.config.bootstrap_truncated
                            else None)
@@ -298,6 +342,10 @@ class Learner:
             if learner.whiten_gae and len(advantages) > 1:
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
             return Advantages(advantages=advantages, returns=returns)
+        if batch.env_error.any():
+            raise ValueError(f"{estimator} cannot use trajectories that ended on an env "
+                             "error (their outcome is unknown): pass "
+                             "Learner.training_batch(batch)")
         if estimator == "grpo":
             values = adv.grpo_advantages(batch.rewards, batch.traj_ids, batch.group_ids,
                                          normalize=learner.normalize,

@@ -4,6 +4,15 @@ Rollout metrics are per trajectory (success, return, length) or per step (invali
 rate); ``success/<task_type>`` splits success by the env's task type. The step-group size
 distribution follows GiGPO's Fig. 3: the share of steps whose anchor-state group has size
 1, 2-4, 5-9, 10-19 or >= 20.
+
+Env errors: an episode that ended on an env error (the env raised, its worker died or
+timed out) was cut by a fault, so its outcome is unknown -- neither a success nor an
+agent failure. Success, return and episode length (overall and per task type) are over
+the other episodes (NaN when there are none); the per-step rates cover every step in the
+batch, those of crashed episodes included (they are real agent steps; the failed step
+itself is never in a batch). The faults are counted apart: ``env_errors`` (episodes,
+those whose reset failed included), ``env_error_steps`` (agent steps whose env call
+failed) and ``env_error_rate`` (``env_errors`` over all the rollout's episodes).
 """
 
 from __future__ import annotations
@@ -23,9 +32,15 @@ STEP_GROUP_BINS: tuple[tuple[int, int | None], ...] = ((1, 1), (2, 4), (5, 9), (
 """Inclusive step-group size bins (upper ``None``: unbounded)."""
 
 
+def _mean(values: np.ndarray) -> float:
+    """The mean, NaN (no warning) for no values."""
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
 def trajectory_table(batch: StepBatch) -> dict[str, np.ndarray]:
     """Per-trajectory arrays: ``traj_ids``, ``returns`` (env rewards), ``penalized_returns``,
-    ``lengths``, ``success``, ``task_types`` (object)."""
+    ``lengths`` (steps in the batch), ``success``, ``env_error`` (ended on an env error),
+    ``task_types`` (object)."""
     ids, first, counts = np.unique(batch.traj_ids, return_index=True, return_counts=True)
     position = np.searchsorted(ids, batch.traj_ids)
     returns = np.bincount(position, weights=batch.env_rewards, minlength=len(ids))
@@ -36,18 +51,24 @@ def trajectory_table(batch: StepBatch) -> dict[str, np.ndarray]:
         "penalized_returns": penalized,
         "lengths": counts,
         "success": batch.success[first],
+        "env_error": batch.env_error[first],
         "task_types": np.array([batch.task_types[i] for i in first], dtype=object),
     }
 
 
 def rollout_metrics(batch: StepBatch, prefix: str = "rollout") -> dict[str, float]:
-    """Success (overall and per task type), return, length, invalid-action rate, ...."""
+    """Success (overall and per task type), return, length, invalid-action rate, ...,
+    env errors (see the module docstring for how crashed episodes count)."""
     table = trajectory_table(batch)
+    ended = ~table["env_error"]  # episodes with an outcome
+    # Crashed episodes without a step in the batch (failed reset or first step).
+    stepless = batch.env_errors - int(table["env_error"].sum())
+    episodes = len(table["traj_ids"]) + stepless
     metrics = {
-        f"{prefix}/success": float(table["success"].mean()),
-        f"{prefix}/return": float(table["returns"].mean()),
-        f"{prefix}/penalized_return": float(table["penalized_returns"].mean()),
-        f"{prefix}/episode_length": float(table["lengths"].mean()),
+        f"{prefix}/success": _mean(table["success"][ended]),
+        f"{prefix}/return": _mean(table["returns"][ended]),
+        f"{prefix}/penalized_return": _mean(table["penalized_returns"][ended]),
+        f"{prefix}/episode_length": _mean(table["lengths"][ended]),
         f"{prefix}/invalid_action_rate": float(batch.invalid.mean()),
         f"{prefix}/format_error_rate": float((~batch.format_ok).mean()),
         f"{prefix}/env_invalid_rate": float((~batch.valid_action).mean()),
@@ -57,9 +78,12 @@ def rollout_metrics(batch: StepBatch, prefix: str = "rollout") -> dict[str, floa
         f"{prefix}/trajectories": float(len(table["traj_ids"])),
         f"{prefix}/steps": float(len(batch)),
         f"{prefix}/env_errors": float(batch.env_errors),
+        f"{prefix}/env_error_steps": float(batch.env_error_steps),
+        f"{prefix}/env_error_rate": batch.env_errors / episodes if episodes else 0.0,
     }
     by_type: dict[str, list[bool]] = defaultdict(list)
-    for task_type, success in zip(table["task_types"], table["success"], strict=True):
+    for task_type, success in zip(table["task_types"][ended], table["success"][ended],
+                                  strict=True):
         by_type[str(task_type) or "all"].append(bool(success))
     for task_type, values in sorted(by_type.items()):
         metrics[f"{prefix}/success/{task_type}"] = float(np.mean(values))

@@ -12,13 +12,30 @@ from the same initial state. The loop steps the whole batch until every env has
 terminated or truncated, or ``max_steps`` turns have passed; finished envs get an empty
 action, which the vector env ignores (it repeats their last observation with reward 0).
 
+Env errors: when the vector env reports ``info["env_error"]`` for a step (the env raised,
+its worker died, or the call ran past ``step_timeout``), the action sent in that step had
+no outcome: the reward 0 is a placeholder and the "next" observation a repeat of the last
+one. That step is *not* a sample and is left out of the batch (counted in
+``env_error_steps``). Its trajectory keeps its earlier steps, which really happened, and
+ends there: truncated, not successful, with ``env_error`` set on its rows (an env whose
+reset failed yields no steps at all). Dropping the step, rather than keeping it with a
+zero loss mask, means every consumer of the batch -- group statistics, GiGPO step groups,
+GAE, the policy, KL and entropy terms and their token means, critic targets, mini-batch
+counts, per-step metrics -- sees only real steps, with no mask that each of them would
+have to honour; the failure itself is logged by the vector env and counted here. Which of
+the trajectory's earlier steps are trained on depends on the estimator (see
+:meth:`algorithms.learner.Learner.training_batch`).
+
 Truncation and bootstrapping: a trajectory is *truncated* when it ends without
 terminating -- cut by the env's step limit, by the rollout's ``max_steps``, or by an env
-error (``info["env_error"]``). With ``keep_bootstrap_prompts`` the rollout keeps, for every
-trajectory cut by a step limit, the prompt the policy would have been given next (the
-observation that followed its last step, with that step in the history), so that PPO can
-bootstrap GAE from the critic's value of it. Env-error trajectories get none: the vector
-env repeats the last observation instead of a real next state, so they count as terminated.
+error. With ``keep_bootstrap_prompts`` the rollout keeps, for every truncated trajectory,
+the prompt the policy would have been given after its last step in the batch, so that
+PPO can bootstrap GAE from the critic's value of it: for a step-limit cut, the
+observation that followed its last step, with that step in the history; for an env
+error, the prompt of the failed step itself -- the last real state, in which the action
+that got no outcome was taken. Like a step limit, an env error is an outside event that
+cuts the episode, not the end of the task, so it is bootstrapped the same way (when the
+failed step was the trajectory's first, there is no step to bootstrap).
 """
 
 from __future__ import annotations
@@ -54,23 +71,30 @@ class StepBatch:
         group_ids: (N,) int64, ``traj_id // group_size``.
         anchors: N hashable anchors of the state each action was taken in.
         step_index: (N,) int64, the step's turn number within its trajectory (0-based).
-        last_step: (N,) bool, the trajectory's final step.
+        last_step: (N,) bool, the trajectory's final step in the batch.
         success: (N,) bool, the trajectory ended in success (repeated on each step).
         truncated: (N,) bool, the trajectory ended without terminating (a step limit or
             an env error).
+        env_error: (N,) bool, the trajectory ended on an env error (repeated on each
+            step; the failed step itself is not in the batch).
         task_ids: N task ids.
         task_types: N task types (``""`` where the env reports none).
         actions: N actions sent to the env.
         response_texts: N decoded responses.
         prompt_cut: (N,) bool, the prompt was cut to fit the token budget.
-        env_errors: number of trajectories that ended on an env error.
+        env_errors: number of the rollout's trajectories that ended on an env error,
+            in their reset or in a step (also those with no step in the batch).
+        env_error_steps: number of agent steps whose env call failed (left out of the
+            batch; one per trajectory that failed in a step).
         old_log_probs: (N, R) float32 log-probs under the sampling policy, once scored.
         ref_log_probs: (N, R) float32 log-probs under the reference policy, once scored.
         values: (N,) float32 critic values V(s_t), once scored (PPO).
-        bootstrap_rows: (K,) int64 last-step row of each trajectory cut by a step limit,
-            ascending, when the rollout kept bootstrap prompts; else ``None``.
+        bootstrap_rows: (K,) int64 last-step row of each trajectory cut by a step limit
+            or an env error, ascending, when the rollout kept bootstrap prompts; else
+            ``None``.
         bootstrap_prompt_ids: (K, P') int64 left-padded prompt that would have followed
-            each of those rows (its observation is the one the last step led to).
+            each of those rows (the state the last step led to; see the module
+            docstring).
         bootstrap_prompt_mask: (K, P') int64, 1 on real tokens.
         bootstrap_values: (K,) float32 critic values of those prompts, V(s_T), once
             scored (PPO with bootstrapping).
@@ -97,7 +121,9 @@ class StepBatch:
     actions: tuple[str, ...]
     response_texts: tuple[str, ...]
     prompt_cut: np.ndarray
+    env_error: np.ndarray
     env_errors: int = 0
+    env_error_steps: int = 0
     old_log_probs: np.ndarray | None = field(default=None, repr=False)
     ref_log_probs: np.ndarray | None = field(default=None, repr=False)
     values: np.ndarray | None = field(default=None, repr=False)
@@ -121,6 +147,50 @@ class StepBatch:
     @property
     def num_trajectories(self) -> int:
         return int(self.last_step.sum())
+
+    def select(self, rows: np.ndarray) -> StepBatch:
+        """A batch of the rows ``rows`` only (scores and bootstrap prompts included).
+
+        Args:
+            rows: ascending row indices that take whole trajectories (every row of a
+                trajectory or none), so that ``last_step`` stays right.
+
+        Returns:
+            The smaller batch; ``env_errors`` and ``env_error_steps`` still count the
+            whole rollout. Bootstrap prompts of left-out trajectories are dropped.
+        """
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.ndim != 1 or (rows.size > 1 and np.any(np.diff(rows) <= 0)):
+            raise ValueError("rows must be ascending, distinct row indices")
+        kept = np.zeros(len(self), dtype=bool)
+        kept[rows] = True
+        if np.any(kept[np.isin(self.traj_ids, self.traj_ids[rows])] == 0):
+            raise ValueError("select() keeps whole trajectories only")
+        changes: dict[str, Any] = {}
+        for name in _ROW_FIELDS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            changes[name] = (tuple(value[i] for i in rows) if isinstance(value, tuple)
+                             else value[rows])
+        if self.bootstrap_rows is not None:
+            keep = kept[self.bootstrap_rows]
+            changes["bootstrap_rows"] = np.searchsorted(
+                rows, self.bootstrap_rows[keep]).astype(np.int64)
+            for name in ("bootstrap_prompt_ids", "bootstrap_prompt_mask",
+                         "bootstrap_values"):
+                value = getattr(self, name)
+                if value is not None:
+                    changes[name] = value[keep]
+        return replace(self, **changes)
+
+
+_ROW_FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "rewards",
+               "env_rewards", "invalid", "format_ok", "valid_action", "traj_ids",
+               "group_ids", "anchors", "step_index", "last_step", "success", "truncated",
+               "env_error", "task_ids", "task_types", "actions", "response_texts",
+               "prompt_cut", "old_log_probs", "ref_log_probs", "values")
+"""The :class:`StepBatch` fields with one entry per row."""
 
 
 @dataclass
@@ -196,7 +266,8 @@ class RolloutSettings:
         invalid_action_penalty: reward subtracted on a badly formatted or invalid step.
         prompt: prompt settings (also the parsing style).
         keep_bootstrap_prompts: keep the next prompt of every trajectory cut by a step
-            limit (PPO's GAE bootstraps from its value; see the module docstring).
+            limit or an env error (PPO's GAE bootstraps from its value; see the module
+            docstring).
     """
 
     group_size: int
@@ -235,7 +306,8 @@ def collect_rollout(
         The :class:`StepBatch` (unscored).
 
     Raises:
-        RuntimeError: the envs of a group did not start on the same task.
+        RuntimeError: the envs of a group did not start on the same task, or no env made
+            a single step (every one failed to reset or in its first step).
     """
     num_envs = int(vec_env.num_envs)
     group_size = settings.group_size
@@ -261,7 +333,9 @@ def collect_rollout(
     steps: list[_Step] = []
     final_success = np.zeros(num_envs, dtype=bool)
     final_truncated = env_errors.copy()
-    bootstrap_prompts: dict[int, tuple[int, ...]] = {}  # traj -> next prompt (step limit)
+    env_error_steps = 0
+    first_error = next((str(row["env_error"]) for row in rows if row.get("env_error")), "")
+    bootstrap_prompts: dict[int, tuple[int, ...]] = {}  # traj -> next prompt (cut)
     for turn in range(settings.max_steps):
         indices = np.flatnonzero(active)
         if indices.size == 0:
@@ -282,6 +356,19 @@ def collect_rollout(
             tuple(actions))
         next_rows = info_rows(next_infos, num_envs)
         for position, index in enumerate(indices):
+            error = next_rows[index].get("env_error")
+            if error:
+                # The env call failed: the action had no outcome, so the step is no
+                # sample (module docstring). The trajectory ends here, cut.
+                env_errors[index] = True
+                env_error_steps += 1
+                first_error = first_error or str(error)
+                final_truncated[index] = True
+                final_success[index] = False
+                active[index] = False
+                if settings.keep_bootstrap_prompts:  # the state the failed step was in
+                    bootstrap_prompts[int(index)] = prompts[position].token_ids
+                continue
             valid = bool(next_rows[index].get("valid_action", True))
             ok = parsed[position].format_ok
             penalty = settings.invalid_action_penalty if (not ok or not valid) else 0.0
@@ -299,12 +386,10 @@ def collect_rollout(
             if finished:
                 final_truncated[index] = not bool(terminated[index])
             final_success[index] = bool(next_rows[index].get("success", False))
-            if "env_error" in next_rows[index] and next_rows[index]["env_error"]:
-                env_errors[index] = True
             if finished:
                 active[index] = False
-                if (settings.keep_bootstrap_prompts and final_truncated[index]
-                        and not env_errors[index]):  # cut by the env's step limit
+                if settings.keep_bootstrap_prompts and final_truncated[index]:
+                    # cut by the env's step limit
                     bootstrap_prompts[int(index)] = _prompt(
                         builder, next_rows[index], histories[index],
                         next_observations[index]).token_ids
@@ -317,7 +402,11 @@ def collect_rollout(
         for index in np.flatnonzero(active):
             bootstrap_prompts[int(index)] = _prompt(builder, rows[index], histories[index],
                                                     observations[index]).token_ids
-    return _assemble(steps, tokenizer, final_success, final_truncated, int(env_errors.sum()),
+    if not steps:
+        raise RuntimeError(f"the rollout produced no steps: all {num_envs} envs failed in "
+                           f"their reset or first step; the first error: {first_error}")
+    return _assemble(steps, tokenizer, final_success, final_truncated, env_errors,
+                     env_error_steps,
                      bootstrap_prompts if settings.keep_bootstrap_prompts else None)
 
 
@@ -356,11 +445,8 @@ def _bootstrap_rows(last: np.ndarray, traj_ids: np.ndarray, prompts: dict[int, t
 
 
 def _assemble(steps: list[_Step], tokenizer: Any, final_success: np.ndarray,
-              final_truncated: np.ndarray, env_errors: int,
+              final_truncated: np.ndarray, env_errors: np.ndarray, env_error_steps: int,
               bootstrap_prompts: dict[int, tuple[int, ...]] | None) -> StepBatch:
-    if not steps:
-        raise RuntimeError(f"the rollout produced no steps ({env_errors} envs failed to "
-                           "reset; see their info['env_error'])")
     steps = sorted(steps, key=lambda s: (s.traj, s.step))
     pad_id = int(tokenizer.pad_token_id)
     prompt_ids, prompt_mask = pad_left([s.prompt for s in steps], pad_id)
@@ -395,6 +481,8 @@ def _assemble(steps: list[_Step], tokenizer: Any, final_success: np.ndarray,
         actions=tuple(s.action for s in steps),
         response_texts=tuple(s.text for s in steps),
         prompt_cut=np.array([s.prompt_cut for s in steps], dtype=bool),
-        env_errors=env_errors,
+        env_error=env_errors[traj_ids],
+        env_errors=int(env_errors.sum()),
+        env_error_steps=env_error_steps,
         **bootstrap,
     )

@@ -160,7 +160,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ one iteration
     def train_iteration(self, iteration: int) -> dict[str, float]:
-        """Run iteration ``iteration`` (0-based); return its metrics."""
+        """Run iteration ``iteration`` (0-based); return its metrics.
+
+        Rollout metrics cover the whole rollout; the update uses
+        :meth:`~algorithms.learner.Learner.training_batch` of it (``update/steps`` rows),
+        and is skipped when that is empty (every trajectory ended on an env error).
+        ``last_batch`` is the batch trained on, scored.
+        """
         config = self.config
         learner = self.learner
         timings: dict[str, float] = {}
@@ -176,43 +182,56 @@ class Trainer:
         with phase("rollout"):
             with _tqdm(progress, total=config.env.max_steps, leave=False,
                        desc=f"iter {iteration + 1} rollout (turns)") as bar:
-                batch = collect_rollout(
+                rollout = collect_rollout(
                     self.vec_env, self.engine, self.policy.tokenizer,
                     self._settings(temperature=config.generation.temperature,
                                    group_size=config.env.group_size,
                                    bootstrap=config.bootstrap_truncated),
                     group_task_ids=None, seed=reset_seed, progress=bar)
             self.engine.release()
-        micro = config.learner.micro_batch_size
-        with phase("log_probs"):
-            with _tqdm(progress, total=-(-len(batch) // micro), leave=False,
-                       desc=f"iter {iteration + 1} log-probs (micro-batches)") as bar:
-                batch = learner.score(batch, temperature=config.generation.temperature,
-                                      progress=bar,
-                                      with_old_log_probs=not learner.single_pass(len(batch)))
-        with phase("advantages"):
-            signals = learner.advantages(batch)
-        with phase("update"):
-            with _tqdm(progress, total=learner.micro_batches_per_update(len(batch)),
-                       leave=False, desc=f"iter {iteration + 1} update (micro-batches)") as bar:
-                stats = learner.update(batch, signals,
-                                       seed=iteration_seed(config.run.seed, iteration, 1),
-                                       progress=bar)
-        with phase("weight_sync"):
-            self.engine.sync_weights(self.policy.model)
-        metrics = rollout_metrics(batch)
-        metrics.update(advantage_metrics(signals.advantages))
-        if signals.step_group_ids is not None:
-            metrics.update(step_group_metrics(signals.step_group_ids))
+        # GiGPO/GRPO leave out trajectories that ended on an env error (learner docstring).
+        batch = learner.training_batch(rollout)
+        signals = None
+        stats: dict[str, float] = {}
+        if len(batch):
+            micro = config.learner.micro_batch_size
+            with phase("log_probs"):
+                with _tqdm(progress, total=-(-len(batch) // micro), leave=False,
+                           desc=f"iter {iteration + 1} log-probs (micro-batches)") as bar:
+                    batch = learner.score(
+                        batch, temperature=config.generation.temperature, progress=bar,
+                        with_old_log_probs=not learner.single_pass(len(batch)))
+            with phase("advantages"):
+                signals = learner.advantages(batch)
+            with phase("update"):
+                with _tqdm(progress, total=learner.micro_batches_per_update(len(batch)),
+                           leave=False,
+                           desc=f"iter {iteration + 1} update (micro-batches)") as bar:
+                    stats = learner.update(batch, signals,
+                                           seed=iteration_seed(config.run.seed, iteration, 1),
+                                           progress=bar)
+            with phase("weight_sync"):
+                self.engine.sync_weights(self.policy.model)
+        else:
+            self._say(f"iteration {iteration + 1}: every trajectory ended on an env error; "
+                      "nothing to train on, the update is skipped")
+            for name in ("log_probs", "advantages", "update", "weight_sync"):
+                timings[f"time/{name}"] = 0.0
+        metrics = rollout_metrics(rollout)
+        metrics["update/steps"] = float(len(batch))
+        if signals is not None:
+            metrics.update(advantage_metrics(signals.advantages))
+            if signals.step_group_ids is not None:
+                metrics.update(step_group_metrics(signals.step_group_ids))
         metrics.update({f"update/{k}": v for k, v in stats.items()})
         metrics.update(timings)
-        generated = float(batch.response_mask.sum())
+        generated = float(rollout.response_mask.sum())
         metrics["throughput/rollout_tokens_per_s"] = generated / max(timings["time/rollout"],
                                                                      1e-9)
         metrics["throughput/update_tokens_per_s"] = stats.get("update_tokens", 0.0) / max(
             timings["time/update"], 1e-9)
         self.last_batch = batch
-        self._write_samples(iteration + 1, batch)
+        self._write_samples(iteration + 1, rollout)
         return metrics
 
     def _write_samples(self, iteration: int, batch: StepBatch) -> None:
@@ -228,6 +247,7 @@ class Trainer:
                     "format_ok": bool(batch.format_ok[row]),
                     "valid_action": bool(batch.valid_action[row]),
                     "reward": float(batch.rewards[row]),
+                    "env_error": bool(batch.env_error[row]),
                 }) + "\n")
 
     # ------------------------------------------------------------------ evaluation
@@ -235,7 +255,10 @@ class Trainer:
         """Play ``env.eval_episodes`` held-out tasks once each; write per-task-type results.
 
         Tasks are the first ``eval_episodes`` ids of the evaluation env (built with
-        ``env.eval_kwargs()``), played with ``generation.eval_temperature``.
+        ``env.eval_kwargs()``), played with ``generation.eval_temperature``. Episodes
+        that ended on an env error are listed (``env_error``) and counted
+        (``env_errors``) but left out of success, return and length, as in
+        :mod:`algorithms.metrics`.
         """
         import gymnasium as gym
 
@@ -251,7 +274,7 @@ class Trainer:
             raise RuntimeError(f"the evaluation env {config.env.env_id} has no tasks")
         chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))
         eval_env = self._make_vec_env(config.env.eval_kwargs(), chunk, 1)
-        batches: list[StepBatch] = []
+        batches: list[tuple[StepBatch, list[str]]] = []
         settings = self._settings(temperature=config.generation.eval_temperature, group_size=1,
                                   bootstrap=False)
         try:
@@ -265,18 +288,20 @@ class Trainer:
                                             seed=iteration_seed(config.run.seed, iteration,
                                                                 2 + start))
                     keep = min(chunk, len(task_ids) - start)
-                    batches.append((batch, keep))
+                    batches.append((batch, part[:keep]))
                     bar.update(keep)
         finally:
             eval_env.close()
             self.engine.release()
-        results = _eval_results(batches, task_ids)
+        results = _eval_results(batches)
         out = self.run_dir / "eval"
         out.mkdir(parents=True, exist_ok=True)
         (out / f"iter_{iteration:06d}.json").write_text(json.dumps(results, indent=2),
                                                         encoding="utf-8")
-        metrics = {"eval/success": results["success"], "eval/return": results["return"],
-                   "eval/episode_length": results["episode_length"]}
+        metrics = {"eval/success": _nan(results["success"]),
+                   "eval/return": _nan(results["return"]),
+                   "eval/episode_length": _nan(results["episode_length"]),
+                   "eval/env_errors": float(results["env_errors"])}
         for task_type, row in results["per_task_type"].items():
             metrics[f"eval/success/{task_type}"] = row["success"]
         return metrics
@@ -325,27 +350,44 @@ class Trainer:
             self.logger.close()
 
 
-def _eval_results(batches: list[tuple[StepBatch, int]], task_ids: list[str]) -> dict[str, Any]:
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _mean_or_none(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
+
+
+def _eval_results(batches: list[tuple[StepBatch, list[str]]]) -> dict[str, Any]:
+    """Per-episode rows and their summary; ``batches`` pairs each chunk's batch with the
+    task ids of its first trajectories (the others repeat a task to fill the chunk)."""
     rows: list[dict[str, Any]] = []
-    for batch, keep in batches:
+    for batch, tasks in batches:
         table = trajectory_table(batch)
-        order = np.argsort(table["traj_ids"])[:keep]
+        found = {int(t): i for i, t in enumerate(table["traj_ids"])}
         first = {int(t): i for i, t in reversed(list(enumerate(batch.traj_ids)))}
-        for index in order:
-            traj = int(table["traj_ids"][index])
+        for traj, task_id in enumerate(tasks):
+            index = found.get(traj)
+            if index is None:  # failed in its reset or first step: no steps, no outcome
+                rows.append({"task_id": task_id, "task_type": "", "success": False,
+                             "return": 0.0, "length": 0, "env_error": True})
+                continue
             rows.append({"task_id": batch.task_ids[first[traj]],
                          "task_type": str(table["task_types"][index]) or "all",
                          "success": bool(table["success"][index]),
                          "return": float(table["returns"][index]),
-                         "length": int(table["lengths"][index])})
+                         "length": int(table["lengths"][index]),
+                         "env_error": bool(table["env_error"][index])})
+    ended = [r for r in rows if not r["env_error"]]
     per_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in rows:
+    for row in ended:
         per_type[row["task_type"]].append(row)
     return {
         "episodes": len(rows),
-        "success": float(np.mean([r["success"] for r in rows])),
-        "return": float(np.mean([r["return"] for r in rows])),
-        "episode_length": float(np.mean([r["length"] for r in rows])),
+        "env_errors": len(rows) - len(ended),
+        "success": _mean_or_none([r["success"] for r in ended]),
+        "return": _mean_or_none([r["return"] for r in ended]),
+        "episode_length": _mean_or_none([r["length"] for r in ended]),
         "per_task_type": {
             task_type: {"episodes": len(group),
                         "success": float(np.mean([r["success"] for r in group])),
@@ -354,4 +396,3 @@ def _eval_results(batches: list[tuple[StepBatch, int]], task_ids: list[str]) -> 
         },
         "tasks": rows,
     }
-

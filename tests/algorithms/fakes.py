@@ -77,14 +77,16 @@ CUT_PROMPT = PromptConfig(think=False, max_prompt_tokens=400)
 """The prompt settings of :func:`cut_rollout`."""
 
 
-def cut_rollout(tokenizer: Any, *, max_steps: int = 2,
-                keep_bootstrap_prompts: bool = True) -> StepBatch:
+def cut_rollout(tokenizer: Any, *, max_steps: int = 2, keep_bootstrap_prompts: bool = True,
+                fail_at: int | None = 1) -> StepBatch:
     """Four trajectories on the 2-room door env (groups of 2) that end four ways.
 
     - 0 plays the solution and wins at step 1: terminated, reward 1.
     - 1 opens the right door to room 2, but its env allows one step: truncated by the
       env after step 0 (the next observation differs from the last one).
-    - 2 looks around; its env crashes on step 1: truncated with an env error.
+    - 2 looks around; its env crashes on step ``fail_at`` (0-based): truncated with an
+      env error. With ``fail_at=None`` it does not crash and looks around until the
+      rollout's ``max_steps`` cuts it.
     - 3 answers an action the env rejects (reward -0.1) until the rollout's ``max_steps``
       cuts it (its env would allow 5 steps).
     """
@@ -93,13 +95,17 @@ def cut_rollout(tokenizer: Any, *, max_steps: int = 2,
              1: lambda turn: f"<action> {solution[turn]} </action>",
              2: lambda turn: "<action> look </action>",
              3: lambda turn: "<action> open door </action>"}
-    active_by_turn = [[0, 1, 2, 3], [0, 2, 3]] + [[3]] * max(0, max_steps - 2)
+    # The last turn each trajectory is given an action in (the crashing step included).
+    last_turn = (1, 0, max_steps if fail_at is None else fail_at, max_steps)
+    active_by_turn = [[i for i in range(4) if turn <= last_turn[i]]
+                      for turn in range(max_steps)]
     engine = ScriptedEngine(tokenizer,
                             lambda turn, pos, _: plans[active_by_turn[turn][pos]](turn))
+    failing = 10**9 if fail_at is None else fail_at
     env = TextVectorEnv([
         lambda: ScriptedTextEnv(num_rooms=2, max_steps=5),
         lambda: ScriptedTextEnv(num_rooms=2, max_steps=1),
-        lambda: StepFailingEnv(fail_at=1, num_rooms=2, max_steps=5),
+        lambda: StepFailingEnv(fail_at=failing, num_rooms=2, max_steps=5),
         lambda: ScriptedTextEnv(num_rooms=2, max_steps=5),
     ], group_size=2)
     settings = RolloutSettings(group_size=2, max_steps=max_steps, temperature=1.0,

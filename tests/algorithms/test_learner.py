@@ -217,27 +217,32 @@ def _ppo_learner(critic: str, **learner: object) -> Learner:
 
 
 @pytest.mark.parametrize("critic", ["value_head", "separate"])
-def test_ppo_bootstraps_step_limit_cuts_from_the_next_state(critic):
+def test_ppo_bootstraps_cut_trajectories_from_the_next_state(critic):
     learner = _ppo_learner(critic)
     gamma = learner.learner.gamma
     batch = learner.score(cut_rollout(learner.policy.tokenizer, max_steps=2), temperature=1.0)
     returns = learner.advantages(batch).returns
     last = np.flatnonzero(batch.last_step)  # trajectories 0..3, see cut_rollout
-    np.testing.assert_array_equal(batch.bootstrap_rows, last[[1, 3]])
+    np.testing.assert_array_equal(batch.bootstrap_rows, last[[1, 2, 3]])
     v_next = batch.bootstrap_values.astype(np.float64)
     assert np.abs(gamma * v_next).min() > 0.05  # a missing bootstrap would show
     r = batch.rewards[last]
     np.testing.assert_allclose(returns[last], [r[0],                     # terminated
                                                r[1] + gamma * v_next[0],  # env's limit
-                                               r[2],                     # env error
-                                               r[3] + gamma * v_next[1]],  # rollout's limit
+                                               r[2] + gamma * v_next[1],  # env error
+                                               r[3] + gamma * v_next[2]],  # rollout's limit
                                rtol=1e-6, atol=1e-6)
     # V(next) is the critic's value of the state the policy would have been in: the same
-    # per-step value trajectory 3 gets for step 2 when the rollout runs one turn longer.
+    # per-step value trajectory 3 gets for step 2 when the rollout runs one turn longer,
+    # and trajectory 2 for its step 1 when its env does not crash.
     longer = learner.score(cut_rollout(learner.policy.tokenizer, max_steps=3),
                            temperature=1.0)
     row = np.flatnonzero((longer.traj_ids == 3) & (longer.step_index == 2))[0]
-    np.testing.assert_allclose(v_next[1], longer.values[row], atol=1e-5)
+    np.testing.assert_allclose(v_next[2], longer.values[row], atol=1e-5)
+    healthy = learner.score(cut_rollout(learner.policy.tokenizer, max_steps=2, fail_at=None),
+                            temperature=1.0)
+    row = np.flatnonzero((healthy.traj_ids == 2) & (healthy.step_index == 1))[0]
+    np.testing.assert_allclose(v_next[1], healthy.values[row], atol=1e-5)
 
 
 def test_ppo_without_bootstrap_treats_cuts_as_termination():
@@ -261,9 +266,115 @@ def test_ppo_needs_the_bootstrap_prompts():
 def test_group_estimators_ignore_bootstrap_prompts(algo):
     policy = make_policy()
     learner = Learner(policy, _config(algo, kl_coef=0.0), CPU)
-    with_prompts = learner.score(cut_rollout(policy.tokenizer), temperature=1.0)
+    with_prompts = learner.score(learner.training_batch(cut_rollout(policy.tokenizer)),
+                                 temperature=1.0)
     assert with_prompts.bootstrap_values is None
+    assert with_prompts.bootstrap_rows is not None
     without = dataclasses.replace(with_prompts, bootstrap_rows=None, bootstrap_prompt_ids=None,
                                   bootstrap_prompt_mask=None)
     np.testing.assert_array_equal(learner.advantages(with_prompts).advantages,
                                   learner.advantages(without).advantages)
+
+
+# ---------------------------------------------------------------- env errors
+
+
+def _hand_batch(trajectories: list[tuple[int, list[float], list[str], bool]]):
+    """A StepBatch of ``(group, rewards, anchors, env_error)`` trajectories, one token
+    prompt and response per step (the advantages need no model)."""
+    from algorithms.rollout import StepBatch
+
+    rows = [(t, g, r, a, e, s) for t, (g, rewards, anchors, e) in enumerate(trajectories)
+            for s, (r, a) in enumerate(zip(rewards, anchors, strict=True))]
+    n = len(rows)
+    traj = np.array([row[0] for row in rows])
+    last = np.ones(n, dtype=bool)
+    last[:-1] = traj[1:] != traj[:-1]
+    ones = np.ones((n, 1), dtype=np.int64)
+    return StepBatch(
+        prompt_ids=ones, prompt_mask=ones, response_ids=ones, response_mask=ones,
+        rewards=np.array([row[2] for row in rows]), env_rewards=np.array([row[2] for row in rows]),
+        invalid=np.zeros(n, bool), format_ok=np.ones(n, bool), valid_action=np.ones(n, bool),
+        traj_ids=traj, group_ids=np.array([row[1] for row in rows]),
+        anchors=tuple(row[3] for row in rows), step_index=np.array([row[5] for row in rows]),
+        last_step=last, success=np.zeros(n, bool), truncated=np.zeros(n, bool),
+        task_ids=("t",) * n, task_types=("",) * n, actions=("a",) * n,
+        response_texts=("a",) * n, prompt_cut=np.zeros(n, bool),
+        env_error=np.array([row[4] for row in rows]),
+        env_errors=sum(e for *_, e in trajectories))
+
+
+@pytest.mark.parametrize("algo", ["gigpo", "grpo"])
+def test_group_statistics_leave_env_error_trajectories_out(algo):
+    # Group 0: A wins (return 1), B fails (0), C crashed after one step (partial return 0).
+    # Group 1: D and E finish; F crashed. A, B and C's first steps share an anchor.
+    batch = _hand_batch([(0, [0.0, 1.0], ["s0", "s1"], False),
+                         (0, [0.0, 0.0, 0.0], ["s0", "x", "y"], False),
+                         (0, [0.0], ["s0"], True),
+                         (1, [0.5], ["u"], False),
+                         (1, [0.0], ["v"], False),
+                         (1, [0.5, 0.0], ["w", "z"], True)])
+    learner = Learner(make_policy(), _config(algo), CPU)
+    train = learner.training_batch(batch)
+    np.testing.assert_array_equal(train.traj_ids, [0, 0, 1, 1, 1, 3, 4])
+    got = learner.advantages(train).advantages
+    # Statistics over the trajectories that finished: two per group, so +-1/sqrt(2).
+    h = 1 / np.sqrt(2)
+    episode = np.array([h, h, -h, -h, -h, h, -h])
+    if algo == "grpo":
+        np.testing.assert_allclose(got, episode, atol=1e-5)
+    else:
+        # Step group "s0" = A and B's first steps (returns 0.95 and 0), C's is not in it;
+        # every other anchor is a singleton (step term 0).
+        np.testing.assert_allclose(got, episode + [h, 0, -h, 0, 0, 0, 0], atol=1e-5)
+    # The rule matters: with C and F in the statistics, every value would differ.
+    with_crashes = dataclasses.replace(batch, env_error=np.zeros(len(batch), dtype=bool))
+    kept = np.flatnonzero(~batch.env_error)
+    old = learner.advantages(with_crashes).advantages[kept]
+    assert np.all(np.abs(old - got) > 0.1)
+    with pytest.raises(ValueError, match="training_batch"):
+        learner.advantages(batch)
+
+
+@pytest.mark.parametrize("algo", ["gigpo", "grpo"])
+def test_a_crashed_trajectory_counts_as_if_it_never_started(algo):
+    # cut_rollout: trajectory 2 (group 1, with 3) crashes on its step 1, or on its step 0.
+    policy = make_policy()
+    learner = Learner(policy, _config(algo), CPU)
+    mid = learner.training_batch(cut_rollout(policy.tokenizer, fail_at=1))
+    first = learner.training_batch(cut_rollout(policy.tokenizer, fail_at=0))
+    np.testing.assert_array_equal(mid.traj_ids, [0, 0, 1, 3, 3])
+    np.testing.assert_array_equal(first.traj_ids, mid.traj_ids)
+    got = learner.advantages(mid).advantages
+    np.testing.assert_array_equal(got, learner.advantages(first).advantages)
+    # Group 0 is what it is without any crash; 3 is alone in group 1, so it gets 0.
+    healthy = cut_rollout(policy.tokenizer, fail_at=None)
+    expected = learner.advantages(healthy).advantages
+    np.testing.assert_array_equal(got[:3], expected[:3])
+    assert np.abs(got[:3]).max() > 0.1
+    np.testing.assert_array_equal(got[3:], 0.0)
+
+
+def test_ppo_trains_on_the_steps_before_an_env_error():
+    learner = _ppo_learner("value_head")
+    batch = cut_rollout(learner.policy.tokenizer, fail_at=1)
+    assert learner.training_batch(batch) is batch  # nothing left out: the failed step
+    assert (2, 1) not in set(zip(batch.traj_ids.tolist(), batch.step_index.tolist(),
+                                 strict=True))
+
+
+@pytest.mark.parametrize("algo", ["gigpo", "grpo", "ppo"])
+@pytest.mark.parametrize("fail_at", [0, 1])
+def test_an_iteration_with_env_errors_updates(algo, fail_at):
+    policy = make_policy()
+    learner = Learner(policy, _config(algo), CPU)
+    rollout = cut_rollout(policy.tokenizer, fail_at=fail_at)
+    batch = learner.score(learner.training_batch(rollout), temperature=1.0)
+    signals = learner.advantages(batch)
+    assert np.isfinite(signals.advantages).all()
+    before = _snapshot(policy.model)
+    stats = learner.update(batch, signals, seed=0)
+    assert stats["grad_norm"] > 0
+    assert stats["update_tokens"] == batch.response_mask.sum()
+    after = _snapshot(policy.model)
+    assert any(not torch.equal(before[n], after[n]) for n in before)

@@ -32,7 +32,7 @@ def _batch() -> StepBatch:
         success=np.array([True, True, False]), truncated=np.array([False, False, True]),
         task_ids=("t", "t", "t"), task_types=("pick", "pick", "pick"),
         actions=("x", "y", "z"), response_texts=("x", "y", "z"),
-        prompt_cut=np.array([False, True, False]),
+        prompt_cut=np.array([False, True, False]), env_error=np.zeros(n, dtype=bool),
     )
 
 
@@ -47,6 +47,32 @@ def test_trajectory_table_and_rollout_metrics():
     assert metrics["rollout/invalid_action_rate"] == pytest.approx(1 / 3)
     assert metrics["rollout/prompt_cut_rate"] == pytest.approx(1 / 3)
     assert metrics["rollout/response_tokens"] == pytest.approx(5 / 3)
+    assert metrics["rollout/env_errors"] == 0 and metrics["rollout/env_error_rate"] == 0.0
+
+
+def test_crashed_episodes_are_counted_apart_not_as_failures():
+    import dataclasses
+
+    # Trajectory 1 (one step, not a success) ended on an env error; two more episodes
+    # crashed before making a step (their reset or first step failed).
+    batch = dataclasses.replace(_batch(), env_error=np.array([False, False, True]),
+                                env_errors=3, env_error_steps=2)
+    assert trajectory_table(batch)["env_error"].tolist() == [False, True]
+    metrics = rollout_metrics(batch)
+    assert metrics["rollout/success"] == 1.0 and metrics["rollout/success/pick"] == 1.0
+    assert metrics["rollout/return"] == 10.0 and metrics["rollout/episode_length"] == 2.0
+    assert metrics["rollout/penalized_return"] == pytest.approx(9.9)
+    assert metrics["rollout/env_errors"] == 3 and metrics["rollout/env_error_steps"] == 2
+    assert metrics["rollout/env_error_rate"] == pytest.approx(3 / 4)  # 2 in the batch + 2
+    # Per-step rates still cover every step in the batch.
+    assert metrics["rollout/invalid_action_rate"] == pytest.approx(1 / 3)
+    assert metrics["rollout/steps"] == 3 and metrics["rollout/trajectories"] == 2
+
+    none_ended = dataclasses.replace(batch, env_error=np.ones(3, dtype=bool), env_errors=4)
+    metrics = rollout_metrics(none_ended)
+    assert np.isnan(metrics["rollout/success"]) and np.isnan(metrics["rollout/return"])
+    assert "rollout/success/pick" not in metrics
+    assert metrics["rollout/env_error_rate"] == 1.0
 
 
 def test_step_group_shares_are_weighted_by_steps():

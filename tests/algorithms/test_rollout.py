@@ -153,19 +153,19 @@ def _tokens(ids: np.ndarray, mask: np.ndarray) -> list[int]:
     return ids[mask == 1].tolist()
 
 
-def test_bootstrap_prompts_are_kept_for_step_limit_cuts_only():
+def test_bootstrap_prompts_are_kept_for_cut_trajectories_only():
     tokenizer = make_tokenizer()
     batch = cut_rollout(tokenizer, max_steps=2)
-    np.testing.assert_array_equal(batch.traj_ids, [0, 0, 1, 2, 2, 3, 3])
+    np.testing.assert_array_equal(batch.traj_ids, [0, 0, 1, 2, 3, 3])
     last = np.flatnonzero(batch.last_step)
     np.testing.assert_array_equal(batch.truncated[last], [0, 1, 1, 1])
     assert batch.env_errors == 1
-    # Cut by the env's step limit (1) and by the rollout's (3); not the winner (0), not
-    # the env error (2).
-    np.testing.assert_array_equal(batch.bootstrap_rows, last[[1, 3]])
+    # Cut by the env's step limit (1), by an env error (2) and by the rollout's step
+    # limit (3); not the winner (0).
+    np.testing.assert_array_equal(batch.bootstrap_rows, last[[1, 2, 3]])
     assert batch.bootstrap_rows.dtype == np.int64
     assert batch.bootstrap_prompt_ids.shape == batch.bootstrap_prompt_mask.shape
-    assert batch.bootstrap_prompt_ids.shape[0] == 2
+    assert batch.bootstrap_prompt_ids.shape[0] == 3
 
     # Trajectory 1: the observation its last action led to (room 2), with that action in
     # the history.
@@ -179,15 +179,102 @@ def test_bootstrap_prompts_are_kept_for_step_limit_cuts_only():
     assert _tokens(batch.bootstrap_prompt_ids[0], batch.bootstrap_prompt_mask[0]) == \
         list(expected.token_ids)
 
+    # Trajectory 2, cut by the crash of its step 1: the prompt of that failed step, the
+    # same as the prompt of step 1 when the env does not crash.
+    healthy = cut_rollout(tokenizer, max_steps=2, fail_at=None)
+    row = np.flatnonzero((healthy.traj_ids == 2) & (healthy.step_index == 1))[0]
+    assert _tokens(batch.bootstrap_prompt_ids[1], batch.bootstrap_prompt_mask[1]) == \
+        _tokens(healthy.prompt_ids[row], healthy.prompt_mask[row])
+
     # Trajectory 3, cut by the rollout: the prompt its next step gets when the rollout
     # runs one turn longer.
     longer = cut_rollout(tokenizer, max_steps=3)
     row = np.flatnonzero((longer.traj_ids == 3) & (longer.step_index == 2))[0]
-    assert _tokens(batch.bootstrap_prompt_ids[1], batch.bootstrap_prompt_mask[1]) == \
+    assert _tokens(batch.bootstrap_prompt_ids[2], batch.bootstrap_prompt_mask[2]) == \
         _tokens(longer.prompt_ids[row], longer.prompt_mask[row])
+
+
+def test_an_env_error_on_the_first_step_leaves_nothing_to_bootstrap():
+    batch = cut_rollout(make_tokenizer(), max_steps=2, fail_at=0)  # rows: 0 0 1 3 3
+    np.testing.assert_array_equal(batch.bootstrap_rows, [2, 4])  # trajectories 1 and 3
+    assert batch.bootstrap_prompt_ids.shape[0] == 2
 
 
 def test_no_bootstrap_prompts_unless_asked():
     batch = cut_rollout(make_tokenizer(), keep_bootstrap_prompts=False)
     assert batch.bootstrap_rows is None and batch.bootstrap_prompt_ids is None
     assert batch.bootstrap_prompt_mask is None and batch.bootstrap_values is None
+
+
+def _unpadded(batch, rows):
+    """Prompt and response tokens of ``rows`` without padding."""
+    return ([_tokens(batch.prompt_ids[r], batch.prompt_mask[r]) for r in rows],
+            [_tokens(batch.response_ids[r], batch.response_mask[r]) for r in rows])
+
+
+def test_the_step_whose_env_call_failed_is_left_out():
+    tokenizer = make_tokenizer()
+    crashed = cut_rollout(tokenizer, max_steps=2)  # env 2 crashes on its step 1
+    healthy = cut_rollout(tokenizer, max_steps=2, fail_at=None)  # the same, no crash
+    np.testing.assert_array_equal(healthy.traj_ids, [0, 0, 1, 2, 2, 3, 3])
+    np.testing.assert_array_equal(crashed.traj_ids, [0, 0, 1, 2, 3, 3])
+    # Every real step is there, unchanged; only trajectory 2's failed step 1 is gone.
+    same = [0, 1, 2, 3, 5, 6]
+    assert _unpadded(crashed, range(6)) == _unpadded(healthy, same)
+    for name in ("rewards", "env_rewards", "invalid", "format_ok", "valid_action",
+                 "group_ids", "step_index", "prompt_cut"):
+        np.testing.assert_array_equal(getattr(crashed, name), getattr(healthy, name)[same],
+                                      err_msg=name)
+    for name in ("anchors", "actions", "response_texts", "task_ids"):
+        assert getattr(crashed, name) == tuple(getattr(healthy, name)[i] for i in same)
+    # Trajectory 2 ends on its step 0, cut by the error: truncated, failed, flagged.
+    np.testing.assert_array_equal(crashed.last_step, [0, 1, 1, 1, 0, 1])
+    np.testing.assert_array_equal(crashed.env_error, [0, 0, 0, 1, 0, 0])
+    np.testing.assert_array_equal(crashed.truncated, [0, 0, 1, 1, 1, 1])
+    np.testing.assert_array_equal(crashed.success, [1, 1, 0, 0, 0, 0])
+    assert crashed.env_errors == 1 and crashed.env_error_steps == 1
+    assert not healthy.env_error.any() and healthy.env_errors == healthy.env_error_steps == 0
+
+
+def test_a_first_step_env_error_leaves_no_steps_of_that_trajectory():
+    batch = cut_rollout(make_tokenizer(), max_steps=2, fail_at=0)
+    np.testing.assert_array_equal(batch.traj_ids, [0, 0, 1, 3, 3])
+    assert not batch.env_error.any()  # no row of trajectory 2 is left to flag
+    assert batch.env_errors == 1 and batch.env_error_steps == 1
+    np.testing.assert_array_equal(batch.group_ids, [0, 0, 0, 1, 1])
+
+
+def test_a_rollout_without_a_single_step_is_an_error():
+    from agentgym.vector import TextVectorEnv
+    from tests.algorithms.fakes import StepFailingEnv
+
+    tokenizer = make_tokenizer()
+    engine = ScriptedEngine(tokenizer, lambda *_: "<action> look </action>")
+    env = TextVectorEnv([lambda: StepFailingEnv(fail_at=0, num_rooms=2)] * 4, group_size=2)
+    try:
+        with pytest.raises(RuntimeError, match="no steps.*simulated crash"):
+            collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=TASKS, seed=0)
+    finally:
+        env.close()
+
+
+def test_select_keeps_whole_trajectories_and_their_bootstrap_prompts():
+    batch = cut_rollout(make_tokenizer(), max_steps=2)  # rows: 0 0 1 2 3 3
+    scored = batch.with_scores(values=np.arange(len(batch), dtype=np.float32),
+                               bootstrap_values=np.array([7.0, 8.0, 9.0], dtype=np.float32))
+    part = scored.select(np.array([0, 1, 4, 5]))  # trajectories 0 and 3
+    np.testing.assert_array_equal(part.traj_ids, [0, 0, 3, 3])
+    np.testing.assert_array_equal(part.values, [0, 1, 4, 5])
+    np.testing.assert_array_equal(part.last_step, [0, 1, 0, 1])
+    assert part.actions == tuple(batch.actions[i] for i in (0, 1, 4, 5))
+    # Trajectories 1 and 2 take their bootstrap prompts along; 3's now follows row 3.
+    np.testing.assert_array_equal(part.bootstrap_rows, [3])
+    np.testing.assert_array_equal(part.bootstrap_values, [9.0])
+    assert _tokens(part.bootstrap_prompt_ids[0], part.bootstrap_prompt_mask[0]) == \
+        _tokens(batch.bootstrap_prompt_ids[2], batch.bootstrap_prompt_mask[2])
+    assert part.env_errors == batch.env_errors  # rollout-wide counts stay
+    assert len(scored.select(np.zeros(0, dtype=np.int64))) == 0
+    with pytest.raises(ValueError, match="whole trajectories"):
+        scored.select(np.array([0, 2]))
+    with pytest.raises(ValueError, match="ascending"):
+        scored.select(np.array([2, 0, 1]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -117,3 +118,68 @@ def test_step_timeout_reaches_the_vector_env(tmp_path):
         assert vec_env.step_timeout == 7.5
     finally:
         vec_env.close()
+
+
+def _crashing_trainer(tmp_path, algo: str, fail_at: int) -> Trainer:
+    """A trainer whose 4 scripted envs (2 rooms: no episode ends before step 1) all crash
+    on step ``fail_at``."""
+    from agentgym.vector import TextVectorEnv
+    from tests.algorithms.fakes import StepFailingEnv
+
+    trainer = Trainer(scripted_config(algo, iterations=1), policy=make_policy(seed=1),
+                      run_dir=tmp_path)
+    trainer.setup()
+    trainer.vec_env.close()
+    trainer.vec_env = TextVectorEnv(
+        [lambda: StepFailingEnv(fail_at=fail_at, num_rooms=2, hint=True, num_tasks=64)] * 4,
+        group_size=2)
+    return trainer
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_an_iteration_where_every_trajectory_crashes(tmp_path, algo):
+    trainer = _crashing_trainer(tmp_path, algo, fail_at=1)
+    before = _weights(trainer)
+    metrics = trainer.run()
+    assert metrics["rollout/env_errors"] == 4 and metrics["rollout/steps"] == 4
+    assert metrics["rollout/env_error_steps"] == 4 and metrics["rollout/env_error_rate"] == 1
+    assert np.isnan(metrics["rollout/success"])  # no episode has an outcome
+    if algo == "grpo":  # no trajectory has an outcome: nothing to train on
+        assert metrics["update/steps"] == 0 and "update/grad_norm" not in metrics
+        assert metrics["time/update"] == 0.0  # every phase keeps its key
+        assert all(torch.equal(before[n], w) for n, w in _weights(trainer).items())
+    else:  # PPO trains on the step before each crash, bootstrapped
+        assert metrics["update/steps"] == 4 and metrics["update/grad_norm"] > 0
+        assert trainer.last_batch.bootstrap_rows.tolist() == [0, 1, 2, 3]
+    logged = read_metrics(tmp_path / "metrics.jsonl")[0]
+    assert logged["rollout/env_errors"] == 4 and "rollout/success" not in logged
+    samples = [json.loads(line) for line in
+               (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert samples and all(sample["env_error"] for sample in samples)
+
+
+def test_evaluation_counts_crashed_episodes_apart():
+    from algorithms.trainer import _eval_results
+    from tests.algorithms.fakes import CUT_TASKS, cut_rollout
+    from tests.algorithms.tiny import make_tokenizer
+
+    tokenizer = make_tokenizer()
+    tasks = [CUT_TASKS[0]] * 2 + [CUT_TASKS[1]] * 2
+    # Trajectory 0 wins, 1 and 3 fail; 2 crashes on its step 1, or on its step 0 (no
+    # steps at all).
+    for fail_at in (1, 0):
+        results = _eval_results([(cut_rollout(tokenizer, fail_at=fail_at), tasks)])
+        assert results["episodes"] == 4 and results["env_errors"] == 1
+        assert [r["env_error"] for r in results["tasks"]] == [False, False, True, False]
+        assert [r["task_id"] for r in results["tasks"]] == tasks
+        assert results["success"] == pytest.approx(1 / 3)
+        assert results["per_task_type"]["all"]["episodes"] == 3
+    # Only the chunk's first trajectories are the requested tasks (the rest pad it).
+    results = _eval_results([(cut_rollout(tokenizer, fail_at=0), tasks[:3])])
+    assert results["episodes"] == 3 and results["env_errors"] == 1
+    assert results["success"] == pytest.approx(1 / 2)
+    batch = cut_rollout(tokenizer, fail_at=1)
+    all_crashed = dataclasses.replace(batch, env_error=np.ones(len(batch), dtype=bool))
+    crashed = _eval_results([(all_crashed, tasks)])
+    assert crashed["success"] is None and crashed["env_errors"] == 4
+    assert crashed["per_task_type"] == {}
