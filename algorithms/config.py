@@ -334,6 +334,11 @@ class RunConfig:
     """Steps (prompt tail, response, action, reward) written to ``samples.jsonl`` per
     iteration, to see what the agent says."""
 
+    rollout_retries: int = 2
+    """Rollouts an iteration tries again when no env made a single step (every one failed
+    to reset or crashed on its first step, e.g. its worker died); the vector env has
+    rebuilt them by then. After that many retries the run stops with the error."""
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -391,6 +396,8 @@ class TrainConfig:
         if self.env.step_timeout is not None and self.env.backend == "sync":
             problems.append("env.step_timeout needs the subprocess or ray backend (in-process "
                             "env code cannot be interrupted)")
+        if self.run.rollout_retries < 0:
+            problems.append("run.rollout_retries must be >= 0")
         if self.run.eval_only and self.run.resume:
             problems.append("run.eval_only and run.resume are exclusive")
         self.env.kwargs()

@@ -279,6 +279,11 @@ class RolloutSettings:
     keep_bootstrap_prompts: bool
 
 
+class NoStepsError(RuntimeError):
+    """No env of a rollout made a single step: every one failed to reset or crashed on its
+    first step (see the envs' ``info["env_error"]``)."""
+
+
 def collect_rollout(
     vec_env: Any,
     engine: Any,
@@ -306,8 +311,9 @@ def collect_rollout(
         The :class:`StepBatch` (unscored).
 
     Raises:
-        RuntimeError: the envs of a group did not start on the same task, or no env made
-            a single step (every one failed to reset or in its first step).
+        RuntimeError: the envs of a group did not start on the same task.
+        NoStepsError: no env made a single step (every one failed to reset or in its
+            first step).
     """
     num_envs = int(vec_env.num_envs)
     group_size = settings.group_size
@@ -324,7 +330,7 @@ def collect_rollout(
     # its episode is over before it starts and yields no steps (counted in env_errors).
     env_errors = np.array([bool(row.get("env_error")) for row in rows], dtype=bool)
     if env_errors.all():
-        raise RuntimeError(f"every env failed to reset; the first error: "
+        raise NoStepsError(f"every env failed to reset; the first error: "
                            f"{rows[0]['env_error']}")
     _check_groups(rows, group_size)
     builder = PromptBuilder(tokenizer, settings.prompt)
@@ -403,7 +409,7 @@ def collect_rollout(
             bootstrap_prompts[int(index)] = _prompt(builder, rows[index], histories[index],
                                                     observations[index]).token_ids
     if not steps:
-        raise RuntimeError(f"the rollout produced no steps: all {num_envs} envs failed in "
+        raise NoStepsError(f"the rollout produced no steps: all {num_envs} envs failed in "
                            f"their reset or first step; the first error: {first_error}")
     return _assemble(steps, tokenizer, final_success, final_truncated, env_errors,
                      env_error_steps,

@@ -45,7 +45,7 @@ from algorithms.metrics import (
     trajectory_table,
 )
 from algorithms.policy import Policy, load_policy, resolve_device
-from algorithms.rollout import RolloutSettings, StepBatch, collect_rollout
+from algorithms.rollout import NoStepsError, RolloutSettings, StepBatch, collect_rollout
 
 
 def iteration_seed(seed: int, iteration: int, stream: int) -> int:
@@ -149,6 +149,30 @@ class Trainer:
                                backend=env.backend, num_workers=env.num_workers,
                                step_timeout=env.step_timeout, **kwargs)
 
+    def _rollout(self, iteration: int) -> StepBatch:
+        """The iteration's training rollout, tried again (new reset seed) when no env made
+        a single step, up to ``run.rollout_retries`` times."""
+        config = self.config
+        retries = config.run.rollout_retries
+        for attempt in range(retries + 1):
+            # attempt 0 keeps stream 0, so runs without env errors are unchanged
+            seed = iteration_seed(config.run.seed, iteration, 0 if attempt == 0 else 1 + attempt)
+            try:
+                with _tqdm(config.run.progress, total=config.env.max_steps, leave=False,
+                           desc=f"iter {iteration + 1} rollout (turns)") as bar:
+                    return collect_rollout(
+                        self.vec_env, self.engine, self.policy.tokenizer,
+                        self._settings(temperature=config.generation.temperature,
+                                       group_size=config.env.group_size,
+                                       bootstrap=config.bootstrap_truncated),
+                        group_task_ids=None, seed=seed, progress=bar)
+            except NoStepsError as error:
+                if attempt == retries:
+                    raise
+                self._say(f"iteration {iteration + 1}: {error}; rollout again "
+                          f"({attempt + 1}/{retries})")
+        raise AssertionError("unreachable")
+
     def _settings(self, *, temperature: float, group_size: int,
                   bootstrap: bool) -> RolloutSettings:
         config = self.config
@@ -178,16 +202,8 @@ class Trainer:
             yield
             timings[f"time/{name}"] = time.perf_counter() - start
 
-        reset_seed = iteration_seed(config.run.seed, iteration, 0)
         with phase("rollout"):
-            with _tqdm(progress, total=config.env.max_steps, leave=False,
-                       desc=f"iter {iteration + 1} rollout (turns)") as bar:
-                rollout = collect_rollout(
-                    self.vec_env, self.engine, self.policy.tokenizer,
-                    self._settings(temperature=config.generation.temperature,
-                                   group_size=config.env.group_size,
-                                   bootstrap=config.bootstrap_truncated),
-                    group_task_ids=None, seed=reset_seed, progress=bar)
+            rollout = self._rollout(iteration)
             self.engine.release()
         # GiGPO/GRPO leave out trajectories that ended on an env error (learner docstring).
         batch = learner.training_batch(rollout)

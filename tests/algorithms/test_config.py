@@ -81,6 +81,7 @@ def test_env_kwargs_merge():
         {"learner": {"epochs": 0}},
         {"generation": {"temperature": 0.0}},
         {"env": {"step_timeout": 5.0}},  # the sync backend cannot interrupt an env
+        {"run": {"rollout_retries": -1}},
     ],
 )
 def test_validation_rejects(changes):

@@ -11,7 +11,12 @@ from agentgym.scripted import ScriptedTextEnv  # noqa: E402
 from agentgym.vector import make_vector_env  # noqa: E402
 from algorithms.config import PromptConfig  # noqa: E402
 from algorithms.prompts import PromptBuilder  # noqa: E402
-from algorithms.rollout import RolloutSettings, collect_rollout, info_rows  # noqa: E402
+from algorithms.rollout import (  # noqa: E402
+    NoStepsError,
+    RolloutSettings,
+    collect_rollout,
+    info_rows,
+)
 from tests.algorithms.fakes import CUT_PROMPT, CUT_TASKS, ScriptedEngine, cut_rollout  # noqa: E402
 from tests.algorithms.tiny import make_tokenizer  # noqa: E402
 
@@ -252,7 +257,7 @@ def test_a_rollout_without_a_single_step_is_an_error():
     engine = ScriptedEngine(tokenizer, lambda *_: "<action> look </action>")
     env = TextVectorEnv([lambda: StepFailingEnv(fail_at=0, num_rooms=2)] * 4, group_size=2)
     try:
-        with pytest.raises(RuntimeError, match="no steps.*simulated crash"):
+        with pytest.raises(NoStepsError, match="no steps.*simulated crash"):
             collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=TASKS, seed=0)
     finally:
         env.close()

@@ -183,3 +183,41 @@ def test_evaluation_counts_crashed_episodes_apart():
     crashed = _eval_results([(all_crashed, tasks)])
     assert crashed["success"] is None and crashed["env_errors"] == 4
     assert crashed["per_task_type"] == {}
+
+
+def test_a_rollout_without_steps_is_tried_again(tmp_path, monkeypatch):
+    import algorithms.trainer as trainer_module
+    from algorithms.rollout import NoStepsError
+
+    calls = []
+    real = trainer_module.collect_rollout
+
+    def flaky(*args, **kwargs):
+        calls.append(kwargs["seed"])
+        if len(calls) == 1:
+            raise NoStepsError("the rollout produced no steps: worker died")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "collect_rollout", flaky)
+    trainer = Trainer(scripted_config("grpo", iterations=1), policy=make_policy(),
+                      run_dir=tmp_path)
+    trainer.run()
+    assert len(calls) == 2 and calls[0] != calls[1]  # a second try, with a new reset seed
+    assert read_metrics(tmp_path / "metrics.jsonl")[-1]["update/steps"] > 0
+
+
+def test_rollout_retries_run_out(tmp_path, monkeypatch):
+    import algorithms.trainer as trainer_module
+    from algorithms.rollout import NoStepsError
+
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(kwargs["seed"])
+        raise NoStepsError("the rollout produced no steps: worker died")
+
+    monkeypatch.setattr(trainer_module, "collect_rollout", broken)
+    config = replace(scripted_config("grpo", iterations=1), run={"rollout_retries": 1})
+    with pytest.raises(NoStepsError):
+        Trainer(config, policy=make_policy(), run_dir=tmp_path).run()
+    assert len(calls) == 2
