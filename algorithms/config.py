@@ -425,8 +425,10 @@ class TrainConfig:
         for name, section in sections.items():
             names = {f.name for f in dataclasses.fields(section)}
             values = {k: v for k, v in data.get(name, {}).items() if k in names}
-            if name == "learner" and name in data and "bootstrap_truncated" not in values:
+            if (name == "learner" and name in data and "bootstrap_truncated" not in values
+                    and data["algo"] == "ppo"):
                 # saved before PPO bootstrapped step-limit cuts: keep what that run did
+                # (without a critic the field does nothing: the default stands)
                 values["bootstrap_truncated"] = False
             for key, value in values.items():
                 if isinstance(value, list):

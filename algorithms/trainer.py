@@ -95,10 +95,12 @@ class Trainer:
             saved = self.run_dir / "config.json"
             if saved.exists():
                 stored = TrainConfig.from_dict(json.loads(saved.read_text(encoding="utf-8")))
-                if stored.to_dict() | {"run": None} != config.to_dict() | {"run": None}:
+                changed = _config_changes(stored.to_dict(), config.to_dict())
+                if changed:
                     raise ValueError(
-                        f"--run.resume with a config that differs from {saved}; resume with "
-                        "the same settings (only run.* may change)")
+                        f"--run.resume with a config that differs from {saved} "
+                        f"({'; '.join(changed)}); resume with the same settings (only run.* "
+                        "may change)")
         if self._policy is None:
             self._say(f"loading the policy ({config.model.name_or_path or 'default model'}) "
                       f"on {self.device}; converting the default GGUF model takes a few "
@@ -364,6 +366,21 @@ class Trainer:
             self.vec_env = None
         if self.logger is not None:
             self.logger.close()
+
+
+def _config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``"section.field: saved X, now Y"`` for each setting outside ``run`` that differs."""
+    changes = []
+    for name in sorted(set(saved) | set(current)):
+        if name == "run":
+            continue
+        old, new = saved.get(name), current.get(name)
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes += [f"{name}.{key}: saved {old.get(key)!r}, now {new.get(key)!r}"
+                        for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+        elif old != new:
+            changes.append(f"{name}: saved {old!r}, now {new!r}")
+    return changes
 
 
 def _nan(value: float | None) -> float:

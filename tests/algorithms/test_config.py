@@ -98,3 +98,10 @@ def test_configs_saved_before_bootstrapping_load_without_it():
     assert TrainConfig.from_dict(data).learner.bootstrap_truncated is True
     del data["learner"]["bootstrap_truncated"]
     assert TrainConfig.from_dict(data).learner.bootstrap_truncated is False
+
+
+@pytest.mark.parametrize("algo", ["gigpo", "grpo"])
+def test_old_configs_without_a_critic_load_with_the_default(algo):
+    data = TrainConfig(algo=algo).to_dict()
+    del data["learner"]["bootstrap_truncated"]
+    assert TrainConfig.from_dict(data) == TrainConfig(algo=algo)

@@ -101,6 +101,47 @@ def test_resume_refuses_a_different_config(tmp_path):
         Trainer(changed, policy=make_policy(), run_dir=tmp_path).setup()
 
 
+def _saved_before_bootstrapping(run_dir) -> None:
+    """Make ``run_dir/config.json`` look written before today's config fields existed."""
+    path = run_dir / "config.json"
+    saved = json.loads(path.read_text())
+    del saved["learner"]["bootstrap_truncated"]
+    del saved["env"]["step_timeout"]
+    del saved["run"]["rollout_retries"]
+    path.write_text(json.dumps(saved))
+
+
+@pytest.mark.parametrize("algo", ["gigpo", "grpo"])
+def test_runs_saved_before_bootstrapping_resume(tmp_path, algo):
+    """learner.bootstrap_truncated does nothing without a critic: an old GiGPO/GRPO run
+    resumes with the default config."""
+    Trainer(scripted_config(algo, iterations=1), policy=make_policy(),
+            run_dir=tmp_path).run()
+    _saved_before_bootstrapping(tmp_path)
+    trainer = Trainer(scripted_config(algo, iterations=2, resume=True), policy=make_policy(),
+                      run_dir=tmp_path)
+    trainer.setup()
+    assert trainer.start_iteration == 1
+    trainer.close()
+
+
+def test_an_old_ppo_run_is_refused_with_the_field_to_set(tmp_path):
+    """An old PPO run did not bootstrap: resuming it with the new default would change
+    its GAE, so it is refused, naming the field, and resumes with the old setting."""
+    Trainer(scripted_config("ppo", iterations=1), policy=make_policy(),
+            run_dir=tmp_path).run()
+    _saved_before_bootstrapping(tmp_path)
+    with pytest.raises(ValueError, match="learner.bootstrap_truncated"):
+        Trainer(scripted_config("ppo", iterations=2, resume=True), policy=make_policy(),
+                run_dir=tmp_path).setup()
+    old = replace(scripted_config("ppo", iterations=2, resume=True),
+                  learner={"bootstrap_truncated": False})
+    trainer = Trainer(old, policy=make_policy(), run_dir=tmp_path)
+    trainer.setup()
+    assert trainer.start_iteration == 1
+    trainer.close()
+
+
 def test_seeds_are_independent_per_iteration():
     from algorithms.trainer import iteration_seed
 
