@@ -292,7 +292,7 @@ class Trainer:
             raise RuntimeError(f"the evaluation env {config.env.env_id} has no tasks")
         chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))
         eval_env = self._make_vec_env(config.env.eval_kwargs(), chunk, 1)
-        batches: list[tuple[StepBatch, list[str]]] = []
+        batches: list[tuple[StepBatch | None, list[str]]] = []
         settings = self._settings(temperature=config.generation.eval_temperature, group_size=1,
                                   bootstrap=False)
         try:
@@ -301,11 +301,15 @@ class Trainer:
                 for start in range(0, len(task_ids), chunk):
                     part = task_ids[start: start + chunk]
                     part = part + [part[-1]] * (chunk - len(part))
-                    batch = collect_rollout(eval_env, self.engine, self.policy.tokenizer,
-                                            settings, group_task_ids=part,
-                                            seed=iteration_seed(config.run.seed, iteration,
-                                                                2 + start))
                     keep = min(chunk, len(task_ids) - start)
+                    try:
+                        batch = collect_rollout(eval_env, self.engine, self.policy.tokenizer,
+                                                settings, group_task_ids=part,
+                                                seed=iteration_seed(config.run.seed,
+                                                                    iteration, 2 + start))
+                    except NoStepsError as error:  # every episode of the chunk crashed
+                        self._say(f"evaluation: {error}")
+                        batch = None
                     batches.append((batch, part[:keep]))
                     bar.update(keep)
         finally:
@@ -383,6 +387,12 @@ def _config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]
     return changes
 
 
+def _crashed_eval_row(task_id: str) -> dict[str, Any]:
+    """The row of an evaluation episode that failed in its reset or first step."""
+    return {"task_id": task_id, "task_type": "", "success": False, "return": 0.0,
+            "length": 0, "env_error": True}
+
+
 def _nan(value: float | None) -> float:
     return float("nan") if value is None else float(value)
 
@@ -391,19 +401,22 @@ def _mean_or_none(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _eval_results(batches: list[tuple[StepBatch, list[str]]]) -> dict[str, Any]:
-    """Per-episode rows and their summary; ``batches`` pairs each chunk's batch with the
-    task ids of its first trajectories (the others repeat a task to fill the chunk)."""
+def _eval_results(batches: list[tuple[StepBatch | None, list[str]]]) -> dict[str, Any]:
+    """Per-episode rows and their summary; ``batches`` pairs each chunk's batch (``None``:
+    no env of the chunk made a step) with the task ids of its first trajectories (the
+    others repeat a task to fill the chunk)."""
     rows: list[dict[str, Any]] = []
     for batch, tasks in batches:
+        if batch is None:
+            rows += [_crashed_eval_row(task_id) for task_id in tasks]
+            continue
         table = trajectory_table(batch)
         found = {int(t): i for i, t in enumerate(table["traj_ids"])}
         first = {int(t): i for i, t in reversed(list(enumerate(batch.traj_ids)))}
         for traj, task_id in enumerate(tasks):
             index = found.get(traj)
             if index is None:  # failed in its reset or first step: no steps, no outcome
-                rows.append({"task_id": task_id, "task_type": "", "success": False,
-                             "return": 0.0, "length": 0, "env_error": True})
+                rows.append(_crashed_eval_row(task_id))
                 continue
             rows.append({"task_id": batch.task_ids[first[traj]],
                          "task_type": str(table["task_types"][index]) or "all",

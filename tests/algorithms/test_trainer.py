@@ -226,6 +226,28 @@ def test_evaluation_counts_crashed_episodes_apart():
     assert crashed["per_task_type"] == {}
 
 
+def test_evaluation_where_every_episode_crashes_at_once(tmp_path):
+    """A chunk of evaluation episodes that all fail in their first step (say their only
+    worker died) is counted as env errors; the evaluation, and so the run, goes on."""
+    from agentgym.vector import TextVectorEnv
+    from tests.algorithms.fakes import StepFailingEnv
+
+    trainer = Trainer(scripted_config("grpo", iterations=1), policy=make_policy(seed=1),
+                      run_dir=tmp_path)
+    trainer.setup()
+    try:
+        trainer._make_vec_env = lambda kwargs, num_envs, group_size: TextVectorEnv(
+            [lambda: StepFailingEnv(fail_at=0, num_rooms=2, hint=True, num_tasks=64)]
+            * num_envs, group_size=group_size)
+        metrics = trainer.evaluate(1)
+    finally:
+        trainer.close()
+    assert metrics["eval/env_errors"] == 4 and np.isnan(metrics["eval/success"])
+    results = json.loads((tmp_path / "eval" / "iter_000001.json").read_text())
+    assert results["episodes"] == 4 and results["env_errors"] == 4
+    assert results["success"] is None and all(r["env_error"] for r in results["tasks"])
+
+
 def test_a_rollout_without_steps_is_tried_again(tmp_path, monkeypatch):
     import algorithms.trainer as trainer_module
     from algorithms.rollout import NoStepsError
