@@ -18,6 +18,7 @@ run would.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -359,9 +360,15 @@ class Trainer:
         return last
 
     def save(self, iteration: int, metrics: dict[str, float]) -> Path:
-        """Write an atomic checkpoint after ``iteration`` completed iterations."""
+        """Write an atomic checkpoint after ``iteration`` completed iterations.
+
+        Metrics without a value (NaN: say success when every episode crashed) are
+        stored as ``null``, so that ``meta.json`` stays valid JSON.
+        """
+        finite = {key: value if not isinstance(value, float) or math.isfinite(value) else None
+                  for key, value in metrics.items()}
         return save_checkpoint(self.run_dir, iteration, self.learner.trainable_state(),
-                               {"config": self.config.to_dict(), "metrics": metrics},
+                               {"config": self.config.to_dict(), "metrics": finite},
                                keep=self.config.run.keep_checkpoints)
 
     def close(self) -> None:

@@ -194,6 +194,11 @@ def test_an_iteration_where_every_trajectory_crashes(tmp_path, algo):
         assert trainer.last_batch.bootstrap_rows.tolist() == [0, 1, 2, 3]
     logged = read_metrics(tmp_path / "metrics.jsonl")[0]
     assert logged["rollout/env_errors"] == 4 and "rollout/success" not in logged
+    # The checkpoint's meta.json stays strict JSON: no NaN token for the missing success.
+    meta = (latest_checkpoint(tmp_path) / "meta.json").read_text()
+    saved = json.loads(meta, parse_constant=lambda token: pytest.fail(f"{token} in JSON"))
+    assert saved["metrics"]["rollout/success"] is None
+    assert saved["metrics"]["rollout/env_errors"] == 4
     samples = [json.loads(line) for line in
                (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert samples and all(sample["env_error"] for sample in samples)
