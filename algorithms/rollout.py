@@ -424,9 +424,11 @@ def _prompt(builder: PromptBuilder, row: dict[str, Any], history: list[tuple[str
 
 
 def _check_groups(rows: list[dict[str, Any]], group_size: int) -> None:
+    # An env whose reset failed has a placeholder task id ("" when the env was to pick
+    # its task from the seed): it started on no task, so it is left out of the check.
     for start in range(0, len(rows), group_size):
         tasks = {rows[i]["task_id"] for i in range(start, start + group_size)
-                 if "task_id" in rows[i]}
+                 if "task_id" in rows[i] and not rows[i].get("env_error")}
         if len(tasks) > 1:
             raise RuntimeError(
                 f"group {start // group_size} started on different tasks {sorted(map(str, tasks))}"

@@ -154,6 +154,33 @@ def test_a_failed_reset_ends_those_trajectories_without_steps():
     assert len(batch) == 6 and not batch.invalid.any()
 
 
+class _ResetFailingEnv(ScriptedTextEnv):
+    """Fails every reset (say its worker timed out in it)."""
+
+    def _reset_task(self, task_id):
+        raise RuntimeError("simulated crash")
+
+
+def test_a_failed_reset_in_a_group_whose_task_the_env_picks():
+    """Without ``group_task_ids`` (the trainer's rollouts) a failed reset knows no task id:
+    its placeholder is not a different task, so the group check lets it through and the
+    rest of the group plays on."""
+    from agentgym.vector import TextVectorEnv
+
+    tokenizer = make_tokenizer()
+    engine = ScriptedEngine(tokenizer, lambda *_: "<action> look </action>")
+    working = lambda: ScriptedTextEnv(num_rooms=2, max_steps=3)  # noqa: E731
+    env = TextVectorEnv([working, lambda: _ResetFailingEnv(num_rooms=2, max_steps=3),
+                         working, working], group_size=2)
+    try:
+        batch = collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=None,
+                                seed=0)
+    finally:
+        env.close()
+    assert set(batch.traj_ids.tolist()) == {0, 2, 3} and batch.env_errors == 1
+    assert not batch.env_error.any()
+
+
 def _tokens(ids: np.ndarray, mask: np.ndarray) -> list[int]:
     return ids[mask == 1].tolist()
 
