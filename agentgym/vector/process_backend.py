@@ -67,6 +67,9 @@ START_METHOD = "spawn"
 CLOSE_TIMEOUT_S = 5.0
 """How long :meth:`ProcessBackend.close` waits for workers to exit before terminating them."""
 
+MAX_POLL_MS = 2**31 - 1
+"""The longest timeout ``select.poll`` takes (a C int of milliseconds, about 25 days)."""
+
 TIMED_OUT = ("timed_out",)
 """What :meth:`ProcessBackend._gather` gives for a worker that did not answer in time."""
 
@@ -323,8 +326,9 @@ class ProcessBackend(WorkerBackend):
         replies: dict[int, tuple | None] = {}
         while len(replies) < len(waiting):
             timeout_ms = None
-            if deadline is not None:
-                timeout_ms = max(0, math.ceil((deadline - time.monotonic()) * 1000))
+            if deadline is not None:  # poll takes a C int: wait in rounds of at most that
+                timeout_ms = min(max(0, math.ceil((deadline - time.monotonic()) * 1000)),
+                                 MAX_POLL_MS)
             events = poller.poll(timeout_ms)
             if not events and deadline is not None and time.monotonic() >= deadline:
                 for worker in waiting.values():

@@ -146,5 +146,15 @@ def test_bad_timeouts_are_clear_value_errors(bad):
         TextVectorEnv([FAULTY], backend="subprocess", step_timeout=bad)
 
 
+def test_a_very_long_timeout_is_kept_not_an_overflow():
+    """Any finite timeout is accepted, so one past what a single ``poll`` can wait
+    (2**31 - 1 ms, about 25 days) must work too: calls still answer normally."""
+    with faulty_vector(2, backend="subprocess", num_workers=1, step_timeout=1e7) as venv:
+        observations, infos = venv.reset(seed=0)
+        assert all(observations) and "env_error" not in infos
+        _, _, _, truncated, infos = venv.step(["look"] * 2)
+        assert not truncated.any() and "env_error" not in infos
+
+
 def test_hang_s_is_long_next_to_the_test_timeout():
     assert HANG_S > TIMEOUT_S + SLACK_S  # else a broken timeout could pass the tests
