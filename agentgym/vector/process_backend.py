@@ -17,7 +17,10 @@ Fault tolerance: when a worker dies (SIGKILL, segfault, ``os._exit``, an error i
 worker loop) every env it hosted gets an :class:`~agentgym.vector.host.EnvFailure`
 saying how it died; a replacement is started at once and serves those envs' next reset.
 Workers ignore SIGINT (the parent handles Ctrl-C and closes them) and exit when the
-parent's end of their pipe closes, so they never outlive a killed parent for long.
+parent's end of their pipe closes, so they never outlive a killed parent for long. A
+call interrupted in the parent (Ctrl-C) while workers owe it a reply replaces those
+workers, so that no late reply is read as the answer to a later call; their envs'
+episodes are lost (a step reports ``env_error``; a reset starts afresh).
 
 Timeouts: with ``step_timeout`` set, a ``reset``/``step`` call waits at most that long
 for the workers' replies (one deadline for the whole call, counted from when the
@@ -280,21 +283,31 @@ class ProcessBackend(WorkerBackend):
         by_worker = self._by_worker(requests)
         results: dict[int, Any] = {}
         waiting: dict[int, _Worker] = {}
-        for w, indices in by_worker.items():
-            worker = self._workers[w]
-            error = self._ensure_ready(worker)
-            if error is None:
-                start = worker.envs.start
-                data = _dumps_request(command, [(i - start, *requests[i]) for i in indices])
-                if worker.send(data):
-                    waiting[w] = worker
-                    continue
-                error = self._restart_dead(worker, command)
-            self._fail_all(results, worker, error)
-        deadline = None
-        if self._step_timeout is not None:
-            deadline = time.monotonic() + self._step_timeout
-        for w, reply in self._gather(waiting, deadline).items():
+        try:
+            for w, indices in by_worker.items():
+                worker = self._workers[w]
+                error = self._ensure_ready(worker)
+                if error is None:
+                    start = worker.envs.start
+                    data = _dumps_request(command,
+                                          [(i - start, *requests[i]) for i in indices])
+                    if worker.send(data):
+                        waiting[w] = worker
+                        continue
+                    error = self._restart_dead(worker, command)
+                self._fail_all(results, worker, error)
+            deadline = None
+            if self._step_timeout is not None:
+                deadline = time.monotonic() + self._step_timeout
+            replies = self._gather(waiting, deadline)
+        except BaseException:
+            # Interrupted (Ctrl-C) with requests in flight: a reply still owed would be read
+            # as the answer to the next call, so the workers asked are replaced.
+            for worker in waiting.values():
+                worker.kill()
+                self._start_replacement(worker)
+            raise
+        for w, reply in replies.items():
             worker = self._workers[w]
             if reply is TIMED_OUT:
                 self._fail_all(results, worker, self._restart_timed_out(worker, command))

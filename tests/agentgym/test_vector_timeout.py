@@ -156,5 +156,33 @@ def test_a_very_long_timeout_is_kept_not_an_overflow():
         assert not truncated.any() and "env_error" not in infos
 
 
+def test_an_interrupted_call_leaves_no_reply_for_the_next_one():
+    """Ctrl-C while a worker hangs (no step_timeout): the reply it owes must never be
+    read as the answer to a later call. Its worker is replaced; the next reset works."""
+    import signal
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    with faulty_vector(2, backend="subprocess", num_workers=1) as venv:
+        expected = venv.reset(seed=0)
+        before = venv.worker_pids()
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, TIMEOUT_S)
+            with pytest.raises(KeyboardInterrupt):
+                venv.step([HANG, "look"])
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        assert_reaped(before[0])
+        (observations, infos), elapsed = timed(venv.reset, seed=0)
+        assert elapsed < SLACK_S, elapsed  # not waiting for the hanging env
+        assert observations == expected[0]
+        assert infos_to_list(infos, 2) == infos_to_list(expected[1], 2)
+        _, _, _, truncated, infos = venv.step(["look"] * 2)
+        assert not truncated.any() and "env_error" not in infos
+
+
 def test_hang_s_is_long_next_to_the_test_timeout():
     assert HANG_S > TIMEOUT_S + SLACK_S  # else a broken timeout could pass the tests
