@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -393,7 +394,11 @@ class TrainConfig:
             problems.append("generation.temperature must be > 0 for training rollouts")
         if self.prompt.max_prompt_tokens < 16 or self.generation.max_new_tokens < 1:
             problems.append("prompt.max_prompt_tokens must be >= 16, max_new_tokens >= 1")
-        if self.env.step_timeout is not None and self.env.backend == "sync":
+        timeout = self.env.step_timeout
+        if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+            problems.append(f"env.step_timeout must be a positive number of seconds or None, "
+                            f"got {timeout}")
+        elif timeout is not None and self.env.backend == "sync":
             problems.append("env.step_timeout needs the subprocess or ray backend (in-process "
                             "env code cannot be interrupted)")
         if self.run.rollout_retries < 0:

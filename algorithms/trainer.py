@@ -49,9 +49,11 @@ from algorithms.policy import Policy, load_policy, resolve_device
 from algorithms.rollout import NoStepsError, RolloutSettings, StepBatch, collect_rollout
 
 
-def iteration_seed(seed: int, iteration: int, stream: int) -> int:
-    """A 31-bit seed for ``stream`` of ``iteration`` (independent of every other pair)."""
-    state = np.random.SeedSequence([seed, iteration, stream]).generate_state(1)[0]
+def iteration_seed(seed: int, iteration: int, stream: int, attempt: int = 0) -> int:
+    """A 31-bit seed for ``stream`` of ``iteration`` (independent of every other pair);
+    ``attempt`` > 0 gives a retry of that stream a seed of its own."""
+    entropy = [seed, iteration, stream] + ([attempt] if attempt else [])
+    state = np.random.SeedSequence(entropy).generate_state(1)[0]
     return int(state) & 0x7FFFFFFF
 
 
@@ -158,8 +160,7 @@ class Trainer:
         config = self.config
         retries = config.run.rollout_retries
         for attempt in range(retries + 1):
-            # attempt 0 keeps stream 0, so runs without env errors are unchanged
-            seed = iteration_seed(config.run.seed, iteration, 0 if attempt == 0 else 1 + attempt)
+            seed = iteration_seed(config.run.seed, iteration, 0, attempt)
             try:
                 with _tqdm(config.run.progress, total=config.env.max_steps, leave=False,
                            desc=f"iter {iteration + 1} rollout (turns)") as bar:
@@ -192,7 +193,8 @@ class Trainer:
         Rollout metrics cover the whole rollout; the update uses
         :meth:`~algorithms.learner.Learner.training_batch` of it (``update/steps`` rows),
         and is skipped when that is empty (every trajectory ended on an env error).
-        ``last_batch`` is the batch trained on, scored.
+        ``last_batch`` is the batch trained on, scored (unscored and empty when the
+        update was skipped because every trajectory crashed).
         """
         config = self.config
         learner = self.learner

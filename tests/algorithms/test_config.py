@@ -82,6 +82,8 @@ def test_env_kwargs_merge():
         {"generation": {"temperature": 0.0}},
         {"env": {"step_timeout": 5.0}},  # the sync backend cannot interrupt an env
         {"run": {"rollout_retries": -1}},
+        {"env": {"backend": "subprocess", "step_timeout": 0.0}},
+        {"env": {"backend": "subprocess", "step_timeout": float("nan")}},
     ],
 )
 def test_validation_rejects(changes):
