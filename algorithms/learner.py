@@ -238,7 +238,7 @@ class Learner:
             ``batch`` with ``old_log_probs`` (N, R) or ``None``, ``ref_log_probs`` (N, R)
             or ``None``, ``values`` (N,) or ``None`` and ``bootstrap_values`` (K,) (PPO
             with ``learner.bootstrap_truncated`` on a batch with bootstrap prompts) or
-            ``None``. The bootstrap passes do not advance ``progress``.
+            ``None``. ``progress`` advances once per pass, :meth:`score_passes` in all.
         """
         n, width = batch.response_ids.shape
         if not with_old_log_probs and not self.single_pass(n):
@@ -270,7 +270,7 @@ class Learner:
                     progress.update(1)
             bootstrap = None
             if self.config.bootstrap_truncated and batch.bootstrap_prompt_ids is not None:
-                bootstrap = self._bootstrap_values(batch)
+                bootstrap = self._bootstrap_values(batch, progress)
         finally:
             self.model.train(was_training)
         mask = batch.response_mask.astype(bool)
@@ -281,7 +281,15 @@ class Learner:
         return batch.with_scores(old_log_probs=old, ref_log_probs=ref, values=values,
                                  bootstrap_values=bootstrap)
 
-    def _bootstrap_values(self, batch: StepBatch) -> np.ndarray:
+    def score_passes(self, batch: StepBatch) -> int:
+        """Micro-batch passes :meth:`score` makes on ``batch`` (its progress total)."""
+        micro = self.learner.micro_batch_size
+        passes = -(-len(batch) // micro)
+        if self.config.bootstrap_truncated and batch.bootstrap_prompt_ids is not None:
+            passes += -(-batch.bootstrap_prompt_ids.shape[0] // micro)
+        return passes
+
+    def _bootstrap_values(self, batch: StepBatch, progress: Any = None) -> np.ndarray:
         """(K,) float32 critic values of ``batch.bootstrap_prompt_ids``, in micro-batches."""
         k = batch.bootstrap_prompt_ids.shape[0]
         values = np.zeros(k, dtype=np.float32)
@@ -289,6 +297,8 @@ class Learner:
             ids, mask = _prompt_rows(batch.bootstrap_prompt_ids, batch.bootstrap_prompt_mask,
                                      index, self.device)
             values[index] = self._prompt_values(ids, mask).float().cpu().numpy()
+            if progress is not None:
+                progress.update(1)
         return values
 
     def _reference_log_probs(self, rows: dict[str, torch.Tensor], temperature: float) -> Any:

@@ -215,9 +215,8 @@ class Trainer:
         signals = None
         stats: dict[str, float] = {}
         if len(batch):
-            micro = config.learner.micro_batch_size
             with phase("log_probs"):
-                with _tqdm(progress, total=-(-len(batch) // micro), leave=False,
+                with _tqdm(progress, total=learner.score_passes(batch), leave=False,
                            desc=f"iter {iteration + 1} log-probs (micro-batches)") as bar:
                     batch = learner.score(
                         batch, temperature=config.generation.temperature, progress=bar,

@@ -378,3 +378,18 @@ def test_an_iteration_with_env_errors_updates(algo, fail_at):
     assert stats["update_tokens"] == batch.response_mask.sum()
     after = _snapshot(policy.model)
     assert any(not torch.equal(before[n], after[n]) for n in before)
+
+
+def test_score_progress_counts_the_bootstrap_passes():
+    learner = _ppo_learner("value_head", micro_batch_size=2)
+    batch = cut_rollout(learner.policy.tokenizer, max_steps=2)
+    updates = []
+
+    class Bar:
+        def update(self, n):
+            updates.append(n)
+
+    learner.score(batch, temperature=1.0, progress=Bar())
+    k = batch.bootstrap_prompt_ids.shape[0]
+    assert k > 0
+    assert sum(updates) == learner.score_passes(batch) == -(-len(batch) // 2) + -(-k // 2)
