@@ -11,6 +11,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+# The HTTP service's defaults, shared by the server (retrieval.server), its command line
+# (retrieval.serve) and the client (retrieval.client), which splits larger batches.
+MAX_QUERIES_PER_REQUEST = 256
+"""Queries one ``/retrieve`` request may carry."""
+SERVER_MAX_BATCH = 64
+"""Queries the server hands the retriever in one call (micro-batching)."""
+SERVER_BATCH_WAIT_MS = 2.0
+"""How long the server waits for a micro-batch to fill."""
+SERVER_MAX_TOPK = 100
+"""Largest ``topk`` a request may ask for."""
+SERVER_DEFAULT_TOPK = 3
+"""``topk`` of a request that gives none (Search-R1's default)."""
+
 
 @dataclass(frozen=True)
 class Document:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from retrieval.base import Document, SearchResult, check_batch_args
+from retrieval.base import MAX_QUERIES_PER_REQUEST, Document, SearchResult, check_batch_args
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -49,7 +49,7 @@ class RemoteRetriever:
         backoff: float = 0.5,
         *,
         max_backoff: float = 10.0,
-        max_queries_per_request: int = 256,
+        max_queries_per_request: int = MAX_QUERIES_PER_REQUEST,
         transport: Any = None,
     ) -> None:
         if retries < 0 or backoff < 0 or timeout <= 0 or max_queries_per_request < 1:

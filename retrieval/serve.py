@@ -16,7 +16,14 @@ import ipaddress
 import logging
 from pathlib import Path
 
-from retrieval.base import Retriever
+from retrieval.base import (
+    MAX_QUERIES_PER_REQUEST,
+    SERVER_BATCH_WAIT_MS,
+    SERVER_DEFAULT_TOPK,
+    SERVER_MAX_BATCH,
+    SERVER_MAX_TOPK,
+    Retriever,
+)
 
 logger = logging.getLogger("retrieval.serve")
 
@@ -95,15 +102,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument(
-        "--max-batch", type=int, default=64, help="queries per retriever call; 1 = no batching"
+        "--max-batch",
+        type=int,
+        default=SERVER_MAX_BATCH,
+        help="queries per retriever call; 1 = no batching",
     )
     parser.add_argument(
-        "--batch-wait-ms", type=float, default=2.0, help="wait for a batch to fill (ms)"
+        "--batch-wait-ms",
+        type=float,
+        default=SERVER_BATCH_WAIT_MS,
+        help="wait for a batch to fill (ms)",
     )
-    parser.add_argument("--max-queries", type=int, default=256, help="queries per request limit")
-    parser.add_argument("--max-topk", type=int, default=100, help="topk limit")
     parser.add_argument(
-        "--topk", type=int, default=3, help="topk when a request has none (default 3)"
+        "--max-queries", type=int, default=MAX_QUERIES_PER_REQUEST, help="queries per request limit"
+    )
+    parser.add_argument("--max-topk", type=int, default=SERVER_MAX_TOPK, help="topk limit")
+    parser.add_argument(
+        "--topk",
+        type=int,
+        default=SERVER_DEFAULT_TOPK,
+        help="topk when a request has none (default %(default)s)",
     )
     parser.add_argument(
         "--threads", type=int, help="CPU threads for torch and FAISS (default: theirs)"

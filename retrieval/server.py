@@ -37,7 +37,15 @@ from pydantic import (
     model_validator,
 )
 
-from retrieval.base import Retriever, SearchResult
+from retrieval.base import (
+    MAX_QUERIES_PER_REQUEST,
+    SERVER_BATCH_WAIT_MS,
+    SERVER_DEFAULT_TOPK,
+    SERVER_MAX_BATCH,
+    SERVER_MAX_TOPK,
+    Retriever,
+    SearchResult,
+)
 from retrieval.batching import MicroBatcher
 
 logger = logging.getLogger(__name__)
@@ -103,11 +111,11 @@ def results_to_json(
 def create_app(
     retriever: Retriever,
     *,
-    max_batch: int = 64,
-    batch_wait_ms: float = 2.0,
-    max_queries_per_request: int = 256,
-    max_topk: int = 100,
-    default_topk: int = 3,
+    max_batch: int = SERVER_MAX_BATCH,
+    batch_wait_ms: float = SERVER_BATCH_WAIT_MS,
+    max_queries_per_request: int = MAX_QUERIES_PER_REQUEST,
+    max_topk: int = SERVER_MAX_TOPK,
+    default_topk: int = SERVER_DEFAULT_TOPK,
     max_query_chars: int = 4096,
     max_body_bytes: int = 4 * 1024 * 1024,
 ) -> FastAPI:
