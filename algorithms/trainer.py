@@ -159,23 +159,24 @@ class Trainer:
         a single step, up to ``run.rollout_retries`` times."""
         config = self.config
         retries = config.run.rollout_retries
-        for attempt in range(retries + 1):
+        settings = self._settings(temperature=config.generation.temperature,
+                                  group_size=config.env.group_size,
+                                  bootstrap=config.bootstrap_truncated)
+        attempt = 0
+        while True:
             seed = iteration_seed(config.run.seed, iteration, 0, attempt)
             try:
                 with _tqdm(config.run.progress, total=config.env.max_steps, leave=False,
                            desc=f"iter {iteration + 1} rollout (turns)") as bar:
-                    return collect_rollout(
-                        self.vec_env, self.engine, self.policy.tokenizer,
-                        self._settings(temperature=config.generation.temperature,
-                                       group_size=config.env.group_size,
-                                       bootstrap=config.bootstrap_truncated),
-                        group_task_ids=None, seed=seed, progress=bar)
+                    return collect_rollout(self.vec_env, self.engine, self.policy.tokenizer,
+                                           settings, group_task_ids=None, seed=seed,
+                                           progress=bar)
             except NoStepsError as error:
                 if attempt == retries:
                     raise
+                attempt += 1
                 self._say(f"iteration {iteration + 1}: {error}; rollout again "
-                          f"({attempt + 1}/{retries})")
-        raise AssertionError("unreachable")
+                          f"({attempt}/{retries})")
 
     def _settings(self, *, temperature: float, group_size: int,
                   bootstrap: bool) -> RolloutSettings:
