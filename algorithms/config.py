@@ -430,15 +430,16 @@ class TrainConfig:
         for name, section in sections.items():
             names = {f.name for f in dataclasses.fields(section)}
             values = {k: v for k, v in data.get(name, {}).items() if k in names}
-            if (name == "learner" and name in data and "bootstrap_truncated" not in values
-                    and data["algo"] == "ppo"):
-                # saved before PPO bootstrapped step-limit cuts: keep what that run did
-                # (without a critic the field does nothing: the default stands)
-                values["bootstrap_truncated"] = False
             for key, value in values.items():
                 if isinstance(value, list):
                     values[key] = tuple(value)
             kwargs[name] = section(**values)
+        saved_learner = data.get("learner")
+        if (data["algo"] == "ppo" and saved_learner is not None
+                and "bootstrap_truncated" not in saved_learner):
+            # saved before PPO bootstrapped step-limit cuts: keep what that run did
+            # (without a critic the field does nothing: the default stands)
+            kwargs["learner"] = dataclasses.replace(kwargs["learner"], bootstrap_truncated=False)
         return cls(**kwargs)
 
 
