@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -394,13 +393,13 @@ class TrainConfig:
             problems.append("generation.temperature must be > 0 for training rollouts")
         if self.prompt.max_prompt_tokens < 16 or self.generation.max_new_tokens < 1:
             problems.append("prompt.max_prompt_tokens must be >= 16, max_new_tokens >= 1")
-        timeout = self.env.step_timeout
-        if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-            problems.append(f"env.step_timeout must be a positive number of seconds or None, "
-                            f"got {timeout}")
-        elif timeout is not None and self.env.backend == "sync":
-            problems.append("env.step_timeout needs the subprocess or ray backend (in-process "
-                            "env code cannot be interrupted)")
+        if self.env.step_timeout is not None:
+            from agentgym.vector.backend import check_step_timeout
+
+            try:
+                check_step_timeout(self.env.step_timeout, self.env.backend)
+            except ValueError as error:
+                problems.append(f"env.{error}")
         if self.run.rollout_retries < 0:
             problems.append("run.rollout_retries must be >= 0")
         if self.run.eval_only and self.run.resume:
