@@ -126,6 +126,12 @@ def init_from_environment(*, device: str, timeout_s: float = DEFAULT_TIMEOUT_S) 
     return ranks
 
 
+def rank_prefix() -> str:
+    """``"rank R: "`` in a torchrun job (for one-line error messages), else ``""``."""
+    return f"rank {os.environ['RANK']}: " if launched_with_ranks() and "RANK" in os.environ \
+        else ""
+
+
 def shutdown() -> None:
     """Leave the process group (if any)."""
     import torch.distributed as dist

@@ -638,14 +638,20 @@ class Learner:
 
     def load_trainable_state(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`trainable_state`; optimizer states absent from ``state``
-        (a checkpoint loaded for evaluation only) are left as they are."""
-        result = self.model.load_state_dict(state["model"], strict=False)
-        if result.unexpected_keys:
-            raise ValueError(f"checkpoint has unknown weights: {result.unexpected_keys[:5]}")
+        (a checkpoint loaded for evaluation only) are left as they are. A sharded learner
+        (torchrun) takes its shards of the full tensors: a one-process checkpoint resumes
+        on any number of ranks."""
         trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
+        unknown = set(state["model"]) - {n for n, _ in self.model.named_parameters()}
+        if unknown:
+            raise ValueError(f"checkpoint has unknown weights: {sorted(unknown)[:5]}")
         missing = trainable - set(state["model"])
         if missing:
-            raise ValueError(f"checkpoint lacks trained weights: {sorted(missing)[:5]}")
+            raise ValueError(f"checkpoint has no trained weights for: {sorted(missing)[:5]}")
+        if self.ranks.distributed:
+            self._load_full_state(state)
+            return
+        self.model.load_state_dict(state["model"], strict=False)
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
         if self.value_head is not None:
@@ -654,3 +660,77 @@ class Learner:
             self.critic.load_state_dict(state["critic"])
             if "critic_optimizer" in state:
                 self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+
+    def _optimizer_targets(self) -> list[tuple[nn.Module, torch.optim.Optimizer, list[str],
+                                               str, str]]:
+        """``(module, optimizer, parameter names in optimizer order, weights key,
+        optimizer key)`` of each trained module; names relative to ``module``."""
+        names = [f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad]
+        if self.value_head is not None:
+            names += [f"value_head.{n}" for n, _ in self.value_head.named_parameters()]
+        targets = [(self.scorer, self.optimizer, names, "scorer", "optimizer")]
+        if self.critic is not None:
+            targets.append((self.critic, self.critic_optimizer,
+                            [n for n, _ in self.critic.named_parameters()], "critic",
+                            "critic_optimizer"))
+        return targets
+
+    def _load_full_state(self, state: dict[str, Any]) -> None:
+        """:meth:`load_trainable_state` into sharded modules (full tensors in ``state``)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        full = StateDictOptions(full_state_dict=True, strict=False)
+        weights = {f"model.{k}": v for k, v in state["model"].items()}
+        if self.value_head is not None:
+            weights.update({f"value_head.{k}": v for k, v in state["value_head"].items()})
+        sections = {"scorer": weights}
+        if self.critic is not None:
+            sections["critic"] = state["critic"]
+        for module, optimizer, names, weights_key, optimizer_key in self._optimizer_targets():
+            set_model_state_dict(module, sections[weights_key], options=full)
+            saved = state.get(optimizer_key)
+            if saved is not None:  # index-keyed (torch's format) -> parameter names
+                by_name = {
+                    "state": {names[int(i)]: value for i, value in saved["state"].items()},
+                    "param_groups": [{**group, "params": [names[int(i)] for i in
+                                                          group["params"]]}
+                                     for group in saved["param_groups"]]}
+                set_optimizer_state_dict(module, optimizer, by_name, options=full)
+
+    def sharded_state(self, *, optimizer: bool = True) -> dict[str, Any]:
+        """DCP state dicts of what training changes: ``{"weights": {"scorer": ...,
+        "critic": ...}, "optimizer": {...} or None}`` (sharded tensors under torchrun,
+        plain ones in one process; only trained weights, so LoRA saves its adapters)."""
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        weights: dict[str, Any] = {}
+        optimizers: dict[str, Any] = {}
+        for module, optim, names, weights_key, optimizer_key in self._optimizer_targets():
+            trained = set(names)
+            weights[weights_key] = {k: v for k, v in get_model_state_dict(module).items()
+                                    if k in trained}
+            if optimizer:
+                optimizers[optimizer_key] = get_optimizer_state_dict(module, optim)
+        return {"weights": weights, "optimizer": optimizers if optimizer else None}
+
+    def load_sharded_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`sharded_state` (a state it returned, filled by DCP)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        partial = StateDictOptions(strict=False)
+        for module, optim, _, weights_key, optimizer_key in self._optimizer_targets():
+            set_model_state_dict(module, state["weights"][weights_key], options=partial)
+            if state.get("optimizer") is not None:
+                set_optimizer_state_dict(module, optim, state["optimizer"][optimizer_key],
+                                         options=partial)

@@ -131,3 +131,245 @@ def test_transformer_blocks_are_found():
     with pytest.raises(DistributedError, match="transformer blocks"):
         distributed.transformer_blocks(torch.nn.Linear(2, 2))
 
+
+
+# ---------------------------------------------------------------------- whole runs
+def _train(run_dir: Path, algo: str, iterations: int, *flags: str, nproc: int = 1
+           ) -> subprocess.CompletedProcess:
+    args = ["-m", "tests.algorithms.distributed_train", str(run_dir), algo, str(iterations),
+            *flags]
+    if nproc > 1:
+        result = torchrun(*args, nproc=nproc)
+    else:
+        result = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True,
+                                text=True, timeout=600,
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def _tensors(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def _max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+def test_groups_are_owned_by_one_rank_and_start_on_the_tasks_of_one_process(tmp_path):
+    _train(tmp_path / "one", "gigpo", 2)
+    _train(tmp_path / "two", "gigpo", 2, nproc=2)
+    one = json.loads((tmp_path / "one" / "groups-rank0.json").read_text())
+    ranks = [json.loads((tmp_path / "two" / f"groups-rank{r}.json").read_text())
+             for r in range(2)]
+    for iteration, single in enumerate(one):
+        owned = [log[iteration]["groups"] for log in ranks]
+        assert sorted(g for groups in owned for g in groups) == [0, 1, 2]  # each once
+        assert owned == [[0, 1], [2]]
+        tasks = {g: t for log in ranks for g, t in log[iteration]["tasks"].items()}
+        assert tasks == single["tasks"]  # the world size does not change the tasks
+        rows = {g: n for log in ranks for g, n in log[iteration]["rows"].items()}
+        assert rows == single["rows"]  # whole groups: every trajectory of a group
+    metrics = [json.loads(line) for line in
+               (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in metrics] == [1, 2]  # rank 0 logs once
+    assert all(m["rollout/trajectories"] == 6 for m in metrics)
+
+
+def _wait_for(path: Path, process: subprocess.Popen, timeout: float) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, "the job ended before it could be killed"
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.02)
+
+
+def _launch(run_dir: Path, algo: str, iterations: int) -> subprocess.Popen:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node=2", "-m", "tests.algorithms.distributed_train",
+               str(run_dir), algo, str(iterations)]
+    return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+)
+
+
+def test_a_killed_two_rank_job_resumes_like_an_uninterrupted_one(tmp_path):
+    job = _launch(tmp_path / "killed", "grpo", 20)
+    try:
+        _wait_for(tmp_path / "killed" / "checkpoints" / "latest", job, timeout=300)
+    finally:
+        _kill_all(job)  # torchrun and both ranks, mid-run
+    latest = (tmp_path / "killed" / "checkpoints" / "latest").read_text()
+    saved = int(latest.removeprefix("iter_"))
+    assert saved < 20, "the job was not killed mid-run"
+    total = saved + 1
+    _train(tmp_path / "killed", "grpo", total, "--resume", nproc=2)
+    _train(tmp_path / "straight", "grpo", total, nproc=2)
+    difference = _max_difference(_tensors(tmp_path / "straight" / "final.safetensors"),
+                                 _tensors(tmp_path / "killed" / "final.safetensors"))
+    assert difference <= 1e-6
+    metrics = (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(m)["iteration"] for m in metrics] == list(range(1, total + 1))
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_a_two_rank_checkpoint_resumes_in_one_process(tmp_path, lora):
+    flags = ("--lora",) if lora else ()
+    _train(tmp_path, "gigpo", 1, *flags, nproc=2)
+    saved = _tensors(tmp_path / "final.safetensors")
+    (tmp_path / "final.safetensors").unlink()
+    _train(tmp_path, "gigpo", 2, "--resume", "--setup-only", *flags)
+    assert _max_difference(saved, _tensors(tmp_path / "final.safetensors")) == 0.0
+    assert any(k.startswith("exp_avg.") for k in saved)  # the moments came back too
+    _train(tmp_path, "gigpo", 2, "--resume", *flags)
+    metrics = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(m)["iteration"] for m in metrics] == [1, 2]
+
+
+def test_a_one_process_checkpoint_resumes_on_two_ranks(tmp_path):
+    _train(tmp_path, "ppo", 1)
+    saved = _tensors(tmp_path / "final.safetensors")
+    assert (tmp_path / "checkpoints" / "iter_000001" / "weights.safetensors").exists()
+    (tmp_path / "final.safetensors").unlink()
+    _train(tmp_path, "ppo", 2, "--resume", "--setup-only", nproc=2)
+    assert _max_difference(saved, _tensors(tmp_path / "final.safetensors")) == 0.0
+
+
+def _descendants(root: int) -> list[int]:
+    """Pids of every process under ``root`` (torchrun starts its workers in sessions of
+    their own, so killing its process group leaves them running)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, stack = [], list(children.get(root, []))
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack += children.get(pid, [])
+    return found
+
+
+def _descendant_with_rank(root: int, rank: int) -> int | None:
+    """The pid of a process under ``root`` whose environment has ``RANK=rank``."""
+    for pid in _descendants(root):
+        try:
+            environ = (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return pid
+    return None
+
+
+def _kill_all(job: subprocess.Popen) -> None:
+    import signal
+
+    for pid in [job.pid, *_descendants(job.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    job.communicate(timeout=60)
+
+
+def test_a_rank_killed_with_sigkill_ends_the_job_with_its_name(tmp_path):
+    import signal
+    import time
+
+    job = _launch(tmp_path, "gigpo", 200)
+    try:
+        _wait_for(tmp_path / "metrics.jsonl", job, timeout=300)  # training is under way
+        victim = _descendant_with_rank(job.pid, 1)
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        start = time.monotonic()
+        _, stderr = job.communicate(timeout=120)
+        elapsed = time.monotonic() - start
+    finally:
+        if job.poll() is None:
+            _kill_all(job)
+    assert job.returncode != 0
+    assert elapsed < 60
+    assert "rank      : 1" in stderr or "rank: 1" in stderr, stderr[-3000:]
+    assert "SIGKILL" in stderr or "Signal 9" in stderr, stderr[-3000:]
+
+
+def test_blocks_of_groups_concatenate_to_the_rollout_of_all_groups():
+    """Two ranks' blocks (group offsets 0 and 2), concatenated, equal one rollout of the
+    4 groups: same tasks, rows, ids, anchors and bootstrap prompts."""
+    from agentgym.vector import make_vector_env
+    from algorithms.config import PromptConfig
+    from algorithms.rollout import RolloutSettings, collect_rollout, concat_batches
+    from tests.algorithms.fakes import ScriptedEngine
+    from tests.algorithms.tiny import make_tokenizer
+
+    tokenizer = make_tokenizer()
+
+    def answer(turn: int, position: int, prompt: str) -> str:
+        del turn, position  # the answer depends on the prompt alone
+        return "<action> open red door </action>" if "open red" in prompt else \
+            "<action> look </action>"
+
+    settings = RolloutSettings(group_size=2, max_steps=3, temperature=1.0, max_new_tokens=12,
+                               invalid_action_penalty=0.1,
+                               prompt=PromptConfig(think=False, max_prompt_tokens=300),
+                               keep_bootstrap_prompts=True)
+
+    def rollout(groups: int, offset: int):
+        env = make_vector_env("AgentGym/Scripted-v0", 2 * groups, group_size=2,
+                              num_rooms=2, hint=True, max_steps=3, num_tasks=64)
+        try:
+            return collect_rollout(env, ScriptedEngine(tokenizer, answer), tokenizer, settings,
+                                   group_task_ids=None, seed=5, group_offset=offset)
+        finally:
+            env.close()
+
+    whole = rollout(4, 0)
+    joined = concat_batches([rollout(2, 0), rollout(2, 2)], [0, 2], 2,
+                            int(tokenizer.pad_token_id))
+    assert len(set(whole.task_ids)) > 1
+    for name in ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "rewards",
+                 "traj_ids", "group_ids", "anchor_ids", "step_index", "last_step", "success",
+                 "bootstrap_rows", "bootstrap_prompt_ids", "bootstrap_prompt_mask"):
+        np.testing.assert_array_equal(getattr(joined, name), getattr(whole, name), err_msg=name)
+    for name in ("task_ids", "anchors", "actions", "observations"):
+        assert getattr(joined, name) == getattr(whole, name), name
+
+
+@pytest.mark.ray
+@pytest.mark.slow  # a Ray cluster and its actors take ~30 s to start here
+def test_two_ranks_put_their_envs_on_an_existing_ray_cluster(tmp_path):
+    """``ray start --head`` (the cluster of a two-machine launch, on one machine), then a
+    2-rank job with ``--env.backend ray --env.ray-address auto``: each rank connects
+    as a driver of its own and its envs are its own actors on that cluster."""
+    pytest.importorskip("ray")
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ray_env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    ray = [sys.executable, "-m", "ray.scripts.scripts"]
+    started = subprocess.run([*ray, "start", "--head", f"--port={port}", "--num-cpus=2",
+                              "--include-dashboard=false", "--disable-usage-stats"],
+                             capture_output=True, text=True, timeout=180, env=ray_env)
+    assert started.returncode == 0, started.stderr[-3000:]
+    try:
+        _train(tmp_path, "grpo", 1, "--ray-address", "auto", nproc=2)
+        logs = [json.loads((tmp_path / f"groups-rank{r}.json").read_text()) for r in range(2)]
+        assert [log[0]["groups"] for log in logs] == [[0, 1], [2]]
+        saved = json.loads((tmp_path / "config.json").read_text())["env"]
+        assert saved["backend"] == "ray" and saved["ray_address"] == "auto"
+    finally:
+        subprocess.run([*ray, "stop", "--force"], capture_output=True, timeout=120,
+                       env=ray_env)
