@@ -157,16 +157,15 @@ def cli() -> None:
 def distributed_failure(error: BaseException) -> str | None:
     """A one-line cause for a failed collective of a torchrun job (another rank died, or
     did not answer within --run.dist-timeout), or ``None`` for any other error."""
-    try:
-        import torch.distributed as dist
-    except ImportError:
+    from algorithms.distributed import launched_with_ranks
+
+    if not launched_with_ranks():
         return None
-    if not (dist.is_available() and dist.is_initialized()) and not isinstance(
-            error, getattr(dist, "DistError", ())):
-        return None
+    import torch.distributed as dist
+
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    if isinstance(error, getattr(dist, "DistError", ())) or "timed out" in text.lower() or \
-            "connection" in text.lower() or "gloo" in text.lower():
+    if isinstance(error, getattr(dist, "DistError", ())) or any(
+            word in text.lower() for word in ("timed out", "connection", "gloo", "nccl")):
         return (f"a collective with the other ranks failed ({text}): another rank died or "
                 "did not answer within --run.dist-timeout; torchrun's report names it")
     return None

@@ -373,3 +373,67 @@ def test_two_ranks_put_their_envs_on_an_existing_ray_cluster(tmp_path):
     finally:
         subprocess.run([*ray, "stop", "--force"], capture_output=True, timeout=120,
                        env=ray_env)
+
+
+# ---------------------------------------------------------------------- train.py itself
+@pytest.fixture(scope="module")
+def tiny_model_folder(tmp_path_factory) -> Path:
+    """The tiny Llama and its tokenizer saved as an HF folder (``--model.name-or-path``)."""
+    from tests.algorithms.tiny import make_policy
+
+    folder = tmp_path_factory.mktemp("tiny-model")
+    policy = make_policy()
+    policy.model.save_pretrained(folder)
+    policy.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _train_py(model: Path, run_dir: Path, *flags: str) -> list[str]:
+    """``train.py`` on the cpu-demo env with the tiny model (as torchrun arguments)."""
+    return ["train.py", "--model.name-or-path", str(model), "--run.output-dir",
+            str(run_dir.parent), "--run.run-name", run_dir.name, "--run.no-tensorboard",
+            "--run.torch-threads", "1", *flags]
+
+
+def test_train_py_under_torchrun_trains_and_resumes(tmp_path, tiny_model_folder):
+    run = tmp_path / "run"
+    first = torchrun(*_train_py(tiny_model_folder, run, "--run.iterations", "1"))
+    assert first.returncode == 0, first.stderr[-3000:]
+    output = first.stdout
+    assert output.count("[agentgym] preset=") == 1  # rank 0 alone prints
+    assert "torchrun: 2 ranks (gloo)" in output and "sharded by 2 ranks" in output
+    resumed = torchrun(*_train_py(tiny_model_folder, run, "--run.iterations", "2",
+                                  "--resume"), nproc=1)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "(saved by 2 ranks)" in resumed.stdout
+    metrics = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(m)["iteration"] for m in metrics] == [1, 2]
+
+
+def test_a_hanging_rank_ends_the_job_after_the_timeout(tmp_path, tiny_model_folder):
+    """Rank 1 stopped (SIGSTOP, as if hung): rank 0's next collective fails after
+    --run.dist-timeout, it exits with one line naming the cause, torchrun ends the job."""
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node=2", *_train_py(tiny_model_folder, run, "--run.iterations",
+                                                "500", "--run.dist-timeout", "10")]
+    job = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        _wait_for(run / "metrics.jsonl", job, timeout=300)
+        victim = _descendant_with_rank(job.pid, 1)
+        assert victim is not None
+        os.kill(victim, signal.SIGSTOP)
+        start = time.monotonic()
+        _, stderr = job.communicate(timeout=180)
+        elapsed = time.monotonic() - start
+    finally:
+        if job.poll() is None:
+            _kill_all(job)
+    assert job.returncode != 0
+    assert elapsed < 120
+    assert "train.py: rank 0: error: a collective with the other ranks failed" in stderr, \
+        stderr[-3000:]
