@@ -299,10 +299,12 @@ class WeightMirror:
     Args:
         model: the policy model, not yet sharded.
         device: where the copy lives (the HF engine: the training device; vLLM: ``cpu``).
+        dtype: the copy's dtype (``None``: the model's).
     """
 
-    def __init__(self, model: nn.Module, device: torch.device):
-        self.model = copy.deepcopy(model).to(device)
+    def __init__(self, model: nn.Module, device: torch.device,
+                 dtype: torch.dtype | None = None):
+        self.model = copy.deepcopy(model).to(device=device, dtype=dtype)
         self.model.requires_grad_(False)
         self._parameters = dict(self.model.named_parameters())
 

@@ -271,8 +271,12 @@ class Trainer:
                       "minutes the first time, then it is cached")
         # LoRA adapters are initialised from torch's RNG: the same on every run (and rank)
         torch.manual_seed(config.run.seed)
+        model_config = config.model
+        if ranks.distributed and self.device.type == "cuda" and model_config.dtype == "auto":
+            # FSDP2 mixed precision: float32 master weights, bfloat16 compute
+            model_config = dataclasses.replace(model_config, dtype="float32")
         self.policy = self._policy if self._policy is not None else \
-            load_policy(config.model, self.device)
+            load_policy(model_config, self.device)
         self._say(f"policy: {self.policy.source}; "
                   f"{sum(p.numel() for p in self.policy.model.parameters()) / 1e6:.1f}M "
                   "parameters")
@@ -283,8 +287,10 @@ class Trainer:
             from algorithms.engines import resolve_engine
 
             on_host = resolve_engine(config.generation, self.policy) != "hf"
-            self.mirror = WeightMirror(self.policy.model,
-                                       torch.device("cpu") if on_host else self.device)
+            # on a GPU the HF engine's copy samples in bfloat16, like FSDP2's compute
+            self.mirror = WeightMirror(
+                self.policy.model, torch.device("cpu") if on_host else self.device,
+                dtype=torch.bfloat16 if self.device.type == "cuda" and not on_host else None)
             engine_policy = dataclasses.replace(self.policy, model=self.mirror.model)
         self.learner = Learner(self.policy, config, self.device, ranks=ranks)
         max_len = config.prompt.max_prompt_tokens + config.generation.max_new_tokens
@@ -630,11 +636,16 @@ class Trainer:
         return path
 
     def close(self) -> None:
+        """Close the envs, the logger and the engine (a vLLM engine shuts down here, while
+        a torchrun job's process group still exists)."""
         if self.vec_env is not None:
             self.vec_env.close()
             self.vec_env = None
         if self.logger is not None:
             self.logger.close()
+        if self.engine is not None and hasattr(self.engine, "close"):
+            self.engine.close()
+            self.engine = None
 
 
 def _megabytes(size: int) -> str:

@@ -36,7 +36,8 @@ from collections import defaultdict
 from pathlib import Path
 
 PHASES = ("rollout", "log_probs", "advantages", "update", "weight_sync")
-KINDS = ("all_gather_params", "reduce_scatter_grads", "gather_objects", "all_reduce", "other")
+KINDS = ("all_gather_params", "reduce_scatter_grads", "weight_sync", "gather_objects",
+         "all_reduce", "other")
 
 
 # ---------------------------------------------------------------------- worker side
@@ -50,9 +51,10 @@ class CollectiveMeter:
         self.dist = dist
         self.bytes: dict[str, int] = defaultdict(int)
         self.calls: dict[str, int] = defaultdict(int)
-        self._patch("all_gather_into_tensor", "all_gather_params",
+        # FSDP2's collectives (the deprecated *_into_tensor / *_tensor names call these)
+        self._patch("all_gather_single", "all_gather_params",
                     lambda a, k: _nbytes(_arg(a, k, 0, "output_tensor")))
-        self._patch("reduce_scatter_tensor", "reduce_scatter_grads",
+        self._patch("reduce_scatter_single", "reduce_scatter_grads",
                     lambda a, k: _nbytes(_arg(a, k, 1, "input")))
         self._patch("all_reduce", "all_reduce", lambda a, k: _nbytes(_arg(a, k, 0, "tensor")))
         self._patch("all_gather_object", "gather_objects",
@@ -106,6 +108,15 @@ def worker(argv: list[str], out: Path) -> None:
         return metrics
 
     trainer.train_iteration = counted_iteration
+    if meter is not None:  # the mirror's refresh gathers every parameter (DTensor API)
+        sync_engine = trainer._sync_engine
+
+        def counted_sync() -> None:
+            meter.bytes["weight_sync"] += sum(_nbytes(p) for p in
+                                              trainer.mirror.model.parameters())
+            sync_engine()
+
+        trainer._sync_engine = counted_sync
     try:
         trainer.run()
     finally:

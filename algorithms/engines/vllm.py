@@ -324,6 +324,14 @@ class VLLMEngine:
             self.llm.sleep(level=self.sleep_level)
             self._asleep = True
 
+    def close(self) -> None:
+        """Shut the engine down now (its executor, and the process groups vLLM set up),
+        instead of at interpreter exit: under torchrun, after the job's process group is
+        gone, that late teardown fails."""
+        client = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if client is not None:
+            client.shutdown()
+
     def sync_weights(self, model: Any) -> None:
         """Load ``model``'s current weights into the running engine (in place).
 

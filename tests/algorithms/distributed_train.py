@@ -3,8 +3,8 @@
 ``[torchrun --nproc-per-node 2 -m] tests.algorithms.distributed_train RUN_DIR ALGO
 ITERATIONS [--resume] [--lora] [--setup-only] [--ray-address ADDRESS]``. Rank 0 writes, into ``RUN_DIR``:
 
-- ``final.safetensors``: the policy's (gathered) weights and the optimizer's moments,
-  after the run (or, with ``--setup-only``, right after setup and any resume);
+- ``final.safetensors``: the policy's (gathered) weights, the optimizer's moments and
+  (torchrun) the engine's weight mirror, after the run (or, with ``--setup-only``, right after setup and any resume);
 - ``groups-rank<R>.json`` (every rank): per rollout, the global group ids and task ids
   that rank rolled out (``test_distributed.py`` checks ownership with it).
 """
@@ -61,6 +61,9 @@ def _dump(trainer: Trainer, path: Path) -> None:
         for key in ("exp_avg", "exp_avg_sq"):
             if key in state:
                 tensors[f"{key}.{name}"] = distributed.full_tensor(state[key]).clone()
+    if trainer.mirror is not None:  # what the engine samples from (refreshed each update)
+        for name, parameter in trainer.mirror.model.named_parameters():
+            tensors[f"mirror.{name}"] = parameter.detach().clone()
     if trainer.ranks.main:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
 

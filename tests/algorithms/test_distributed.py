@@ -155,6 +155,8 @@ def _tensors(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    a = {k: v for k, v in a.items() if not k.startswith("mirror.")}
+    b = {k: v for k, v in b.items() if not k.startswith("mirror.")}
     assert a.keys() == b.keys()
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
@@ -176,6 +178,12 @@ def test_groups_are_owned_by_one_rank_and_start_on_the_tasks_of_one_process(tmp_
     metrics = [json.loads(line) for line in
                (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in metrics] == [1, 2]  # rank 0 logs once
+    # the engine's full copy holds the trained weights (refreshed after the last update)
+    final = _tensors(tmp_path / "two" / "final.safetensors")
+    mirrored = [k for k in final if k.startswith("mirror.")]
+    assert mirrored
+    for key in mirrored:
+        assert torch.equal(final[key], final["weights.model." + key.removeprefix("mirror.")])
     assert all(m["rollout/trajectories"] == 6 for m in metrics)
 
 
@@ -437,3 +445,21 @@ def test_a_hanging_rank_ends_the_job_after_the_timeout(tmp_path, tiny_model_fold
     assert elapsed < 120
     assert "train.py: rank 0: error: a collective with the other ranks failed" in stderr, \
         stderr[-3000:]
+
+
+def test_ray_address_needs_the_ray_backend():
+    from algorithms.config import ConfigError, TrainConfig, replace
+
+    with pytest.raises(ConfigError, match="env.ray_address needs env.backend ray"):
+        replace(TrainConfig(), env={"ray_address": "auto"}).validate()
+    with pytest.raises(ConfigError, match="run.dist_timeout must be > 0"):
+        replace(TrainConfig(), run={"dist_timeout": 0.0}).validate()
+
+
+def test_no_ray_cluster_at_the_address_is_one_clear_error(monkeypatch):
+    pytest.importorskip("ray")
+    from agentgym.vector.ray_backend import connect_ray
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ConnectionError, match="no Ray cluster at 'auto'.*ray start --head"):
+        connect_ray("auto")

@@ -174,3 +174,26 @@ def test_unknown_or_missing_weight_names_are_errors(engine, policy):
     # reload leaves the engine's weights half written)
     with pytest.raises(ValueError, match="no module or parameter named"):
         engine.load_weights(iter([("model.bogus.weight", torch.zeros(2, dtype=torch.bfloat16))]))
+
+
+def test_two_ranks_each_with_its_own_vllm_engine(tmp_path):
+    """``torchrun --nproc-per-node 2 train.py --engine vllm``: each rank builds a vLLM
+    engine, samples, trains on the gathered batch and syncs its engine from the shards."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         "train.py", "--engine", "vllm", "--run.iterations", "2", "--run.save-every", "100",
+         "--run.output-dir", str(tmp_path), "--run.no-tensorboard"],
+        cwd=repo, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "Traceback" not in result.stderr, result.stderr[-4000:]
+    assert result.stdout.count("generation engine: VLLMEngine") == 1  # rank 0 prints
+    assert (result.stdout + result.stderr).count("Initializing a V1 LLM engine") == 2
+    assert "sharded by 2 ranks" in result.stdout
+    metrics = (tmp_path / "cpu-demo-gigpo-seed0" / "metrics.jsonl").read_text().splitlines()
+    assert len(metrics) == 2
