@@ -290,22 +290,30 @@ def _kill_all(job: subprocess.Popen) -> None:
     job.communicate(timeout=60)
 
 
-def test_a_rank_killed_with_sigkill_ends_the_job_with_its_name(tmp_path):
-    import signal
+def _signal_rank_1(job: subprocess.Popen, started: Path, signal_number: int
+                   ) -> tuple[str, float]:
+    """Once ``started`` exists (training is under way), send ``signal_number`` to rank 1
+    and wait for the job to end; return its stderr and the seconds it took to end."""
     import time
 
-    job = _launch(tmp_path, "gigpo", 200)
     try:
-        _wait_for(tmp_path / "metrics.jsonl", job, timeout=300)  # training is under way
+        _wait_for(started, job, timeout=300)
         victim = _descendant_with_rank(job.pid, 1)
         assert victim is not None
-        os.kill(victim, signal.SIGKILL)
+        os.kill(victim, signal_number)
         start = time.monotonic()
-        _, stderr = job.communicate(timeout=120)
-        elapsed = time.monotonic() - start
+        _, stderr = job.communicate(timeout=180)
+        return stderr, time.monotonic() - start
     finally:
         if job.poll() is None:
             _kill_all(job)
+
+
+def test_a_rank_killed_with_sigkill_ends_the_job_with_its_name(tmp_path):
+    import signal
+
+    job = _launch(tmp_path, "gigpo", 200)
+    stderr, elapsed = _signal_rank_1(job, tmp_path / "metrics.jsonl", signal.SIGKILL)
     assert job.returncode != 0
     assert elapsed < 60
     assert "rank      : 1" in stderr or "rank: 1" in stderr, stderr[-3000:]
@@ -422,7 +430,6 @@ def test_a_hanging_rank_ends_the_job_after_the_timeout(tmp_path, tiny_model_fold
     """Rank 1 stopped (SIGSTOP, as if hung): rank 0's next collective fails after
     --run.dist-timeout, it exits with one line naming the cause, torchrun ends the job."""
     import signal
-    import time
 
     run = tmp_path / "run"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
@@ -430,17 +437,7 @@ def test_a_hanging_rank_ends_the_job_after_the_timeout(tmp_path, tiny_model_fold
                                                 "500", "--run.dist-timeout", "10")]
     job = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    try:
-        _wait_for(run / "metrics.jsonl", job, timeout=300)
-        victim = _descendant_with_rank(job.pid, 1)
-        assert victim is not None
-        os.kill(victim, signal.SIGSTOP)
-        start = time.monotonic()
-        _, stderr = job.communicate(timeout=180)
-        elapsed = time.monotonic() - start
-    finally:
-        if job.poll() is None:
-            _kill_all(job)
+    stderr, elapsed = _signal_rank_1(job, run / "metrics.jsonl", signal.SIGSTOP)
     assert job.returncode != 0
     assert elapsed < 120
     assert "train.py: rank 0: error: a collective with the other ranks failed" in stderr, \
