@@ -36,6 +36,8 @@ import torch
 
 from algorithms.checkpoint import (
     WEIGHT_SECTIONS,
+    CheckpointError,
+    check_model_identity,
     checkpoint_size,
     latest_checkpoint,
     load_checkpoint,
@@ -216,7 +218,7 @@ class Trainer:
                       f"on {self.device}; converting the default GGUF model takes a few "
                       "minutes the first time, then it is cached")
         self.policy = self._policy if self._policy is not None else \
-            load_policy(config.model, self.device)
+            load_policy(config.model, self.device, seed=config.run.seed)
         self._say(f"policy: {self.policy.source}; "
                   f"{sum(p.numel() for p in self.policy.model.parameters()) / 1e6:.1f}M "
                   "parameters")
@@ -229,7 +231,13 @@ class Trainer:
         if checkpoint is not None:
             payload = load_checkpoint(checkpoint, map_location=self.device,
                                       optimizer=config.run.resume)
-            self.learner.load_trainable_state(payload["learner"])
+            check_model_identity(Path(payload["path"]), payload["meta"].get("model"),
+                                 self.learner.model_identity)
+            try:
+                self.learner.load_trainable_state(payload["learner"])
+            except (ValueError, RuntimeError) as error:
+                raise CheckpointError(f"{payload['path']} does not fit this run's model: "
+                                      f"{error}") from None
             if payload["rng"] is not None:
                 restore_rng_states(payload["rng"])
             self.start_iteration = int(payload["iteration"])
@@ -483,15 +491,17 @@ class Trainer:
         if not self.config.run.save_optimizer:
             state = {key: value for key, value in state.items() if key in WEIGHT_SECTIONS}
         path = save_checkpoint(self.run_dir, iteration, state,
-                               {"config": self.config.to_dict(), "metrics": finite},
+                               {"config": self.config.to_dict(), "metrics": finite,
+                                "model": self.learner.model_identity},
                                keep=self.config.run.keep_checkpoints, score=score)
         meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
         sizes = meta["sizes"]
         optimizer = sizes.get("optimizer.safetensors", 0)
         kept = ("kept in the newest checkpoint only" if optimizer else
                 "not saved: --run.no-save-optimizer")
+        weights = "LoRA adapter weights" if self.policy.lora else "weights"
         self._say(f"checkpoint {path}: {_megabytes(checkpoint_size(path))} "
-                  f"(weights {_megabytes(sizes['weights.safetensors'])} in "
+                  f"({weights} {_megabytes(sizes['weights.safetensors'])} in "
                   f"{'/'.join(meta['weights_dtype'])}, optimizer state "
                   f"{_megabytes(optimizer)}, {kept})")
         return path
