@@ -7,6 +7,7 @@ Examples::
     python train.py --preset alfworld-1.5b --algo gigpo
     python train.py --preset alfworld-7b-lora --resume
     python train.py --preset cpu-demo --eval-only --checkpoint runs/cpu-demo-gigpo-seed0
+    torchrun --nproc-per-node 2 train.py --preset alfworld-1.5b   # 2 GPUs, FSDP2
 
 ``--engine auto|hf|vllm|openai``, ``--resume``, ``--eval-only`` and ``--checkpoint PATH`` are short for
 ``--generation.engine``, ``--run.resume``, ``--run.eval-only`` and ``--run.checkpoint``. ``--preset NAME`` picks the
@@ -68,18 +69,28 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
-    """Parse the command line, then train or evaluate; return the last metrics."""
+    """Parse the command line, then train or evaluate; return the last metrics.
+
+    Under ``torchrun`` every rank runs this; rank 0 alone prints."""
     config = parse_config(argv)
+    from algorithms import distributed
     from algorithms.metrics import read_metrics, run_summary
     from algorithms.trainer import Trainer
 
-    trainer = Trainer(config)
-    print(f"[agentgym] preset={config.preset} algo={config.algo} env={config.env.env_id} "
-          f"run_dir={trainer.run_dir}", flush=True)
+    ranks = distributed.init_from_environment(device=config.run.device,
+                                              timeout_s=config.run.dist_timeout)
     try:
-        metrics = trainer.run()
-    except KeyboardInterrupt:
-        raise Interrupted(trainer.run_dir) from None
+        trainer = Trainer(config, ranks=ranks)
+        if not ranks.main:
+            return trainer.run()
+        print(f"[agentgym] preset={config.preset} algo={config.algo} env={config.env.env_id} "
+              f"run_dir={trainer.run_dir}", flush=True)
+        try:
+            metrics = trainer.run()
+        except KeyboardInterrupt:
+            raise Interrupted(trainer.run_dir) from None
+    finally:
+        distributed.shutdown()
     keys = [k for k in ("rollout/success", "rollout/return", "eval/success") if k in metrics]
     summary = " ".join(f"{k}={metrics[k]:.3f}" for k in keys)
     print(f"[agentgym] done: {summary} (metrics: {trainer.run_dir / 'metrics.jsonl'})",
@@ -117,9 +128,11 @@ def cli() -> None:
 
     from algorithms.checkpoint import CheckpointError
     from algorithms.config import ConfigError
+    from algorithms.distributed import DistributedError, rank_prefix
     from algorithms.engines import EngineUnavailableError
     from algorithms.policy import PolicyLoadError
 
+    where = rank_prefix()
     try:
         main()
     except Interrupted as error:
@@ -129,11 +142,33 @@ def cli() -> None:
         print("\ntrain.py: interrupted before the run started", file=sys.stderr, flush=True)
         sys.exit(130)
     except ModuleNotFoundError as error:
-        sys.exit(f"train.py: error: this run needs the package {error.name!r}, which is not "
-                 "installed (see README, Install)")
+        sys.exit(f"train.py: {where}error: this run needs the package {error.name!r}, which "
+                 "is not installed (see README, Install)")
     except (ConfigError, CheckpointError, EngineUnavailableError, PolicyLoadError,
-            FileNotFoundError, gymnasium.error.Error) as error:
-        sys.exit(f"train.py: error: {error}")
+            DistributedError, FileNotFoundError, gymnasium.error.Error) as error:
+        sys.exit(f"train.py: {where}error: {error}")
+    except Exception as error:
+        peer = distributed_failure(error)
+        if peer is None:
+            raise
+        sys.exit(f"train.py: {where}error: {peer}")
+
+
+def distributed_failure(error: BaseException) -> str | None:
+    """A one-line cause for a failed collective of a torchrun job (another rank died, or
+    did not answer within --run.dist-timeout), or ``None`` for any other error."""
+    from algorithms.distributed import launched_with_ranks
+
+    if not launched_with_ranks():
+        return None
+    import torch.distributed as dist
+
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if isinstance(error, getattr(dist, "DistError", ())) or any(
+            word in text.lower() for word in ("timed out", "connection", "gloo", "nccl")):
+        return (f"a collective with the other ranks failed ({text}): another rank died or "
+                "did not answer within --run.dist-timeout; torchrun's report names it")
+    return None
 
 
 if __name__ == "__main__":

@@ -29,6 +29,19 @@ optimizer state, the one thing ``--resume`` needs beyond the weights and by far 
 largest part (AdamW keeps two tensors per weight); older checkpoints are stripped to
 weights, RNG states and metadata once a newer one is complete.
 
+Sharded checkpoints (a ``torchrun`` job, :mod:`algorithms.distributed`): every rank
+writes its shards with ``torch.distributed.checkpoint`` (DCP)::
+
+    checkpoints/iter_000010/sharded/weights/     trained weights (DCP: __<rank>_0.distcp)
+    checkpoints/iter_000010/sharded/optimizer/   optimizer state (newest checkpoint only)
+    checkpoints/iter_000010/rng.safetensors, meta.json   as above (``meta["format"]``)
+
+DCP reshards on load, so a checkpoint saved by N ranks resumes on M ranks, one process
+included (DCP reads without a process group). DCP stores its index (``.metadata``) as a
+pickle; it is read here with an unpickler that only rebuilds DCP's own metadata classes
+and a few torch/builtin types (:class:`SafeDCPReader`), so a crafted file still cannot
+run code. The tensor shards themselves are read with ``torch.load(weights_only=True)``.
+
 Atomicity: a checkpoint is written into a temporary folder; every file is fsynced, then
 the folder, then it is renamed into place and the parent folder is fsynced; ``latest``
 and ``best`` are replaced the same way. A crash at any moment leaves the previous
@@ -41,6 +54,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -59,6 +73,8 @@ OPTIMIZER_META_FILE = "optimizer.json"
 RNG_FILE = "rng.safetensors"
 META_FILE = "meta.json"
 LEGACY_FILE = "state.pt"
+SHARDED_DIR = "sharded"
+"""Folder of a sharded (DCP) checkpoint's ``weights`` and ``optimizer`` sub-folders."""
 WEIGHT_SECTIONS = ("model", "value_head", "critic")
 """Keys of a learner state whose values are ``name -> tensor`` weight tables."""
 
@@ -168,14 +184,7 @@ def save_checkpoint(run_dir: Path, iteration: int, state: dict[str, Any],
     Returns:
         The checkpoint folder; its ``meta.json`` has ``sizes`` (bytes per file).
     """
-    root = checkpoint_dir(run_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    name = f"iter_{iteration:06d}"
-    final = root / name
-    tmp = root / f".tmp-{name}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    tmp = _temporary_folder(run_dir, iteration)
     weights: dict[str, torch.Tensor] = {}
     optimizer: dict[str, torch.Tensor] = {}
     optimizer_skeleton: dict[str, Any] = {}
@@ -190,11 +199,37 @@ def save_checkpoint(run_dir: Path, iteration: int, state: dict[str, Any],
     if optimizer_skeleton:
         _save_tensors(optimizer, tmp / OPTIMIZER_FILE)
         write_atomic(tmp / OPTIMIZER_META_FILE, json.dumps(optimizer_skeleton))
+    return _commit(run_dir, tmp, iteration, {"weights_dtype": dtypes, **meta}, keep=keep,
+                   score=score)
+
+
+def _temporary_folder(run_dir: Path, iteration: int) -> Path:
+    """An empty ``checkpoints/.tmp-iter_XXXXXX`` to write checkpoint ``iteration`` into."""
+    root = checkpoint_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".tmp-iter_{iteration:06d}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    return tmp
+
+
+def _commit(run_dir: Path, tmp: Path, iteration: int, meta: dict[str, Any], *, keep: int,
+            score: float | None) -> Path:
+    """Finish the checkpoint written into ``tmp``: RNG states, ``meta.json`` (with the
+    file sizes), fsync, rename into place, point ``latest`` (and ``best``) at it, prune."""
+    root = checkpoint_dir(run_dir)
+    name = f"iter_{iteration:06d}"
+    final = root / name
     _save_tensors(rng_states(), tmp / RNG_FILE)
-    sizes = {p.name: p.stat().st_size for p in tmp.iterdir()}
+    for folder, _, files in os.walk(tmp):
+        for file in files:
+            fsync_path(Path(folder) / file)
+        fsync_path(Path(folder))
+    sizes = {str(p.relative_to(tmp)): p.stat().st_size for p in tmp.rglob("*") if p.is_file()}
     write_atomic(tmp / META_FILE, json.dumps(
-        {"iteration": iteration, "weights_dtype": dtypes, "score": score, "sizes": sizes,
-         **meta}, indent=2, default=str))
+        {"iteration": iteration, "score": score, "sizes": sizes, **meta}, indent=2,
+        default=str))
     fsync_path(tmp)
     if final.exists():
         shutil.rmtree(final)
@@ -206,6 +241,50 @@ def save_checkpoint(run_dir: Path, iteration: int, state: dict[str, Any],
         if best is None or score > best[1]:
             write_atomic(root / BEST, json.dumps({"name": name, "score": score}))
     _prune(root, name, keep)
+    return final
+
+
+def save_sharded_checkpoint(run_dir: Path, iteration: int, weights: dict[str, Any],
+                            optimizer: dict[str, Any] | None, meta: dict[str, Any], *,
+                            ranks: Any, keep: int = 2, score: float | None = None) -> Path:
+    """Write checkpoint ``iteration`` of a torchrun job, every rank its shards (DCP).
+
+    Called by every rank (it synchronises them). Rank 0 prepares the temporary folder,
+    and, once every rank's shards are written, commits the checkpoint as
+    :func:`save_checkpoint` does (RNG states, ``meta.json``, fsync, rename, ``latest``,
+    retention); a job killed before that leaves the previous checkpoint in place.
+
+    Args:
+        run_dir: the run folder (shared by the ranks: one filesystem).
+        iteration: number of completed iterations.
+        weights: DCP state dict of the trained weights (sharded tensors).
+        optimizer: DCP state dict of the optimizer states, or ``None`` (weights only).
+        meta: JSON-able data (config, metrics) stored beside it.
+        ranks: the job's :class:`~algorithms.distributed.Ranks`.
+        keep, score: as in :func:`save_checkpoint`.
+
+    Returns:
+        The checkpoint folder (on every rank).
+    """
+    import torch.distributed.checkpoint as dcp
+
+    from algorithms import distributed
+
+    tmp = checkpoint_dir(run_dir) / f".tmp-iter_{iteration:06d}"
+    if ranks.main:
+        _temporary_folder(run_dir, iteration)
+    distributed.barrier(ranks)
+    dcp.save(weights, storage_writer=dcp.FileSystemWriter(str(tmp / SHARDED_DIR / "weights")))
+    if optimizer is not None:
+        dcp.save(optimizer,
+                 storage_writer=dcp.FileSystemWriter(str(tmp / SHARDED_DIR / "optimizer")))
+    distributed.barrier(ranks)
+    final = checkpoint_dir(run_dir) / f"iter_{iteration:06d}"
+    if ranks.main:
+        final = _commit(run_dir, tmp, iteration,
+                        {"format": "dcp", "world_size": ranks.world_size, **meta}, keep=keep,
+                        score=score)
+    distributed.barrier(ranks)
     return final
 
 
@@ -221,11 +300,12 @@ def _prune(root: Path, newest: str, keep: int) -> None:
         elif folder.name != newest:
             for file in (OPTIMIZER_FILE, OPTIMIZER_META_FILE):
                 (folder / file).unlink(missing_ok=True)
+            shutil.rmtree(folder / SHARDED_DIR / "optimizer", ignore_errors=True)
 
 
 def checkpoint_size(path: Path) -> int:
-    """Bytes of the files in a checkpoint folder."""
-    return sum(p.stat().st_size for p in Path(path).iterdir() if p.is_file())
+    """Bytes of the files in a checkpoint folder (its sub-folders included)."""
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
 # ---------------------------------------------------------------------- model identity
@@ -241,6 +321,16 @@ def _lora_flags(lora: dict[str, Any] | None) -> str:
         return "--model.lora-rank 0"
     return (f"--model.lora-rank {lora['rank']} --model.lora-alpha {lora['alpha']} "
             f"--model.lora-target-modules {' '.join(lora['target_modules'])}")
+
+
+def checkpoint_meta(path: Path) -> dict[str, Any]:
+    """The ``meta.json`` of a checkpoint folder (or a run folder's newest checkpoint),
+    read without loading any tensor.
+
+    Raises:
+        CheckpointError: no (complete) checkpoint there, or a refused format.
+    """
+    return json.loads((resolve_checkpoint(Path(path)) / META_FILE).read_text(encoding="utf-8"))
 
 
 def check_model_identity(path: Path, saved: dict[str, Any] | None,
@@ -310,7 +400,8 @@ def resolve_checkpoint(path: Path) -> Path:
         raise CheckpointError(
             f"{path} holds a checkpoint in the old format ({LEGACY_FILE}, a pickle); it is "
             "not loaded because unpickling a file can run any code in it")
-    if (path / META_FILE).exists() and (path / WEIGHTS_FILE).exists():
+    if (path / META_FILE).exists() and ((path / WEIGHTS_FILE).exists()
+                                        or (path / SHARDED_DIR / "weights").is_dir()):
         return path
     latest = latest_checkpoint(path)
     if latest is None:
@@ -356,3 +447,98 @@ def load_checkpoint(path: Path, *, map_location: str | torch.device = "cpu",
     rng = _load_tensors(path / RNG_FILE, "cpu") if (path / RNG_FILE).exists() else None
     return {"iteration": int(meta["iteration"]), "learner": learner, "rng": rng,
             "meta": meta, "path": str(path)}
+
+
+# ---------------------------------------------------------------------- sharded (DCP)
+def is_sharded(path: Path) -> bool:
+    """Whether the checkpoint at ``path`` (or a run folder's newest) is a DCP one."""
+    return (resolve_checkpoint(Path(path)) / SHARDED_DIR).is_dir()
+
+
+_DCP_METADATA_MODULES = ("torch.distributed.checkpoint.",)
+_DCP_METADATA_NAMES = {
+    ("torch", "Size"), ("torch", "device"), ("torch._utils", "_rebuild_tensor_v2"),
+    ("collections", "OrderedDict"), ("builtins", "set"), ("builtins", "frozenset"),
+    ("builtins", "slice"), ("builtins", "complex"),
+    ("torch.serialization", "_get_layout"),  # a layout by its name
+    ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"),  # the checkpoint id
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Rebuilds DCP's metadata classes and plain torch/builtin values; refuses the rest
+    (a crafted ``.metadata`` that names ``os.system`` or any other callable fails)."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module.startswith(_DCP_METADATA_MODULES) or (module, name) in _DCP_METADATA_NAMES:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None),
+                                            (torch.dtype, torch.layout, torch.memory_format)):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"refused {module}.{name} in DCP metadata")
+
+
+def _safe_reader(path: Path) -> Any:
+    """A DCP ``FileSystemReader`` whose metadata is read with :class:`_MetadataUnpickler`."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    class SafeDCPReader(FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            metadata_path = self._get_metadata_path(kwargs.get("rank"))
+            with self.fs.create_stream(metadata_path, "rb") as stream:
+                metadata = _MetadataUnpickler(stream).load()
+            if getattr(metadata, "storage_meta", None) is None:
+                metadata.storage_meta = StorageMeta()
+            metadata.storage_meta.load_id = self.load_id
+            return metadata
+
+    return SafeDCPReader(str(path))
+
+
+def _cause(error: BaseException) -> str:
+    """The innermost error line of a (DCP-wrapped) exception's text."""
+    lines = [line.strip() for line in str(error).splitlines() if "Error" in line]
+    return lines[-1] if lines else (str(error) or type(error).__name__)
+
+
+def load_sharded_checkpoint(path: Path, state: dict[str, Any], *,
+                            optimizer: bool = True) -> dict[str, Any]:
+    """Read a sharded (DCP) checkpoint into ``state``, on any number of ranks.
+
+    Args:
+        path: checkpoint or run folder.
+        state: ``{"weights": ..., "optimizer": ...}`` DCP state dicts of the learner as it
+            is now (their tensors say which shards each rank needs; filled in place).
+        optimizer: also load the optimizer state (``--resume``).
+
+    Returns:
+        ``{"iteration", "learner", "rng", "meta", "path"}`` as :func:`load_checkpoint`,
+        ``learner`` being ``state`` filled in.
+
+    Raises:
+        CheckpointError: no checkpoint, no optimizer state when it was asked for, or a
+            refused or unreadable index.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    path = resolve_checkpoint(path)
+    meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+    parts = [("weights", state["weights"])]
+    if optimizer:
+        if not (path / SHARDED_DIR / "optimizer").is_dir():
+            raise CheckpointError(
+                f"{path} has no optimizer state (only a run's newest checkpoint keeps it), so "
+                "training cannot resume from it; evaluate it with --eval-only instead")
+        parts.append(("optimizer", state["optimizer"]))
+    for name, part in parts:
+        try:
+            dcp.load(part, storage_reader=_safe_reader(path / SHARDED_DIR / name))
+        except (CheckpointException, pickle.UnpicklingError, AssertionError, OSError,
+                ValueError, RuntimeError) as error:  # DCP wraps the unpickler's refusal
+            raise CheckpointError(f"{path / SHARDED_DIR / name} cannot be loaded: "
+                                  f"{_cause(error)}") from None
+    rng = _load_tensors(path / RNG_FILE, "cpu") if (path / RNG_FILE).exists() else None
+    return {"iteration": int(meta["iteration"]), "learner": state, "rng": rng, "meta": meta,
+            "path": str(path)}

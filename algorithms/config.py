@@ -278,6 +278,11 @@ class EnvConfig:
     num_workers: int | None = None
     """Env worker processes/actors (``None``: the backend's default)."""
 
+    ray_address: str | None = None
+    """Ray cluster the ``ray`` backend puts its env actors on: ``auto`` (the cluster that
+    ``ray start`` joined this machine to), ``HOST:PORT``, or ``None`` (a local Ray
+    instance started for the run). Under torchrun each rank's envs are its own actors."""
+
     step_timeout: float | None = None
     """Seconds a worker may take to answer one ``reset``/``step`` before it is killed and
     rebuilt and its episodes end truncated with ``info["env_error"]`` (``None``: wait
@@ -450,6 +455,11 @@ class RunConfig:
     progress: bool = True
     """Show progress bars."""
 
+    dist_timeout: float = 1800.0
+    """Seconds a collective waits for the other ranks of a ``torchrun`` job before the
+    job ends with an error naming the cause (a rank that died or hangs); longer than the
+    longest gap between collectives (a slow rank's rollout or evaluation)."""
+
     torch_threads: int | None = None
     """torch intra-op CPU threads (``None``: torch's default). On a shared, loaded CPU one
     thread was measured ~2x faster than two for the 135M model."""
@@ -569,6 +579,10 @@ class TrainConfig:
             problems.append("run.rollout_retries must be >= 0")
         if self.run.eval_only and self.run.resume:
             problems.append("run.eval_only and run.resume are exclusive")
+        if self.env.ray_address is not None and self.env.backend != "ray":
+            problems.append("env.ray_address needs env.backend ray")
+        if self.run.dist_timeout <= 0:
+            problems.append("run.dist_timeout must be > 0")
         if self.run.keep_checkpoints < 1:
             problems.append("run.keep_checkpoints must be >= 1")
         if self.run.record_trajectories < 0:

