@@ -6,13 +6,22 @@ Layout under a run folder::
     checkpoints/iter_000010/optimizer.safetensors  optimizer tensors (newest checkpoint only)
     checkpoints/iter_000010/optimizer.json         optimizer structure and scalars
     checkpoints/iter_000010/rng.safetensors        torch's global RNG states
-    checkpoints/iter_000010/meta.json              iteration, config, metrics, file sizes
+    checkpoints/iter_000010/meta.json              iteration, config, metrics, file sizes,
+                                                   and the model identity (below)
     checkpoints/latest                             name of the newest complete checkpoint
     checkpoints/best                               the best one by evaluation success (JSON)
 
 Loading never unpickles: tensors come from safetensors files (a flat name -> tensor
 table, no code) and everything else from JSON, so a checkpoint from elsewhere cannot run
 anything. Folders written by an older version (``state.pt``, a pickle) are refused.
+
+Only trained weights are stored (``Learner.trainable_state``): with LoRA, the adapters
+(and their optimizer state), not the base model they sit on. Such weights are right only
+on the same base model with the same adapter settings, so ``meta.json`` keeps the
+model's identity (:func:`algorithms.policy.model_identity`: a SHA-256 of the frozen
+weights the checkpoint relies on, the LoRA rank, alpha and adapted modules) and
+:func:`check_model_identity` refuses to load the checkpoint into any other model, with
+the flags that would fit it.
 
 Retention: the newest ``keep`` checkpoints, plus the one with the highest
 ``eval/success`` when evaluation ran at a saved iteration. Only the newest keeps its
@@ -297,6 +306,65 @@ def _prune(root: Path, newest: str, keep: int) -> None:
 def checkpoint_size(path: Path) -> int:
     """Bytes of the files in a checkpoint folder (its sub-folders included)."""
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+# ---------------------------------------------------------------------- model identity
+def _describe_lora(lora: dict[str, Any] | None) -> str:
+    if lora is None:
+        return "no LoRA (all weights trained)"
+    return (f"LoRA rank {lora['rank']}, alpha {lora['alpha']} on "
+            f"{', '.join(lora['target_modules'])}")
+
+
+def _lora_flags(lora: dict[str, Any] | None) -> str:
+    if lora is None:
+        return "--model.lora-rank 0"
+    return (f"--model.lora-rank {lora['rank']} --model.lora-alpha {lora['alpha']} "
+            f"--model.lora-target-modules {' '.join(lora['target_modules'])}")
+
+
+def checkpoint_meta(path: Path) -> dict[str, Any]:
+    """The ``meta.json`` of a checkpoint folder (or a run folder's newest checkpoint),
+    read without loading any tensor.
+
+    Raises:
+        CheckpointError: no (complete) checkpoint there, or a refused format.
+    """
+    return json.loads((resolve_checkpoint(Path(path)) / META_FILE).read_text(encoding="utf-8"))
+
+
+def check_model_identity(path: Path, saved: dict[str, Any] | None,
+                         current: dict[str, Any]) -> None:
+    """Refuse to load checkpoint ``path`` into a model its weights do not fit.
+
+    Args:
+        path: the checkpoint folder (for the message).
+        saved: the identity stored in its ``meta.json`` (``meta["model"]``); ``None`` for
+            a checkpoint written before identities were stored, which is not checked.
+        current: :func:`algorithms.policy.model_identity` of the model about to load it.
+
+    Raises:
+        CheckpointError: other LoRA settings (rank, alpha or adapted modules; or adapters
+            on one side only), or other frozen weights than those the checkpoint was
+            trained on (a checkpoint that stores only part of the model, e.g. LoRA
+            adapters, on another base model). The message says what differs and which
+            flags fit the checkpoint.
+    """
+    if saved is None:
+        return
+    if saved.get("lora") != current.get("lora"):
+        raise CheckpointError(
+            f"{path} was trained with {_describe_lora(saved.get('lora'))}, but this run's "
+            f"model has {_describe_lora(current.get('lora'))}; load it with "
+            f"{_lora_flags(saved.get('lora'))}")
+    fingerprint = saved.get("frozen_fingerprint")
+    if fingerprint is not None and fingerprint != current.get("frozen_fingerprint"):
+        raise CheckpointError(
+            f"{path} stores only the trained weights of a model whose other weights differ "
+            f"from this run's: trained on {saved.get('base_source')} ({fingerprint[:19]}), "
+            f"loading into {current.get('base_source')} "
+            f"({str(current.get('frozen_fingerprint'))[:19]}); pass the training run's "
+            "--model.name-or-path / --model.gguf-file / --model.dtype")
 
 
 # ---------------------------------------------------------------------- find and load

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,7 @@ from algorithms.policy import (
     frozen_copy,
     hidden_size,
     load_causal_lm,
+    model_identity,
     split_model,
 )
 from algorithms.rollout import StepBatch, TranscriptView, transcript_view
@@ -622,8 +624,16 @@ class Learner:
         return loss
 
     # ------------------------------------------------------------------ state
+    @cached_property
+    def model_identity(self) -> dict[str, Any]:
+        """:func:`~algorithms.policy.model_identity` of the policy, computed once (the
+        frozen weights it hashes never change during a run)."""
+        return model_identity(self.policy)
+
     def trainable_state(self) -> dict[str, Any]:
-        """Everything training changes (for checkpoints): weights, heads, optimizers."""
+        """Everything training changes (for checkpoints): the weights that require a
+        gradient (with LoRA only the adapters, never the frozen base), the value head or
+        critic, and the optimizer states (which hold moments of those weights only)."""
         state: dict[str, Any] = {
             "model": {name: p.detach().cpu() for name, p in self.model.named_parameters()
                       if p.requires_grad},

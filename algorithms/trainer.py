@@ -46,6 +46,8 @@ from algorithms import distributed
 from algorithms.checkpoint import (
     WEIGHT_SECTIONS,
     CheckpointError,
+    check_model_identity,
+    checkpoint_meta,
     checkpoint_size,
     is_sharded,
     latest_checkpoint,
@@ -269,14 +271,12 @@ class Trainer:
             self._say(f"loading the policy ({config.model.name_or_path or 'default model'}) "
                       f"on {self.device}; converting the default GGUF model takes a few "
                       "minutes the first time, then it is cached")
-        # LoRA adapters are initialised from torch's RNG: the same on every run (and rank)
-        torch.manual_seed(config.run.seed)
         model_config = config.model
         if ranks.distributed and self.device.type == "cuda" and model_config.dtype == "auto":
             # FSDP2 mixed precision: float32 master weights, bfloat16 compute
             model_config = dataclasses.replace(model_config, dtype="float32")
         self.policy = self._policy if self._policy is not None else \
-            load_policy(model_config, self.device)
+            load_policy(model_config, self.device, seed=config.run.seed)
         self._say(f"policy: {self.policy.source}; "
                   f"{sum(p.numel() for p in self.policy.model.parameters()) / 1e6:.1f}M "
                   "parameters")
@@ -320,14 +320,23 @@ class Trainer:
         """Load ``checkpoint`` (either format, any number of ranks it was saved from)."""
         config = self.config
         optimizer = config.run.resume
-        if is_sharded(checkpoint):
-            payload = load_sharded_checkpoint(checkpoint, self.learner.sharded_state(
+        folder = resolve_checkpoint(checkpoint)
+        # before any tensor is read: adapters on another base model, or other adapters
+        check_model_identity(folder, checkpoint_meta(folder).get("model"),
+                             self.learner.model_identity)
+        sharded = is_sharded(folder)
+        if sharded:
+            payload = load_sharded_checkpoint(folder, self.learner.sharded_state(
                 optimizer=optimizer), optimizer=optimizer)
-            self.learner.load_sharded_state(payload["learner"])
         else:
-            payload = load_checkpoint(checkpoint, map_location=self.device,
-                                      optimizer=optimizer)
-            self.learner.load_trainable_state(payload["learner"])
+            payload = load_checkpoint(folder, map_location=self.device, optimizer=optimizer)
+        try:
+            if sharded:
+                self.learner.load_sharded_state(payload["learner"])
+            else:
+                self.learner.load_trainable_state(payload["learner"])
+        except (ValueError, RuntimeError) as error:  # names or shapes that do not fit
+            raise CheckpointError(f"{folder} does not fit this run's model: {error}") from None
         if payload["rng"] is not None:
             restore_rng_states(payload["rng"])
         self.start_iteration = int(payload["iteration"])
@@ -606,7 +615,9 @@ class Trainer:
         finite = {key: value if not isinstance(value, float) or math.isfinite(value) else None
                   for key, value in metrics.items()}
         score = finite.get("eval/success")
-        meta = {"config": self.config.to_dict(), "metrics": finite}
+        # every rank computes the identity (its hash gathers sharded weights: a collective)
+        meta = {"config": self.config.to_dict(), "metrics": finite,
+                "model": self.learner.model_identity}
         keep = self.config.run.keep_checkpoints
         if self.ranks.distributed:
             state = self.learner.sharded_state(optimizer=self.config.run.save_optimizer)
@@ -629,8 +640,9 @@ class Trainer:
         optimizer = sizes.get("optimizer.safetensors", 0)
         kept = ("kept in the newest checkpoint only" if optimizer else
                 "not saved: --run.no-save-optimizer")
+        weights = "LoRA adapter weights" if self.policy.lora else "weights"
         self._say(f"checkpoint {path}: {_megabytes(checkpoint_size(path))} "
-                  f"(weights {_megabytes(sizes['weights.safetensors'])} in "
+                  f"({weights} {_megabytes(sizes['weights.safetensors'])} in "
                   f"{'/'.join(meta['weights_dtype'])}, optimizer state "
                   f"{_megabytes(optimizer)}, {kept})")
         return path

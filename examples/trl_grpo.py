@@ -15,12 +15,14 @@ reply is appended as the next user message, until the env ends the episode or
 ``--max-turns``. The reward is the env's episode return, invalid-action penalties
 included (the same shaping as ``train.py``); TRL's GRPO normalizes it per group.
 
-    python examples/trl_grpo.py                      # train.py's cpu-demo setting: ALFWorld
+    python examples/trl_grpo.py                      # train.py's cpu-demo setting
     python examples/trl_grpo.py --env-id AgentGym/Scripted-v0 --steps 4
-    python examples/trl_grpo.py --env-kwargs '{"data_path": "../shared/data/alfworld", "split": "valid_seen"}'
+    python examples/trl_grpo.py --env-id AgentGym/ALFWorld-v0 --env-kwargs '{"data_path": "../shared/data/alfworld", "split": "valid_seen"}'
 
-Defaults are ``train.py``'s ``cpu-demo`` preset (generated ALFWorld pick-and-place games,
-2 tasks x 2 episodes per step, 3 turns, 24-token answers without ``<think>``, lr 1e-5).
+Defaults are ``train.py``'s ``cpu-demo`` preset: its env, tasks and episodes per step,
+turns, answer length, learning rate and LoRA adapters (TRL's ``peft_config``;
+``--lora-rank 0`` trains every weight, then with a full fine-tune's smaller
+``--learning-rate``, as ``train.py``'s ``--model.lora-rank 0`` needs).
 
 ``--env-url http://127.0.0.1:8000`` plays every episode through an OpenEnv server
 (``python -m agentgym.openenv serve ...``, one session per episode; give the server
@@ -78,6 +80,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="tokens per answer")
     parser.add_argument("--temperature", type=float, default=DEMO.generation.temperature)
     parser.add_argument("--learning-rate", type=float, default=DEMO.learner.lr)
+    parser.add_argument("--lora-rank", type=int, default=DEMO.model.lora_rank,
+                        help="LoRA rank (0: train all weights); the learning rate is the "
+                             "preset's for its rank, so change both together")
+    parser.add_argument("--lora-alpha", type=int, default=DEMO.model.lora_alpha)
     parser.add_argument("--threads", type=int, default=DEMO.run.torch_threads,
                         help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=DEMO.run.seed)
@@ -237,6 +243,19 @@ def env_reward(completions: list[Any], env_reward: list[float], **kwargs: Any) -
     return [float(r) for r in env_reward]
 
 
+def lora_config(args: argparse.Namespace) -> Any:
+    """PEFT's LoRA config for ``--lora-rank`` > 0 on the preset's modules, else ``None``
+    (all weights trained)."""
+    if args.lora_rank <= 0:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=args.lora_rank, lora_alpha=args.lora_alpha,
+                      lora_dropout=DEMO.model.lora_dropout,
+                      target_modules=list(DEMO.model.lora_target_modules),
+                      task_type="CAUSAL_LM")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
@@ -268,7 +287,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     trainer = GRPOTrainer(model=model, reward_funcs=env_reward, args=config,
                           train_dataset=dataset, processing_class=tokenizer,
-                          rollout_func=EpisodeRollout(args, tokenizer))
+                          rollout_func=EpisodeRollout(args, tokenizer),
+                          peft_config=lora_config(args))
     trainer.train()
     for entry in trainer.state.log_history:
         if "reward" in entry:

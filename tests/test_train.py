@@ -113,6 +113,10 @@ def test_cpu_demo_shortened(tmp_path, capsys):
     assert saved["preset"] == "cpu-demo" and saved["env"]["max_steps"] == 1
     assert saved["prompt"]["response_prefix"] == "<action>"
     assert (run / "checkpoints" / "latest").read_text() == "iter_000001"
+    meta = json.loads((run / "checkpoints" / "iter_000001" / "meta.json").read_text())
+    assert meta["model"]["lora"]["rank"] == PRESETS["cpu-demo"].model.lora_rank
+    assert meta["model"]["frozen_fingerprint"].startswith("sha256:")
+    assert sum(meta["sizes"].values()) < 100e6  # adapters + their AdamW state: 59 MB
     evaluated = train.main(_demo_args(tmp_path, *short, "--eval-only", "--checkpoint",
                                       str(run), "--run.run-name", "demo-eval"))
     assert "eval/success" in evaluated

@@ -52,8 +52,12 @@ def test_cpu_demo_is_small_and_simple():
     assert demo.model.name_or_path is None  # the offline default model
     assert demo.env.env_id == "AgentGym/KeyDoor-v0"
     assert json.loads(demo.env.env_kwargs) == {"width": 2, "height": 2, "key": False}
-    assert demo.prompt.response_prefix == "<action>" and demo.learner.kl_coef == 0.0
+    assert demo.prompt.response_prefix == "<action>"
     assert demo.run.iterations >= 2 and demo.generation.max_new_tokens <= 32
+    # LoRA keeps checkpoints small; the KL to the base model (adapters off) keeps the
+    # policy from collapsing (README, Configuration)
+    assert demo.model.lora_rank == 16 and demo.model.lora_alpha == 32
+    assert demo.learner.lr == 5e-4 and demo.learner.kl_coef == 0.2
 
 
 def test_penalty_defaults_per_env():

@@ -229,6 +229,11 @@ def test_a_killed_two_rank_job_resumes_like_an_uninterrupted_one(tmp_path):
 def test_a_two_rank_checkpoint_resumes_in_one_process(tmp_path, lora):
     flags = ("--lora",) if lora else ()
     _train(tmp_path, "gigpo", 1, *flags, nproc=2)
+    meta = json.loads((tmp_path / "checkpoints" / "iter_000001" / "meta.json").read_text())
+    # the two ranks hashed the frozen (LoRA: base) weights whole, gathering their shards;
+    # the one-process resume below checks that hash against its own unsharded model
+    assert (meta["model"]["lora"] is not None) == lora
+    assert (meta["model"]["frozen_fingerprint"] or "").startswith("sha256:") == lora
     saved = _tensors(tmp_path / "final.safetensors")
     (tmp_path / "final.safetensors").unlink()
     _train(tmp_path, "gigpo", 2, "--resume", "--setup-only", *flags)
