@@ -131,8 +131,8 @@ def unflatten_state(skeleton: Any, tensors: dict[str, torch.Tensor]) -> Any:
 
 
 def _save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    """Write a safetensors file (fsynced with the rest of the folder by :func:`_commit`)."""
     save_file(tensors, str(path))
-    fsync_path(path)
 
 
 def _load_tensors(path: Path, device: str | torch.device) -> dict[str, torch.Tensor]:
@@ -222,6 +222,7 @@ def _commit(run_dir: Path, tmp: Path, iteration: int, meta: dict[str, Any], *, k
     name = f"iter_{iteration:06d}"
     final = root / name
     _save_tensors(rng_states(), tmp / RNG_FILE)
+    # every file and folder once (DCP shards included); meta.json's write syncs tmp last
     for folder, _, files in os.walk(tmp):
         for file in files:
             fsync_path(Path(folder) / file)
@@ -230,7 +231,6 @@ def _commit(run_dir: Path, tmp: Path, iteration: int, meta: dict[str, Any], *, k
     write_atomic(tmp / META_FILE, json.dumps(
         {"iteration": iteration, "score": score, "sizes": sizes, **meta}, indent=2,
         default=str))
-    fsync_path(tmp)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)

@@ -40,7 +40,6 @@ from __future__ import annotations
 import copy
 import datetime
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -311,15 +310,11 @@ class WeightMirror:
     @torch.no_grad()
     def refresh(self, sharded: nn.Module) -> None:
         """Copy every parameter of ``sharded`` (same names) into the mirror."""
-        for name, parameter in _named_parameters(sharded):
+        for name, parameter in sharded.named_parameters():
             target = self._parameters.get(name)
             if target is None:
                 raise KeyError(f"the mirror has no parameter {name!r}")
             target.copy_(full_tensor(parameter.detach()).to(target.device, target.dtype))
-
-
-def _named_parameters(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    yield from module.named_parameters()
 
 
 def global_norm(norm: torch.Tensor) -> float:
