@@ -78,7 +78,8 @@ def main() -> None:
     parser.add_argument("--setup-only", action="store_true")
     parser.add_argument("--ray-address", default=None)
     args = parser.parse_args()
-    ranks = distributed.init_from_environment(device="cpu", timeout_s=60)
+    # generous: on a loaded machine one rank may wait minutes for the other at a collective
+    ranks = distributed.init_from_environment(device="cpu", timeout_s=300)
     args.run_dir.mkdir(parents=True, exist_ok=True)
     _record_rollouts(ranks, args.run_dir)
     config = scripted_config(args.algo, iterations=args.iterations, num_groups=NUM_GROUPS,

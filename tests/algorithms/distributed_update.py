@@ -72,7 +72,7 @@ def run_case(name: str, ranks: distributed.Ranks, out: Path) -> None:
 def main() -> None:
     out = Path(sys.argv[1])
     names = sys.argv[2:] or list(CASES)
-    ranks = distributed.init_from_environment(device="cpu", timeout_s=120)
+    ranks = distributed.init_from_environment(device="cpu", timeout_s=300)
     try:
         for name in names:
             run_case(name, ranks, out)
