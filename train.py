@@ -128,8 +128,9 @@ def cli() -> None:
 
     from algorithms.checkpoint import CheckpointError
     from algorithms.config import ConfigError
-    from algorithms.distributed import DistributedError, rank_prefix
+    from algorithms.distributed import DistributedError
     from algorithms.engines import EngineUnavailableError
+    from algorithms.launch import rank_prefix
     from algorithms.policy import PolicyLoadError
 
     where = rank_prefix()
@@ -157,7 +158,7 @@ def cli() -> None:
 def distributed_failure(error: BaseException) -> str | None:
     """A one-line cause for a failed collective of a torchrun job (another rank died, or
     did not answer within --run.dist-timeout), or ``None`` for any other error."""
-    from algorithms.distributed import launched_with_ranks
+    from algorithms.launch import launched_with_ranks
 
     if not launched_with_ranks():
         return None
@@ -172,4 +173,6 @@ def distributed_failure(error: BaseException) -> str | None:
 
 
 if __name__ == "__main__":
-    cli()
+    from algorithms.launch import run_worker
+
+    run_worker(cli)  # under torchrun, each rank ends without teardown (see there)

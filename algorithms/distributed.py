@@ -47,6 +47,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from algorithms.launch import launched_with_ranks
+
 DEFAULT_TIMEOUT_S = 1800.0
 """Seconds a collective waits for the other ranks (``--run.dist-timeout``): longer than the
 longest gap between two collectives (a rank's rollout or evaluation against the others')."""
@@ -84,11 +86,6 @@ class DistributedError(RuntimeError):
     """A launch that cannot work (more ranks than groups, a bad torchrun environment)."""
 
 
-def launched_with_ranks() -> bool:
-    """Whether torchrun (or another launcher) set ``WORLD_SIZE`` > 1 for this process."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
-
-
 def init_from_environment(*, device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Ranks:
     """Join the process group torchrun describes (``RANK``, ``WORLD_SIZE``,
     ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); :data:`SINGLE` without one.
@@ -123,12 +120,6 @@ def init_from_environment(*, device: str, timeout_s: float = DEFAULT_TIMEOUT_S) 
         dist.init_process_group(backend="nccl" if use_cuda else "gloo",
                                 timeout=datetime.timedelta(seconds=timeout_s))
     return ranks
-
-
-def rank_prefix() -> str:
-    """``"rank R: "`` in a torchrun job (for one-line error messages), else ``""``."""
-    return f"rank {os.environ['RANK']}: " if launched_with_ranks() and "RANK" in os.environ \
-        else ""
 
 
 def shutdown() -> None:

@@ -200,4 +200,6 @@ def _mean_bytes(counts: dict, kind: str) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    from algorithms.launch import run_worker
+
+    run_worker(main)  # a torchrun worker ends without teardown (see there)

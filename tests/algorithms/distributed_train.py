@@ -21,6 +21,7 @@ from safetensors.torch import save_file
 from algorithms import distributed
 from algorithms import trainer as trainer_module
 from algorithms.config import replace
+from algorithms.launch import run_worker
 from algorithms.trainer import Trainer
 from tests.algorithms.scripted_config import scripted_config
 from tests.algorithms.tiny import make_policy
@@ -105,4 +106,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_worker(main)  # a torchrun worker ends without teardown (see there)

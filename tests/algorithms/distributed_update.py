@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 
 from algorithms import distributed
 from algorithms.config import ModelConfig, replace
+from algorithms.launch import run_worker
 from algorithms.learner import Learner
 from tests.algorithms.test_learner import _config, _rollout
 from tests.algorithms.tiny import make_model, make_policy
@@ -81,4 +82,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_worker(main)  # a torchrun worker ends without teardown (see there)
