@@ -49,10 +49,6 @@ from torch import nn
 
 from algorithms.launch import launched_with_ranks
 
-DEFAULT_TIMEOUT_S = 1800.0
-"""Seconds a collective waits for the other ranks (``--run.dist-timeout``): longer than the
-longest gap between two collectives (a rank's rollout or evaluation against the others')."""
-
 
 @dataclass(frozen=True)
 class Ranks:
@@ -86,14 +82,15 @@ class DistributedError(RuntimeError):
     """A launch that cannot work (more ranks than groups, a bad torchrun environment)."""
 
 
-def init_from_environment(*, device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Ranks:
+def init_from_environment(*, device: str, timeout_s: float) -> Ranks:
     """Join the process group torchrun describes (``RANK``, ``WORLD_SIZE``,
     ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``); :data:`SINGLE` without one.
 
     Args:
         device: the run's ``run.device`` (``auto``/``cuda``: NCCL, one GPU per local rank;
             ``cpu``: gloo).
-        timeout_s: how long a collective waits for the other ranks before it fails.
+        timeout_s: how long a collective waits for the other ranks before it fails
+            (``--run.dist-timeout``).
 
     Raises:
         DistributedError: torchrun's variables are incomplete, or a GPU run has fewer GPUs

@@ -283,22 +283,27 @@ class Learner:
             return int(batch.last_step.sum())
         return len(batch)
 
+    def _my_chunks(self, samples: np.ndarray) -> Iterator[tuple[np.ndarray, bool]]:
+        """``(chunk, real)`` of each of this rank's micro-batches of ``samples``: its share
+        (:func:`~algorithms.distributed.share`), then, up to
+        :func:`~algorithms.distributed.passes`, padding chunks (``real`` False: the first
+        sample, to be given zero weight) so that every rank makes the same number of
+        passes. One process: every sample, no padding."""
+        micro = self.learner.micro_batch_size
+        made = 0
+        for chunk in _chunks(distributed.share(samples, self.ranks), micro):
+            made += 1
+            yield chunk, True
+        for _ in range(distributed.passes(len(samples), micro, self.ranks) - made):
+            yield samples[:1], False
+
     def _micro_batches(self, batch: StepBatch, view: TranscriptView | None,
                        samples: np.ndarray
                        ) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor], bool]]:
         """``(rows, tensors, real)`` of each of this rank's micro-batches of ``samples``
-        (steps or trajectories): its share (:func:`~algorithms.distributed.share`), then,
-        up to :func:`~algorithms.distributed.passes`, padding micro-batches (``real``
-        False: one sample, to be given zero weight) so that every rank makes the same
-        number of passes. One process: every sample, no padding."""
-        micro = self.learner.micro_batch_size
-        mine = distributed.share(samples, self.ranks)
-        made = 0
-        for chunk in _chunks(mine, micro):
-            made += 1
-            yield (*self._tensors(batch, view, chunk), True)
-        for _ in range(distributed.passes(len(samples), micro, self.ranks) - made):
-            yield (*self._tensors(batch, view, samples[:1]), False)
+        (steps or trajectories; see :meth:`_my_chunks`)."""
+        for chunk, real in self._my_chunks(samples):
+            yield (*self._tensors(batch, view, chunk), real)
 
     def _tensors(self, batch: StepBatch, view: TranscriptView | None, chunk: np.ndarray
                  ) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
@@ -403,16 +408,11 @@ class Learner:
         """(K,) float32 critic values of ``batch.bootstrap_prompt_ids``, in micro-batches."""
         k = batch.bootstrap_prompt_ids.shape[0]
         values = np.zeros(k, dtype=np.float32)
-        micro = self.learner.micro_batch_size
-        mine: list[np.ndarray | None] = list(
-            _chunks(distributed.share(np.arange(k), self.ranks), micro))
-        mine += [None] * (distributed.passes(k, micro, self.ranks) - len(mine))
-        for index in mine:  # None: a padding pass (the same passes on every rank)
-            part = np.arange(1) if index is None else index
+        for index, real in self._my_chunks(np.arange(k)):
             ids, mask = _prompt_rows(batch.bootstrap_prompt_ids, batch.bootstrap_prompt_mask,
-                                     part, self.device)
+                                     index, self.device)
             computed = self._prompt_values(ids, mask).float().cpu().numpy()
-            if index is not None:
+            if real:  # a padding pass only matches the other ranks' collectives
                 values[index] = computed
             if progress is not None:
                 progress.update(1)
@@ -590,7 +590,7 @@ class Learner:
                     total = total + learner.value_coef * value_loss * value_weight
                 else:
                     (value_loss * (value_weight * scale)).backward()
-            (total * scale if scale != 1.0 else total).backward()
+            (total * scale).backward()
             for key, value in (("policy_loss", policy_loss), ("kl_ref", kl_ref),
                                ("entropy", entropy),
                                ("approx_kl", policy_stats["approx_kl"]),

@@ -680,23 +680,20 @@ def concat_batches(batches: Sequence[StepBatch], group_offsets: Sequence[int],
     def rows(name: str) -> list[Any]:
         return [getattr(b, name) for b in batches]
 
-    def left(name: str) -> np.ndarray:
+    def padded(name: str, *, left: bool) -> np.ndarray:
         parts = rows(name)
         width = max(part.shape[1] for part in parts)
         fill = pad_id if name.endswith("_ids") else 0
-        return np.concatenate([np.pad(part, ((0, 0), (width - part.shape[1], 0)),
-                                      constant_values=fill) for part in parts])
-
-    def right(name: str) -> np.ndarray:
-        parts = rows(name)
-        width = max(part.shape[1] for part in parts)
-        fill = pad_id if name.endswith("_ids") else 0
-        return np.concatenate([np.pad(part, ((0, 0), (0, width - part.shape[1])),
-                                      constant_values=fill) for part in parts])
+        gaps = [width - part.shape[1] for part in parts]
+        return np.concatenate([np.pad(part, ((0, 0), (gap, 0) if left else (0, gap)),
+                                      constant_values=fill)
+                               for part, gap in zip(parts, gaps, strict=True)])
 
     changes: dict[str, Any] = {
-        "prompt_ids": left("prompt_ids"), "prompt_mask": left("prompt_mask"),
-        "response_ids": right("response_ids"), "response_mask": right("response_mask"),
+        "prompt_ids": padded("prompt_ids", left=True),
+        "prompt_mask": padded("prompt_mask", left=True),
+        "response_ids": padded("response_ids", left=False),
+        "response_mask": padded("response_mask", left=False),
         "traj_ids": np.concatenate([b.traj_ids + offset * group_size
                                     for b, offset in zip(batches, group_offsets, strict=True)]),
         "group_ids": np.concatenate([b.group_ids + offset
@@ -720,8 +717,8 @@ def concat_batches(batches: Sequence[StepBatch], group_offsets: Sequence[int],
         starts = np.cumsum([0] + [len(b) for b in batches[:-1]])
         changes["bootstrap_rows"] = np.concatenate(
             [b.bootstrap_rows + start for b, start in zip(batches, starts, strict=True)])
-        changes["bootstrap_prompt_ids"] = left("bootstrap_prompt_ids")
-        changes["bootstrap_prompt_mask"] = left("bootstrap_prompt_mask")
+        changes["bootstrap_prompt_ids"] = padded("bootstrap_prompt_ids", left=True)
+        changes["bootstrap_prompt_mask"] = padded("bootstrap_prompt_mask", left=True)
     return replace(batches[0], **changes)
 
 

@@ -711,15 +711,10 @@ def _mean_or_none(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _eval_results(batches: list[tuple[StepBatch | None, list[str]]]) -> dict[str, Any]:
-    """Per-episode rows and their summary; ``batches`` pairs each chunk's batch (``None``:
-    no env of the chunk made a step) with the task ids of its first trajectories (the
-    others repeat a task to fill the chunk)."""
-    return _eval_summary(_eval_rows(batches))
-
-
 def _eval_rows(batches: list[tuple[StepBatch | None, list[str]]]) -> list[dict[str, Any]]:
-    """One row per evaluation episode of ``batches`` (see :func:`_eval_results`)."""
+    """One row per evaluation episode of ``batches``, which pairs each chunk's batch
+    (``None``: no env of the chunk made a step) with the task ids of its first
+    trajectories (the others repeat a task to fill the chunk)."""
     rows: list[dict[str, Any]] = []
     for batch, tasks in batches:
         if batch is None:

@@ -209,8 +209,11 @@ def test_an_iteration_where_every_trajectory_crashes(tmp_path, algo):
 
 
 def test_evaluation_counts_crashed_episodes_apart():
-    from algorithms.trainer import _eval_results
+    from algorithms.trainer import _eval_rows, _eval_summary
     from tests.algorithms.fakes import CUT_TASKS, cut_rollout
+
+    def _eval_results(batches):
+        return _eval_summary(_eval_rows(batches))
     from tests.algorithms.tiny import make_tokenizer
 
     tokenizer = make_tokenizer()
