@@ -3,7 +3,12 @@
 Pure, deterministic NumPy functions (no torch, no trainer state). Every function takes one
 row per agent step:
 
-- ``rewards`` (N,) float: the step's env reward plus any penalty the learner added.
+- ``rewards`` (N,) float: the step's env reward (with ``penalty_in_returns`` in the
+  learner, minus the step's invalid-action penalty).
+- ``penalties`` (N,) float, optional: a cost charged to the step's own row only, after the
+  returns are computed (verl-agent's ``apply_invalid_action_penalty``): it is subtracted
+  from the row's episode score and from its discounted step return, and never enters
+  another row's return. See :func:`grpo_advantages`.
 - ``traj_ids`` (N,) int (or str) ids; rows of one trajectory appear in time order, rows of
   different trajectories may interleave in any way (time-major or trajectory-major).
 - ``group_ids`` (N,) int (or str) ids; a group is the set of trajectories rolled out from
@@ -82,6 +87,21 @@ def _as_rewards(rewards: Any, name: str = "rewards") -> np.ndarray:
             f"{name} must be finite; {bad.size} row(s) are not, first at row {bad[0]}: "
             f"{array[bad[0]]!r}"
         )
+    return array
+
+
+def _as_penalties(penalties: Any, n: int, episode_stats: str) -> np.ndarray | None:
+    """(N,) finite float64 row penalties, or ``None`` when there are none."""
+    if penalties is None:
+        return None
+    array = _as_rewards(penalties, "penalties")
+    if array.shape[0] != n:
+        raise ValueError(f"penalties has {array.shape[0]} rows, expected {n}")
+    if episode_stats != "steps" and np.any(array != 0.0):
+        raise ValueError(
+            "row penalties need episode_stats='steps' (each row's own score enters the "
+            "group statistics); with episode_stats='trajectories' put the penalty in the "
+            "rewards instead (penalty_in_returns)")
     return array
 
 
@@ -386,6 +406,7 @@ def grpo_advantages(
     normalize: Normalize = "std",
     eps: float = 1e-6,
     episode_stats: EpisodeStats = "trajectories",
+    penalties: Any = None,
 ) -> np.ndarray:
     """Episode relative advantage (GiGPO Eq. 3; GRPO), broadcast to every step row.
 
@@ -403,9 +424,13 @@ def grpo_advantages(
         episode_stats: "trajectories" (the paper's Eq. 3: each trajectory counted once)
             or "steps" (statistics over step rows, each row carrying its trajectory's
             return, so long trajectories weigh more: the verl-agent reference's default).
+        penalties: optional (N,) row penalties (verl-agent's placement): row ``i``'s
+            score is ``R(tau_i) - penalties[i]``, and the group's mean and std are taken
+            over the scores of its rows. Needs ``episode_stats="steps"``. ``None``: no
+            row penalty (all rows of a trajectory then share one value).
 
     Returns:
-        (N,) float64 advantages; all rows of a trajectory share one value.
+        (N,) float64 advantages.
 
     Raises:
         ValueError: on bad shapes, non-finite rewards, unknown options, or a trajectory
@@ -417,13 +442,14 @@ def grpo_advantages(
     group_ids = _as_ids(group_ids, "group_ids", n)
     _check_choice(normalize, _NORMALIZE_CHOICES, "normalize")
     _check_choice(episode_stats, _EPISODE_STATS_CHOICES, "episode_stats")
+    penalties = _as_penalties(penalties, n, episode_stats)
     eps = _check_eps(eps)
     if n == 0:
         return np.zeros(0, dtype=np.float64)
     trajectories = _Trajectories(traj_ids)
     traj_groups, n_groups = trajectories.group_of_each(group_ids)
     return _episode_advantages(
-        rewards, trajectories, traj_groups, n_groups, normalize, eps, episode_stats
+        rewards, trajectories, traj_groups, n_groups, normalize, eps, episode_stats, penalties
     )
 
 
@@ -435,13 +461,17 @@ def _episode_advantages(
     normalize: str,
     eps: float,
     episode_stats: str,
+    penalties: np.ndarray | None = None,
 ) -> np.ndarray:
-    """(N,) Eq. 3 advantage of each row's trajectory; ``traj_groups``: (T,) dense groups."""
+    """(N,) Eq. 3 advantage of each row's trajectory; ``traj_groups``: (T,) dense groups;
+    ``penalties``: (N,) row penalties (``episode_stats="steps"`` only) or ``None``."""
     episode_returns = np.bincount(trajectories.index, weights=rewards, minlength=trajectories.count)
     if episode_stats == "trajectories":
         per_traj = _normalize_in_groups(episode_returns, traj_groups, n_groups, normalize, eps)
         return per_traj[trajectories.index]
     row_returns = episode_returns[trajectories.index]
+    if penalties is not None:
+        row_returns = row_returns - penalties
     row_groups = traj_groups[trajectories.index]
     return _normalize_in_groups(row_returns, row_groups, n_groups, normalize, eps)
 
@@ -625,6 +655,7 @@ def gigpo_terms(
     eps: float = 1e-6,
     episode_stats: EpisodeStats = "trajectories",
     similarity_threshold: float | None = None,
+    penalties: Any = None,
 ) -> GiGPOTerms:
     """The episode and step terms of GiGPO, separately (for diagnostics and logging).
 
@@ -640,6 +671,7 @@ def gigpo_terms(
     gamma = _check_unit_interval(gamma, "gamma")
     _check_choice(normalize, _NORMALIZE_CHOICES, "normalize")
     _check_choice(episode_stats, _EPISODE_STATS_CHOICES, "episode_stats")
+    penalties = _as_penalties(penalties, n, episode_stats)
     eps = _check_eps(eps)
     _check_similarity_threshold(similarity_threshold)
     if n == 0:
@@ -651,9 +683,11 @@ def gigpo_terms(
     group_index = traj_groups[trajectories.index]
     step_group_ids = _step_group_index(group_index, anchors, similarity_threshold)
     episode = _episode_advantages(
-        rewards, trajectories, traj_groups, n_groups, normalize, eps, episode_stats
+        rewards, trajectories, traj_groups, n_groups, normalize, eps, episode_stats, penalties
     )
     returns = _discounted_returns_sorted(rewards, trajectories, gamma)
+    if penalties is not None:  # charged to the row's own step return only
+        returns = returns - penalties
     n_step_groups = int(step_group_ids.max()) + 1
     step = _normalize_in_groups(returns, step_group_ids, n_step_groups, normalize, eps)
     return GiGPOTerms(episode=episode, step=step, returns=returns, step_group_ids=step_group_ids)
@@ -671,6 +705,7 @@ def gigpo_advantages(
     eps: float = 1e-6,
     episode_stats: EpisodeStats = "trajectories",
     similarity_threshold: float | None = None,
+    penalties: Any = None,
 ) -> np.ndarray:
     """GiGPO advantage ``A = A_E + step_weight * A_S`` per step row (GiGPO Eq. 8).
 
@@ -695,6 +730,9 @@ def gigpo_advantages(
             see :func:`grpo_advantages`.
         similarity_threshold: optional fuzzy grouping of str anchors, see
             :func:`step_groups` for its cost.
+        penalties: optional (N,) row penalties (verl-agent's placement, see
+            :func:`grpo_advantages`): also subtracted from the row's own step return
+            ``R_t`` before the step groups are normalized.
 
     Returns:
         (N,) float64 advantages in input row order.
@@ -709,6 +747,7 @@ def gigpo_advantages(
         eps=eps,
         episode_stats=episode_stats,
         similarity_threshold=similarity_threshold,
+        penalties=penalties,
     )
     return terms.combined(step_weight)
 

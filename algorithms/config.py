@@ -321,16 +321,26 @@ class EnvConfig:
 
 @dataclass(frozen=True)
 class LearnerConfig:
-    """The PPO-clip update shared by GiGPO, GRPO and PPO."""
+    """The PPO-clip update shared by GiGPO, GRPO and PPO.
+
+    The defaults are verl-agent's GiGPO recipe as its trainer runs it
+    (``examples/gigpo_trainer/run_alfworld.sh`` over ``verl/trainer/config/ppo_trainer.yaml``):
+    the invalid-action penalty charged to its own row only, episode statistics across step
+    rows, PPO-clip with dual clip (c = 3), token-mean aggregation, entropy bonus 0.001, KL
+    to the reference as a loss (low-variance k3, 0.01), AdamW with weight decay 0.01,
+    gradient clipping at 1.0, one epoch over mini-batches taken in batch order, each
+    micro-batch's loss divided by the number of micro-batches in a mini-batch.
+    ``benchmarks/recipe_parity.py`` checks each term against verl-agent's functions.
+    """
 
     lr: float = 1e-6
-    """Policy learning rate (AdamW)."""
+    """Policy learning rate (AdamW, constant)."""
 
     critic_lr: float = 1e-5
     """Critic learning rate (PPO)."""
 
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (decoupled; verl's default 0.01)."""
 
     gamma: float = 0.95
     """Discount across agent steps (GiGPO step returns, GAE)."""
@@ -346,30 +356,81 @@ class LearnerConfig:
     state). ``False`` treats every cut as termination (the GiGPO reference code)."""
 
     step_weight: float = 1.0
-    """GiGPO omega: weight of the step-level advantage (Eq. 7)."""
+    """GiGPO omega: weight of the step-level advantage (Eq. 8)."""
 
     normalize: Literal["std", "mean"] = "std"
-    """Group normalization: subtract the group mean and divide by the sample std (``std``),
-    or only subtract the mean (``mean``; the paper's "w/o std", used for WebShop)."""
+    """Group normalization: subtract the group mean and divide by the sample std (``std``;
+    verl-agent's ``mean_std_norm``, its ALFWorld recipe), or only subtract the mean
+    (``mean``; the paper's "w/o std", verl-agent's ``mean_norm``, used for WebShop)."""
 
-    episode_stats: Literal["trajectories", "steps"] = "trajectories"
-    """Episode-level group statistics over trajectories (the paper's Eq. 3) or over step
-    rows (the GiGPO reference code, where long trajectories weigh more)."""
+    episode_stats: Literal["trajectories", "steps"] = "steps"
+    """GiGPO/GRPO episode-level group statistics over step rows (``steps``: verl-agent's
+    trainer, where each row carries its trajectory's return minus its own penalty, so long
+    trajectories weigh more) or over trajectories (``trajectories``: the paper's Eq. 3,
+    each trajectory counted once; needs ``penalty_in_returns`` when the penalty is not 0)."""
+
+    penalty_in_returns: bool = False
+    """Where the invalid-action penalty lands (GiGPO/GRPO). ``False`` (verl-agent's
+    ``apply_invalid_action_penalty``): the step returns are discounted from the env rewards
+    first, then the penalty is subtracted from the invalid step's own row only -- its episode
+    score and its step return -- so it never lowers another step's advantage. ``True``: the
+    penalty is part of the step reward, so it is summed into the trajectory's return and
+    discounted into the earlier steps' returns (this project's earlier rule). PPO's GAE
+    always sees it in the reward."""
+
+    similarity_threshold: float | None = None
+    """GiGPO: group steps whose anchor texts are at least this similar (difflib ratio in
+    (0, 1); verl-agent's ``enable_similarity`` / ``similarity_thresh``, off by default).
+    ``None``: exact anchors only."""
 
     whiten_gae: bool = True
     """PPO: whiten GAE advantages over the batch."""
 
     clip_eps: float = 0.2
-    """PPO ratio clip range epsilon."""
+    """PPO ratio clip range epsilon (both sides unless ``clip_eps_low`` / ``clip_eps_high``
+    say otherwise)."""
+
+    clip_eps_low: float | None = None
+    """Lower clip range: the ratio is clipped at ``1 - clip_eps_low``; ``None``:
+    ``clip_eps``."""
+
+    clip_eps_high: float | None = None
+    """Upper clip range: the ratio is clipped at ``1 + clip_eps_high``; ``None``:
+    ``clip_eps``. A larger value than ``clip_eps_low`` is DAPO's "clip-higher" (0.28)."""
+
+    dual_clip: float | None = 3.0
+    """Dual-clip constant c (Ye et al. 2020): the loss of a token with a negative advantage
+    is bounded by ``-A * c``, so a huge ratio on a bad action cannot blow it up. verl
+    applies it always (``clip_ratio_c`` 3.0); ``None`` turns it off."""
+
+    loss_aggregation: Literal["token-mean", "seq-mean-token-mean",
+                              "seq-mean-token-sum"] = "token-mean"
+    """How a micro-batch's per-token losses (policy, KL, entropy) become one number:
+    ``token-mean`` (every token weighs the same), ``seq-mean-token-mean`` (every response
+    weighs the same) or ``seq-mean-token-sum``."""
+
+    micro_batch_weighting: Literal["equal", "tokens"] = "equal"
+    """How micro-batch losses add up to a mini-batch's. ``equal`` (verl): each micro-batch's
+    aggregated loss is divided by ``mini_batch_size / micro_batch_size`` (gradient
+    accumulation steps), whatever its token count. ``tokens``: each is weighted by its share
+    of the mini-batch's response tokens, so the mini-batch loss is the exact token mean over
+    the mini-batch, and the update does not depend on how it is cut into micro-batches or
+    ranks."""
+
+    shuffle: bool = False
+    """Shuffle the rows before cutting mini-batches (seeded). ``False`` (verl): mini-batches
+    are taken in batch order (trajectory by trajectory)."""
 
     kl_coef: float = 0.01
     """Coefficient of the KL-to-reference loss; 0 skips the reference model."""
 
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    """KL estimator (Schulman's k1/k2/k3; k3 is low-variance and non-negative)."""
+    kl_estimator: Literal["k1", "k2", "k3", "low_var_kl"] = "k3"
+    """KL estimator (Schulman's k1/k2/k3; k3, alias ``low_var_kl``, is low-variance and
+    non-negative; each token's estimate is clamped to [-10, 10] as in verl)."""
 
-    entropy_coef: float = 0.0
-    """Entropy bonus coefficient."""
+    entropy_coef: float = 0.001
+    """Entropy bonus coefficient (verl's ``entropy_coeff``): ``- entropy_coef * H``,
+    aggregated like the policy loss."""
 
     value_coef: float = 0.5
     """Weight of the value loss (PPO)."""
@@ -378,7 +439,7 @@ class LearnerConfig:
     """Value clip range (PPO)."""
 
     max_grad_norm: float = 1.0
-    """Gradient clipping by global norm."""
+    """Gradient clipping by global norm; a non-finite norm skips the optimizer step (verl)."""
 
     epochs: int = 1
     """Passes over the step batch per iteration."""
@@ -387,7 +448,7 @@ class LearnerConfig:
     """Steps per optimizer step."""
 
     micro_batch_size: int = 8
-    """Steps per forward/backward (gradient accumulation inside a mini-batch)."""
+    """Steps per forward/backward (gradient accumulation inside a mini-batch), per rank."""
 
 
 @dataclass(frozen=True)
@@ -535,6 +596,7 @@ class TrainConfig:
             problems.append("learner.micro_batch_size must be <= mini_batch_size")
         if self.learner.epochs < 1:
             problems.append("learner.epochs must be >= 1")
+        problems += self._recipe_problems()
         if self.generation.temperature <= 0:
             problems.append("generation.temperature must be > 0 for training rollouts")
         if not 0 < self.generation.top_p <= 1:
@@ -601,6 +663,30 @@ class TrainConfig:
             raise ConfigError("invalid config: " + "; ".join(problems))
         return self
 
+    def _recipe_problems(self) -> list[str]:
+        """Settings of the loss and the estimators that cannot work together."""
+        learner, problems = self.learner, []
+        low = learner.clip_eps if learner.clip_eps_low is None else learner.clip_eps_low
+        high = learner.clip_eps if learner.clip_eps_high is None else learner.clip_eps_high
+        if not (0 <= low < 1 and high >= 0):
+            problems.append("learner.clip_eps_low must be in [0, 1) and clip_eps_high >= 0")
+        if learner.dual_clip is not None and not learner.dual_clip > 1:
+            problems.append("learner.dual_clip must be > 1 (or None to turn it off)")
+        if learner.entropy_coef < 0 or learner.kl_coef < 0:
+            problems.append("learner.entropy_coef and kl_coef must be >= 0")
+        if learner.similarity_threshold is not None:
+            if not 0 < learner.similarity_threshold < 1:
+                problems.append("learner.similarity_threshold must be in (0, 1) (or None)")
+            if self.algo != "gigpo":
+                problems.append("learner.similarity_threshold groups GiGPO's steps: it needs "
+                                "--algo gigpo")
+        if (self.algo in ("gigpo", "grpo") and learner.episode_stats == "trajectories"
+                and not learner.penalty_in_returns and self.env.penalty() != 0):
+            problems.append("learner.episode_stats trajectories counts each trajectory once, "
+                            "so the invalid-action penalty cannot stay on its own row: add "
+                            "--learner.penalty-in-returns, or use --learner.episode-stats steps")
+        return problems
+
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain JSON-able data (saved with the run)."""
         data = dataclasses.asdict(self)
@@ -634,7 +720,17 @@ class TrainConfig:
             # saved before PPO bootstrapped step-limit cuts: keep what that run did
             # (without a critic the field does nothing: the default stands)
             kwargs["learner"] = dataclasses.replace(kwargs["learner"], bootstrap_truncated=False)
+        if saved_learner is not None and "penalty_in_returns" not in saved_learner:
+            # saved before the loss followed verl-agent's recipe: keep what that run did
+            kwargs["learner"] = dataclasses.replace(
+                kwargs["learner"], **PRE_RECIPE_LOSS)
         return cls(**kwargs)
+
+
+PRE_RECIPE_LOSS: dict[str, Any] = {"penalty_in_returns": True, "dual_clip": None,
+                                   "micro_batch_weighting": "tokens", "shuffle": True}
+"""The loss settings of runs saved before the learner followed verl-agent's recipe (their
+saved ``learner`` section has no ``penalty_in_returns``); their other fields were saved."""
 
 
 def _json_object(text: str, name: str) -> dict[str, Any]:

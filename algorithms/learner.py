@@ -14,11 +14,21 @@ An iteration after the rollout:
    names: ``gigpo`` (Eq. 8 of Feng et al. 2025), ``grpo`` (Eq. 3) or ``gae`` (turn-level
    GAE with the critic's values; a cut -- step limit or env error -- bootstraps from
    V(s_T), a termination does not).
-3. :meth:`Learner.update` -- ``epochs`` passes over shuffled mini-batches; each mini-batch
-   is one optimizer step accumulated over micro-batches. The step's advantage is given
-   to every token of its response. Loss, averaged over the mini-batch's response tokens:
-   ``L = L_clip + kl_coef * KL(pi || pi_ref) - entropy_coef * H`` (+ ``value_coef *
-   L_value`` for the value-head critic; a separate critic has its own optimizer).
+3. :meth:`Learner.update` -- ``epochs`` passes over mini-batches (in batch order, or
+   shuffled with ``learner.shuffle``); each mini-batch is one optimizer step accumulated
+   over micro-batches. The step's advantage is given to every token of its response. The
+   loss of a micro-batch is :func:`~algorithms.losses.policy_loss`:
+   ``L = agg(L_clip) - entropy_coef * agg(H) + kl_coef * agg(KL(pi || pi_ref))``
+   (+ ``value_coef * L_value`` for the value-head critic; a separate critic has its own
+   optimizer), and the micro-batches' losses add up as ``learner.micro_batch_weighting``
+   says (verl: each divided by the number of micro-batches of a mini-batch). A step whose
+   gradient norm is not finite is skipped (``skipped_steps``).
+
+Penalty placement (GiGPO and GRPO). By default the invalid-action penalty is charged to
+its own row only, after the step returns are discounted from the env's rewards
+(verl-agent's ``apply_invalid_action_penalty``): the row's episode score and step return
+are lowered, no other row's. ``learner.penalty_in_returns`` puts it in the step reward
+instead (summed into the trajectory's return, discounted into earlier steps).
 
 Env errors. A trajectory that ended on an env error (the env raised, its worker died or
 timed out) has no outcome: the fault cut it, the agent did not end it.
@@ -473,19 +483,38 @@ class Learner:
             raise ValueError(f"{estimator} cannot use trajectories that ended on an env "
                              "error (their outcome is unknown): pass "
                              "Learner.training_batch(batch)")
+        rewards, penalties = self.rewards_and_penalties(batch)
         if estimator == "grpo":
-            values = adv.grpo_advantages(batch.rewards, batch.traj_ids, batch.group_ids,
+            values = adv.grpo_advantages(rewards, batch.traj_ids, batch.group_ids,
                                          normalize=learner.normalize,
-                                         episode_stats=learner.episode_stats)
+                                         episode_stats=learner.episode_stats,
+                                         penalties=penalties)
             return Advantages(advantages=values, episode=values)
         # the rollout's dense anchor ids take GiGPO's integer path (same groups)
         anchors = batch.anchor_ids if batch.anchor_ids is not None else batch.anchors
-        terms = adv.gigpo_terms(batch.rewards, batch.traj_ids, batch.group_ids, anchors,
+        if learner.similarity_threshold is not None:
+            anchors = batch.anchors  # fuzzy grouping compares the anchor texts
+        terms = adv.gigpo_terms(rewards, batch.traj_ids, batch.group_ids, anchors,
                                 gamma=learner.gamma, normalize=learner.normalize,
-                                episode_stats=learner.episode_stats)
+                                episode_stats=learner.episode_stats,
+                                similarity_threshold=learner.similarity_threshold,
+                                penalties=penalties)
         return Advantages(advantages=terms.combined(learner.step_weight),
                           step_group_ids=terms.step_group_ids, episode=terms.episode,
                           step=terms.step)
+
+    def rewards_and_penalties(self, batch: StepBatch) -> tuple[np.ndarray, np.ndarray | None]:
+        """The step rewards GiGPO and GRPO see, and the row penalties charged after the
+        returns (``learner.penalty_in_returns``).
+
+        Returns:
+            ``(rewards, penalties)``: with verl-agent's placement (the default), the env's
+            (N,) rewards and the (N,) penalties each row pays on its own; with the penalty
+            in the returns, the penalized (N,) rewards and ``None``.
+        """
+        if self.learner.penalty_in_returns:
+            return batch.rewards, None
+        return batch.env_rewards, batch.penalties
 
     # ------------------------------------------------------------------ phase 3
     def micro_batches_per_update(self, batch: StepBatch | int) -> int:
@@ -505,12 +534,14 @@ class Learner:
         Args:
             batch: the scored batch (``old_log_probs`` set; ``values`` for PPO).
             signals: the output of :meth:`advantages`.
-            seed: seeds mini-batch shuffling and torch's RNG for this update.
+            seed: seeds mini-batch shuffling (``learner.shuffle``) and torch's RNG for
+                this update.
             progress: optional tqdm-like bar, advanced once per micro-batch.
 
         Returns:
             ``policy_loss``, ``kl_ref``, ``entropy``, ``approx_kl``, ``clip_fraction``,
-            ``grad_norm`` (mean over optimizer steps), ``value_loss`` and
+            ``dual_clip_fraction``, ``grad_norm`` (mean over optimizer steps),
+            ``skipped_steps`` (share of optimizer steps skipped), ``value_loss`` and
             ``explained_variance`` (PPO), ``optimizer_steps``, ``update_tokens``.
         """
         if batch.old_log_probs is None and not self.single_pass(batch):
@@ -527,7 +558,8 @@ class Learner:
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             for _ in range(learner.epochs):
-                order = rng.permutation(self.num_samples(batch))
+                order = (rng.permutation(self.num_samples(batch)) if learner.shuffle
+                         else np.arange(self.num_samples(batch)))
                 for mini in _chunks(order, learner.mini_batch_size):
                     stats = self._mini_batch_step(batch, view, signals, mini, progress)
                     mini_rows = mini if view is None else view.rows_of(mini)
@@ -543,44 +575,65 @@ class Learner:
             result["explained_variance"] = 1.0 - residual / variance if variance > 0 else 0.0
         return result
 
+    @cached_property
+    def loss_recipe(self) -> losses.LossRecipe:
+        """The actor loss's terms, from ``learner`` (:func:`~algorithms.losses.policy_loss`)."""
+        learner = self.learner
+        return losses.LossRecipe(
+            clip_eps_low=learner.clip_eps if learner.clip_eps_low is None
+            else learner.clip_eps_low,
+            clip_eps_high=learner.clip_eps if learner.clip_eps_high is None
+            else learner.clip_eps_high,
+            dual_clip=learner.dual_clip, aggregation=learner.loss_aggregation,
+            kl_coef=learner.kl_coef, kl_estimator=learner.kl_estimator,
+            entropy_coef=learner.entropy_coef)
+
+    def _micro_weights(self, chunk_tokens: int, mini_tokens: int, real: bool
+                       ) -> tuple[float, float]:
+        """``(loss weight, statistics weight)`` of one micro-batch of a mini-batch.
+
+        The loss weight is ``micro_batch_size / mini_batch_size`` (``equal``, verl's
+        division by the gradient-accumulation steps) or the micro-batch's share of the
+        mini-batch's tokens (``tokens``); statistics are always token-weighted. A padding
+        pass (another rank's collectives) weighs 0.
+        """
+        if not real:
+            return 0.0, 0.0
+        share = chunk_tokens / mini_tokens
+        if self.learner.micro_batch_weighting == "tokens":
+            return share, share
+        return self.learner.micro_batch_size / self.learner.mini_batch_size, share
+
     def _mini_batch_step(self, batch: StepBatch, view: TranscriptView | None,
                          signals: Advantages, mini: np.ndarray, progress: Any = None
                          ) -> dict[str, float]:
         """One optimizer step over the samples ``mini`` (steps, or trajectories with a
         ``view``)."""
         learner = self.learner
+        recipe = self.loss_recipe
         mini_rows = mini if view is None else view.rows_of(mini)
         mini_tokens = max(1, int(batch.response_mask[mini_rows].sum()))
         sums = {"policy_loss": 0.0, "kl_ref": 0.0, "entropy": 0.0, "approx_kl": 0.0,
-                "clip_fraction": 0.0}
+                "clip_fraction": 0.0, "dual_clip_fraction": 0.0}
         value_loss_sum = 0.0
         self.optimizer.zero_grad(set_to_none=True)
         if self.critic_optimizer is not None:
             self.critic_optimizer.zero_grad(set_to_none=True)
         # FSDP2 averages gradients over ranks: scaled by the world size, the sum of the
-        # ranks' token-weighted losses has the one-process gradient (module docstring of
+        # ranks' weighted losses has the one-process gradient (module docstring of
         # algorithms.distributed)
         scale = float(self.ranks.world_size)
         for micro, rows, real in self._micro_batches(batch, view, mini):
             mask = rows["response_mask"].float()
-            weight = float(mask.sum().item()) / mini_tokens if real else 0.0
+            weight, stats_weight = self._micro_weights(int(mask.sum().item()), mini_tokens,
+                                                       real)
             scored = _score(self.scorer, rows, temperature=self.temperature,
                             with_entropy=True, with_values=self.value_head is not None)
             token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
             old_log_probs = rows.get("old_log_probs", scored.log_probs.detach())
-            policy_loss, policy_stats = losses.ppo_clip_policy_loss(
-                scored.log_probs, old_log_probs, token_advantages, mask,
-                clip_eps=learner.clip_eps)
-            loss = policy_loss
-            entropy = losses.masked_mean(scored.entropy, mask)
-            if learner.entropy_coef > 0:
-                loss = loss - learner.entropy_coef * entropy
-            kl_ref = torch.zeros((), device=self.device)
-            if learner.kl_coef > 0:
-                kl_tokens = losses.kl_penalty(scored.log_probs, rows["ref_log_probs"],
-                                              kind=learner.kl_estimator, response_mask=mask)
-                kl_ref = losses.masked_mean(kl_tokens, mask)
-                loss = loss + learner.kl_coef * kl_ref
+            loss, stats = losses.policy_loss(
+                scored.log_probs, old_log_probs, token_advantages, mask, recipe,
+                ref_log_probs=rows.get("ref_log_probs"), entropy=scored.entropy)
             total = loss * weight
             if self.config.use_critic:
                 value_loss = self._value_loss(batch, signals, micro, rows, scored.values)
@@ -591,23 +644,25 @@ class Learner:
                 else:
                     (value_loss * (value_weight * scale)).backward()
             (total * scale).backward()
-            for key, value in (("policy_loss", policy_loss), ("kl_ref", kl_ref),
-                               ("entropy", entropy),
-                               ("approx_kl", policy_stats["approx_kl"]),
-                               ("clip_fraction", policy_stats["clip_fraction"])):
-                sums[key] += float(value.detach().item()) * weight
+            for key in sums:
+                sums[key] += float(stats[key].item()) * stats_weight
             if progress is not None:
                 progress.update(1)
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, learner.max_grad_norm)
-        self.optimizer.step()
+        grad_norm = distributed.global_norm(
+            torch.nn.utils.clip_grad_norm_(parameters, learner.max_grad_norm))
+        if np.isfinite(grad_norm):  # verl skips the step on a non-finite norm
+            self.optimizer.step()
         if self.critic_optimizer is not None:
-            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), learner.max_grad_norm)
-            self.critic_optimizer.step()
+            critic_norm = distributed.global_norm(
+                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), learner.max_grad_norm))
+            if np.isfinite(critic_norm):
+                self.critic_optimizer.step()
         if self.config.use_critic:
             sums["value_loss"] = value_loss_sum
         stats = distributed.sum_stats(sums, self.ranks)
-        stats["grad_norm"] = distributed.global_norm(grad_norm)
+        stats["grad_norm"] = grad_norm
+        stats["skipped_steps"] = float(not np.isfinite(grad_norm))
         return stats
 
     def _value_loss(self, batch: StepBatch, signals: Advantages, micro: np.ndarray,

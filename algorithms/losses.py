@@ -18,6 +18,7 @@ critic trained with :func:`clipped_value_loss`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -26,6 +27,7 @@ import torch
 __all__ = [
     "AGGREGATIONS",
     "KL_KINDS",
+    "LossRecipe",
     "aggregate",
     "broadcast_to_tokens",
     "clipped_value_loss",
@@ -35,6 +37,7 @@ __all__ = [
     "masked_mean",
     "masked_sum",
     "masked_whiten",
+    "policy_loss",
     "ppo_clip_policy_loss",
 ]
 
@@ -432,3 +435,92 @@ def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Te
         logits = logits.float()
     picked = torch.gather(logits, -1, tokens.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(logits, dim=-1)
+
+
+@dataclass(frozen=True)
+class LossRecipe:
+    """The terms of the actor loss and their settings (see :func:`policy_loss`).
+
+    Attributes:
+        clip_eps_low: lower clip range, ratio >= 1 - clip_eps_low.
+        clip_eps_high: upper clip range, ratio <= 1 + clip_eps_high.
+        dual_clip: dual-clip constant c > 1, or None for none.
+        aggregation: "token-mean", "seq-mean-token-mean" or "seq-mean-token-sum" (all
+            three terms).
+        kl_coef: weight of the KL-to-reference term (0: no term, no reference needed).
+        kl_estimator: "k1", "k2", "k3" or "low_var_kl" (:func:`kl_penalty`).
+        entropy_coef: weight of the entropy bonus (0: no term, no entropy needed).
+    """
+
+    clip_eps_low: float
+    clip_eps_high: float
+    dual_clip: float | None
+    aggregation: Aggregation
+    kl_coef: float
+    kl_estimator: KLKind
+    entropy_coef: float
+
+
+def policy_loss(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    recipe: LossRecipe,
+    *,
+    ref_log_probs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The actor loss of one micro-batch: PPO-clip, minus the entropy bonus, plus the KL.
+
+    ``L = agg(L_clip) - entropy_coef * agg(H) + kl_coef * agg(KL(pi || pi_ref))``, each
+    term aggregated over the micro-batch's response tokens the same way (``recipe.
+    aggregation``), as verl's ``dp_actor.update_policy`` builds it from
+    ``compute_policy_loss``, ``agg_loss`` and ``kl_penalty``. A term whose coefficient is
+    0 is not computed (its input may then be ``None``).
+
+    Args:
+        log_probs: (B, T) log-probs of the response tokens under the policy being trained
+            (requires grad).
+        old_log_probs: (B, T) the same under the policy that sampled them.
+        advantages: (B, T) per-token advantages (or (B,) per sequence).
+        response_mask: (B, T) bool or 0/1 mask of the tokens that count.
+        recipe: the terms' settings.
+        ref_log_probs: (B, T) log-probs under the reference policy; needed when
+            ``recipe.kl_coef > 0``.
+        entropy: (B, T) per-token entropies of the policy (with grad); needed when
+            ``recipe.entropy_coef > 0``, and reported as a statistic whenever given.
+
+    Returns:
+        ``(loss, stats)``: the 0-d loss, and detached 0-d ``policy_loss`` (the aggregated
+        clip term), ``kl_ref`` and ``entropy`` (aggregated like the loss; 0 when not
+        computed), plus :func:`ppo_clip_policy_loss`'s ``clip_fraction``,
+        ``dual_clip_fraction``, ``approx_kl`` and ``ratio_mean``.
+
+    Raises:
+        ValueError: a term with a nonzero coefficient misses its input.
+    """
+    clip_loss, stats = ppo_clip_policy_loss(
+        log_probs, old_log_probs, advantages, response_mask,
+        clip_eps_low=recipe.clip_eps_low, clip_eps_high=recipe.clip_eps_high,
+        dual_clip=recipe.dual_clip, aggregation=recipe.aggregation)
+    loss = clip_loss
+    zero = torch.zeros((), dtype=clip_loss.dtype, device=clip_loss.device)
+    entropy_term = zero
+    if entropy is not None:
+        entropy_term = aggregate(entropy, response_mask, recipe.aggregation)
+    if recipe.entropy_coef != 0:
+        if entropy is None:
+            raise ValueError("entropy_coef > 0 needs the per-token entropy")
+        loss = loss - recipe.entropy_coef * entropy_term
+    kl_term = zero
+    if recipe.kl_coef != 0:
+        if ref_log_probs is None:
+            raise ValueError("kl_coef > 0 needs the reference log-probs")
+        kl_tokens = kl_penalty(log_probs, ref_log_probs, kind=recipe.kl_estimator,
+                               response_mask=response_mask)
+        kl_term = aggregate(kl_tokens, response_mask, recipe.aggregation)
+        loss = loss + recipe.kl_coef * kl_term
+    stats = {**stats, "policy_loss": clip_loss.detach(), "kl_ref": kl_term.detach(),
+             "entropy": entropy_term.detach()}
+    return loss, stats

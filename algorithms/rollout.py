@@ -93,6 +93,9 @@ class StepBatch:
         response_mask: (N, R) int64, 1 on real response tokens.
         rewards: (N,) float64 env reward minus the invalid-action penalty.
         env_rewards: (N,) float64 the env's reward.
+        penalties: (N,) float64 the invalid-action penalty the step paid (0 on valid
+            steps); where it lands is the learner's choice
+            (``learner.penalty_in_returns``).
         invalid: (N,) bool, the step paid the penalty (bad format or invalid action).
         format_ok: (N,) bool, the answer had the required format.
         valid_action: (N,) bool, the env could execute the action.
@@ -146,6 +149,7 @@ class StepBatch:
     response_mask: np.ndarray
     rewards: np.ndarray
     env_rewards: np.ndarray
+    penalties: np.ndarray
     invalid: np.ndarray
     format_ok: np.ndarray
     valid_action: np.ndarray
@@ -233,7 +237,7 @@ class StepBatch:
 
 
 _ROW_FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "rewards",
-               "env_rewards", "invalid", "format_ok", "valid_action", "traj_ids",
+               "env_rewards", "penalties", "invalid", "format_ok", "valid_action", "traj_ids",
                "group_ids", "anchors", "step_index", "last_step", "success", "truncated",
                "env_error", "task_ids", "task_types", "actions", "response_texts",
                "prompt_cut", "observations", "tasks", "old_log_probs", "ref_log_probs",
@@ -756,7 +760,7 @@ def _assemble(steps: list[_Step], tokenizer: Any, final_success: np.ndarray,
     return StepBatch(
         prompt_ids=prompt_ids, prompt_mask=prompt_mask,
         response_ids=response_ids, response_mask=response_mask,
-        rewards=env_rewards - penalties, env_rewards=env_rewards,
+        rewards=env_rewards - penalties, env_rewards=env_rewards, penalties=penalties,
         invalid=~(np.array([s.format_ok and s.valid for s in steps], dtype=bool)),
         format_ok=np.array([s.format_ok for s in steps], dtype=bool),
         valid_action=np.array([s.valid for s in steps], dtype=bool),

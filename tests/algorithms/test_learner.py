@@ -82,7 +82,8 @@ def test_one_step_changes_parameters(algo):
 
 def test_zero_advantages_give_zero_policy_gradient():
     policy = make_policy()
-    learner = Learner(policy, _config("grpo", kl_coef=0.0, entropy_coef=0.0), CPU)
+    learner = Learner(policy, _config("grpo", kl_coef=0.0, entropy_coef=0.0,
+                                               weight_decay=0.0), CPU)
     batch = learner.score(_rollout(policy.tokenizer))
     zero = Advantages(advantages=np.zeros(len(batch)))
     before = _snapshot(policy.model)
@@ -283,7 +284,7 @@ def _hand_batch(trajectories: list[tuple[int, list[float], list[str], bool]]):
     return StepBatch(
         prompt_ids=ones, prompt_mask=ones, response_ids=ones, response_mask=ones,
         rewards=np.array([row[2] for row in rows]), env_rewards=np.array([row[2] for row in rows]),
-        invalid=np.zeros(n, bool), format_ok=np.ones(n, bool), valid_action=np.ones(n, bool),
+        penalties=np.zeros(n), invalid=np.zeros(n, bool), format_ok=np.ones(n, bool), valid_action=np.ones(n, bool),
         traj_ids=traj, group_ids=np.array([row[1] for row in rows]),
         anchors=tuple(row[3] for row in rows), step_index=np.array([row[5] for row in rows]),
         last_step=last, success=np.zeros(n, bool), truncated=np.zeros(n, bool),
@@ -303,7 +304,8 @@ def test_group_statistics_leave_env_error_trajectories_out(algo):
                          (1, [0.5], ["u"], False),
                          (1, [0.0], ["v"], False),
                          (1, [0.5, 0.0], ["w", "z"], True)])
-    learner = Learner(make_policy(), _config(algo), CPU)
+    learner = Learner(make_policy(), _config(algo, episode_stats="trajectories",
+                                             penalty_in_returns=True), CPU)
     train = learner.training_batch(batch)
     np.testing.assert_array_equal(train.traj_ids, [0, 0, 1, 1, 1, 3, 4])
     got = learner.advantages(train).advantages
@@ -479,7 +481,9 @@ def test_gigpo_uses_the_configured_gamma():
     assert len(last) >= 3 and len(set(batch.step_index.tolist())) >= 2
     results = {}
     for gamma in (0.5, 0.9):
-        learner = Learner(policy, _config("gigpo", gamma=gamma, kl_coef=0.0), CPU)
+        learner = Learner(policy, _config("gigpo", gamma=gamma, kl_coef=0.0,
+                                          penalty_in_returns=True,
+                                          episode_stats="trajectories"), CPU)
         results[gamma] = learner.advantages(batch).advantages
         expected = gigpo_terms(rewards, batch.traj_ids, batch.group_ids, batch.anchors,
                                gamma=gamma).combined(1.0)

@@ -24,6 +24,7 @@ def _batch() -> StepBatch:
         response_ids=np.ones((n, 2), dtype=np.int64),
         response_mask=np.array([[1, 1], [1, 0], [1, 1]]),
         rewards=np.array([-0.1, 10.0, 0.0]), env_rewards=np.array([0.0, 10.0, 0.0]),
+        penalties=np.array([0.1, 0.0, 0.0]),
         invalid=np.array([True, False, False]), format_ok=np.array([False, True, True]),
         valid_action=np.array([True, True, True]), traj_ids=np.array([0, 0, 1]),
         group_ids=np.array([0, 0, 0]), anchors=("a", "b", "a"),

@@ -212,7 +212,7 @@ def test_env_tokens_change_no_loss_and_no_gradient():
     for layout in ("transcript", "window"):
         policy = make_policy(seed=2)
         learner = _learner("gigpo", policy, mini_batch_size=64, micro_batch_size=3,
-                           entropy_coef=0.01)
+                           entropy_coef=0.01, micro_batch_weighting="tokens")
         view = dataclasses.replace(batch, layout=layout)
         scored = learner.score(view)
         stats = learner.update(scored, learner.advantages(scored), seed=0)

@@ -20,7 +20,8 @@ def test_hand_computed_case():
     # A_E = +-1/sqrt(2) (ddof 1). Step group {s0}: returns 0.95 and 0 -> +-1/sqrt(2).
     mask = np.array([[1, 1, 0, 1, 0], [1, 0, 1, 1, 0]])
     out = gigpo_token_advantages(mask, ["g", "g"], [[0.0, 1.0], [0.0, 0.0]],
-                                 [["s0", "s1"], ["s0", "s2"]], gamma=0.95)
+                                 [["s0", "s1"], ["s0", "s2"]], gamma=0.95,
+                                 episode_stats="trajectories")
     a_e = 0.5 / (np.sqrt(0.5) + 1e-6)  # (x - mean) / (std + 1e-6), ddof 1
     a_s = 0.475 / (np.std([0.95, 0.0], ddof=1) + 1e-6)
     expected = np.array([[a_e + a_s, a_e + a_s, 0, a_e, 0], [-a_e - a_s, 0, -a_e, -a_e, 0]])
@@ -43,7 +44,7 @@ def test_equals_gigpo_on_flat_steps_and_masks_nothing_else():
         rewards.append(rng.normal(size=turns).round(1).tolist())
         anchors.append([f"s{int(a)}" for a in rng.integers(0, 3, size=turns)])
     groups = [f"uid{row // 4}" for row in range(rows)]
-    out = gigpo_token_advantages(mask, groups, rewards, anchors)
+    out = gigpo_token_advantages(mask, groups, rewards, anchors, episode_stats="trajectories")
     flat = gigpo_advantages(np.concatenate(rewards), np.repeat(np.arange(rows), n_turns),
                             np.repeat(groups, n_turns), sum(anchors, []))
     position = 0
