@@ -101,18 +101,41 @@ def _chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def browser():
     chromium = _chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, headless=True,
                                              args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(server)
-        page.wait_for_selector('[data-testid="iteration-train-1"]')
-        yield page
+        yield browser
         browser.close()
+
+
+def _open(browser, url: str):
+    """A new 1400x900 page on the viewer at ``url``, its first run's iterations and
+    metrics loaded (every run of these tests has metrics)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(url)
+    page.wait_for_selector(".iterations button, .iterations span")
+    page.wait_for_selector("#metric-select option", state="attached")
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(browser, server):
+    """One page the first browser tests share, in order."""
+    page = _open(browser, server)
+    yield page
+    page.close()
+
+
+@pytest.fixture()
+def fresh_page(browser, server):
+    """A page of its own on the GiGPO and GRPO runs."""
+    page = _open(browser, server)
+    yield page
+    page.close()
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +216,53 @@ def test_evaluation_records_curves_and_comparison(runs, page, shots):
         results = json.loads((run / "eval" / "iter_000002.json").read_text())
         assert row.nth(index + 1).inner_text() == f"{round(results['success'], 3):g}"
     page.screenshot(path=str(shots / "compare.png"), full_page=True)
+
+
+# -------------------------------------- issue 27: a new user's four findings, one test each
+def _step(page, record: dict, step: dict):
+    return page.locator(f'.step[data-traj="{record["traj_id"]}"][data-step="{step["step"]}"]')
+
+
+@pytest.mark.browser
+def test_a_new_iteration_or_run_clears_the_selected_step(runs, fresh_page, shots):
+    """Issue 27, 1: the detail panel never shows a step of another iteration than the one
+    on screen (it used to keep the old step while the highlight moved to the new one)."""
+    from playwright.sync_api import expect
+
+    page = fresh_page
+    first, second = (read_records(runs[0] / "records" / "train" / f"iter_00000{i}.jsonl.gz")
+                     for i in (1, 2))
+    # a (trajectory, step) slot both iterations have, with different responses
+    slot = next((record, step) for record, other in zip(first, second, strict=True)
+                for step, other_step in zip(record["steps"], other["steps"], strict=False)
+                if record["traj_id"] == other["traj_id"]
+                and step["response"] != other_step["response"])
+    record, step = slot
+    page.click('[data-testid="iteration-train-1"]')
+    _step(page, record, step).click()
+    assert page.inner_text("#detail-response") == step["response"]
+
+    page.click('[data-testid="iteration-train-2"]')
+    expect(page.locator("#detail")).to_have_text("Click a step.")
+    assert page.locator(".step.selected").count() == 0
+    other = next(r for r in second if r["traj_id"] == record["traj_id"])
+    other_step = other["steps"][step["step"]]
+    _step(page, other, other_step).click()
+    expect(page.locator("#detail-title")).to_have_text(
+        f"train 2 · traj {other['traj_id']}, step {other_step['step']} "
+        f"(group {other['group']})")
+    assert page.inner_text("#detail-response") == other_step["response"]
+    assert page.locator(".step.selected").count() == 1
+    page.screenshot(path=str(shots / "selection-after-switch.png"), full_page=True)
+
+    page.select_option("#run-select", "1")  # another run: nothing of the old one stays
+    expect(page.locator("#detail")).to_have_text("Click a step.")
+    assert page.locator(".traj").count() == 0
+    assert page.inner_text("#shown") == ""
+    page.click('[data-testid="iteration-train-2"]')
+    expect(page.locator(".traj")).to_have_count(len(
+        read_records(runs[1] / "records" / "train" / "iter_000002.jsonl.gz")))
+    assert page.locator(".step.selected").count() == 0
+    expect(page.locator("#detail")).to_have_text("Click a step.")
+
+
