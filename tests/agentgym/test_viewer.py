@@ -219,6 +219,50 @@ def test_evaluation_records_curves_and_comparison(runs, page, shots):
 
 
 # -------------------------------------- issue 27: a new user's four findings, one test each
+SUCCESS_CURVE = (0.05, 0.08, 0.12, 0.15, 0.2, 0.26, 0.31, 0.38, 0.44, 0.5, 0.57, 0.62)
+"""``rollout/success`` of the hand-written run, iterations 1 to 12."""
+
+
+@pytest.fixture(scope="module")
+def more_runs(tmp_path_factory) -> list[Path]:
+    """A recorded GiGPO run with groups of 4 trajectories (one iteration), and a
+    hand-written run folder whose env has task types: 12 iterations of metrics and an
+    evaluation with success per task type (the files the viewer reads, nothing else)."""
+    pytest.importorskip("transformers")
+    from algorithms.trainer import Trainer
+    from tests.algorithms.scripted_config import scripted_config
+    from tests.algorithms.tiny import make_policy
+
+    root = tmp_path_factory.mktemp("more_runs")
+    config = scripted_config("gigpo", iterations=1, group_size=4, seed=2)
+    Trainer(config, policy=make_policy(seed=2), run_dir=root / "groups-of-4").run()
+    typed = root / "typed"
+    (typed / "eval").mkdir(parents=True)
+    (typed / "config.json").write_text(json.dumps(
+        {"algo": "gigpo", "env": {"env_id": "AgentGym/ALFWorld-v0"}}))
+    (typed / "metrics.jsonl").write_text("".join(
+        json.dumps({"iteration": iteration, "rollout/success": success,
+                    "rollout/return": 0.0}) + "\n"
+        for iteration, success in enumerate(SUCCESS_CURVE, start=1)))
+    (typed / "eval" / "iter_000012.json").write_text(json.dumps(
+        {"success": 0.5, "per_task_type": {"pick": {"success": 0.75},
+                                           "clean": {"success": 0.25}}}))
+    return [root / "groups-of-4", typed]
+
+
+@pytest.fixture()
+def more_page(browser, more_runs):
+    """A page of its own on :func:`more_runs`."""
+    server = make_server(more_runs, port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    page = _open(browser, f"http://127.0.0.1:{server.server_address[1]}")
+    yield page
+    page.close()
+    server.shutdown()
+    server.server_close()
+
+
 def _step(page, record: dict, step: dict):
     return page.locator(f'.step[data-traj="{record["traj_id"]}"][data-step="{step["step"]}"]')
 
@@ -264,5 +308,33 @@ def test_a_new_iteration_or_run_clears_the_selected_step(runs, fresh_page, shots
         read_records(runs[1] / "records" / "train" / "iter_000002.jsonl.gz")))
     assert page.locator(".step.selected").count() == 0
     expect(page.locator("#detail")).to_have_text("Click a step.")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1400, 1024])
+def test_every_trajectory_of_a_group_of_four_is_in_view(more_runs, more_page, shots, width):
+    """Issue 27, 2: at 1400 px the fourth trajectory of a group was cut off behind a
+    scroller that showed no bar; columns now wrap onto further rows."""
+    page = more_page
+    page.set_viewport_size({"width": width, "height": 900})
+    records = read_records(more_runs[0] / "records" / "train" / "iter_000001.jsonl.gz")
+    page.click('[data-testid="iteration-train-1"]')
+    page.wait_for_selector(".traj")
+    groups = page.evaluate("""() => [...document.querySelectorAll('.group')].map((g) => {
+        const box = g.getBoundingClientRect();
+        const row = g.querySelector('.trajs');
+        return {left: box.left, right: box.right,
+                scroll: row.scrollWidth, client: row.clientWidth,
+                trajs: [...g.querySelectorAll('.traj')].map((t) => {
+                    const r = t.getBoundingClientRect();
+                    return {left: r.left, right: r.right, width: r.width}; })}; })""")
+    assert [len(g["trajs"]) for g in groups] == [4, 4] == [
+        sum(r["group"] == group for r in records) for group in (0, 1)]
+    for group in groups:
+        assert group["scroll"] <= group["client"]  # nothing hidden sideways
+        for traj in group["trajs"]:
+            assert group["left"] <= traj["left"] and traj["right"] <= group["right"] <= width
+            assert traj["width"] >= 150 - 4  # the 150 px column (its 3 px border, padding)
+    page.screenshot(path=str(shots / f"groups-of-4-{width}px.png"), full_page=True)
 
 
