@@ -338,3 +338,17 @@ def test_every_trajectory_of_a_group_of_four_is_in_view(more_runs, more_page, sh
     page.screenshot(path=str(shots / f"groups-of-4-{width}px.png"), full_page=True)
 
 
+@pytest.mark.browser
+def test_compare_shows_one_summary_row(more_runs, more_page, fresh_page, shots):
+    """Issue 27, 3: a run without task types has the one bucket "all", which repeated the
+    "overall" row; only named task types get rows."""
+    rows = """() => [...document.querySelectorAll('#compare-table tr[data-task-type]')]
+              .map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent))"""
+    fresh_page.click("#tab-compare")
+    assert [row[0] for row in fresh_page.evaluate(rows)] == ["overall"]
+    more_page.click("#tab-compare")
+    assert more_page.evaluate(rows) == [["overall", "0", "0.5"], ["clean", "–", "0.25"],
+                                        ["pick", "–", "0.75"]]
+    more_page.screenshot(path=str(shots / "compare-task-types.png"), full_page=True)
+
+
