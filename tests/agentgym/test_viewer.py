@@ -352,3 +352,59 @@ def test_compare_shows_one_summary_row(more_runs, more_page, fresh_page, shots):
     more_page.screenshot(path=str(shots / "compare-task-types.png"), full_page=True)
 
 
+@pytest.mark.browser
+def test_curve_axes_have_labelled_ticks(more_page, shots):
+    """Issue 27, 4: the curves were labelled only at their ends; both axes now carry
+    ticks at round steps (1, 2 or 5 times a power of ten), labelled, and a title."""
+    from playwright.sync_api import expect
+
+    page = more_page
+    page.select_option("#run-select", "1")
+    expect(page.locator("#metric-select option")).to_have_count(2)  # its two metrics
+    page.click("#tab-curves")
+    page.select_option("#metric-select", "rollout/success")
+    axes = """() => ({
+        y: [...document.querySelectorAll('#curve .y-tick')].map((g) =>
+            [g.querySelector('text').textContent, Number(g.querySelector('line').getAttribute('y1'))]),
+        x: [...document.querySelectorAll('#curve .x-tick')].map((g) =>
+            [g.querySelector('text').textContent, Number(g.querySelector('line').getAttribute('x1'))]),
+        points: [...document.querySelectorAll('#curve circle')].map((c) =>
+            [Number(c.getAttribute('cx')), Number(c.getAttribute('cy'))]),
+        titles: [...document.querySelectorAll('#curve .x-label, #curve .y-label')]
+            .map((t) => t.textContent)})"""
+    drawn = page.evaluate(axes)
+    assert [label for label, _ in drawn["y"]] == ["0", "0.1", "0.2", "0.3", "0.4", "0.5",
+                                                  "0.6", "0.7"]
+    assert [label for label, _ in drawn["x"]] == ["0", "2", "4", "6", "8", "10", "12"]
+    assert drawn["titles"] == ["iteration", "rollout/success"]
+
+    def at(ticks, value):  # the position of value on an axis, from its end ticks
+        (low, low_px), (high, high_px) = ticks[0], ticks[-1]
+        return low_px + (value - float(low)) / (float(high) - float(low)) * (high_px - low_px)
+
+    for ticks in (drawn["x"], drawn["y"]):
+        gaps = [b[1] - a[1] for a, b in zip(ticks, ticks[1:], strict=False)]
+        assert max(gaps) - min(gaps) < 1e-6 and abs(gaps[0]) > 20  # evenly spaced
+    for (cx, cy), (iteration, success) in zip(drawn["points"], enumerate(SUCCESS_CURVE, 1),
+                                              strict=True):
+        assert cx == pytest.approx(at(drawn["x"], iteration), abs=1e-6)
+        assert cy == pytest.approx(at(drawn["y"], success), abs=1e-6)
+    page.screenshot(path=str(shots / "curve-ticks.png"), full_page=True)
+
+    cases = [  # (low, high, count, integer) -> ticks, computed by hand
+        ((0.05, 0.62, 5, False), [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]),
+        ((0.3, 0.9, 5, False), [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]),
+        ((-1, 1, 5, False), [-1, -0.5, 0, 0.5, 1]),
+        ((0.00012, 0.00047, 5, False), [0.0001, 0.00015, 0.0002, 0.00025, 0.0003,
+                                        0.00035, 0.0004, 0.00045, 0.0005]),
+        ((100, 1000, 5, True), [0, 200, 400, 600, 800, 1000]),
+        ((1, 12, 6, True), [0, 2, 4, 6, 8, 10, 12]),
+        ((1, 2, 6, True), [1, 2]),
+    ]
+    for args, ticks in cases:
+        assert page.evaluate("(args) => axisTicks(...args)", list(args)) == ticks, args
+
+    page.select_option("#metric-select", "rollout/return")  # constant: centred, ±1 around 0
+    drawn = page.evaluate(axes)
+    assert [label for label, _ in drawn["y"]] == ["-1", "-0.5", "0", "0.5", "1"]
+    assert [cy for _, cy in drawn["points"]] == pytest.approx([at(drawn["y"], 0.0)] * 12)
