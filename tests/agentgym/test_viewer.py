@@ -101,18 +101,41 @@ def _chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def browser():
     chromium = _chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, headless=True,
                                              args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.goto(server)
-        page.wait_for_selector('[data-testid="iteration-train-1"]')
-        yield page
+        yield browser
         browser.close()
+
+
+def _open(browser, url: str):
+    """A new 1400x900 page on the viewer at ``url``, its first run's iterations and
+    metrics loaded (every run of these tests has metrics)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.goto(url)
+    page.wait_for_selector(".iterations button, .iterations span")
+    page.wait_for_selector("#metric-select option", state="attached")
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(browser, server):
+    """One page the first browser tests share, in order."""
+    page = _open(browser, server)
+    yield page
+    page.close()
+
+
+@pytest.fixture()
+def fresh_page(browser, server):
+    """A page of its own on the GiGPO and GRPO runs."""
+    page = _open(browser, server)
+    yield page
+    page.close()
 
 
 @pytest.fixture(scope="module")
@@ -193,3 +216,195 @@ def test_evaluation_records_curves_and_comparison(runs, page, shots):
         results = json.loads((run / "eval" / "iter_000002.json").read_text())
         assert row.nth(index + 1).inner_text() == f"{round(results['success'], 3):g}"
     page.screenshot(path=str(shots / "compare.png"), full_page=True)
+
+
+# -------------------------------------- issue 27: a new user's four findings, one test each
+SUCCESS_CURVE = (0.05, 0.08, 0.12, 0.15, 0.2, 0.26, 0.31, 0.38, 0.44, 0.5, 0.57, 0.62)
+"""``rollout/success`` of the hand-written run, iterations 1 to 12."""
+
+
+@pytest.fixture(scope="module")
+def more_runs(tmp_path_factory) -> list[Path]:
+    """A recorded GiGPO run with groups of 4 trajectories (one iteration), and a
+    hand-written run folder whose env has task types: 12 iterations of metrics and an
+    evaluation with success per task type (the files the viewer reads, nothing else)."""
+    pytest.importorskip("transformers")
+    from algorithms.trainer import Trainer
+    from tests.algorithms.scripted_config import scripted_config
+    from tests.algorithms.tiny import make_policy
+
+    root = tmp_path_factory.mktemp("more_runs")
+    config = scripted_config("gigpo", iterations=1, group_size=4, seed=2)
+    Trainer(config, policy=make_policy(seed=2), run_dir=root / "groups-of-4").run()
+    typed = root / "typed"
+    (typed / "eval").mkdir(parents=True)
+    (typed / "config.json").write_text(json.dumps(
+        {"algo": "gigpo", "env": {"env_id": "AgentGym/ALFWorld-v0"}}))
+    (typed / "metrics.jsonl").write_text("".join(
+        json.dumps({"iteration": iteration, "rollout/success": success,
+                    "rollout/return": 0.0}) + "\n"
+        for iteration, success in enumerate(SUCCESS_CURVE, start=1)))
+    (typed / "eval" / "iter_000012.json").write_text(json.dumps(
+        {"success": 0.5, "per_task_type": {"pick": {"success": 0.75},
+                                           "clean": {"success": 0.25}}}))
+    return [root / "groups-of-4", typed]
+
+
+@pytest.fixture()
+def more_page(browser, more_runs):
+    """A page of its own on :func:`more_runs`."""
+    server = make_server(more_runs, port=0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    page = _open(browser, f"http://127.0.0.1:{server.server_address[1]}")
+    yield page
+    page.close()
+    server.shutdown()
+    server.server_close()
+
+
+def _step(page, record: dict, step: dict):
+    return page.locator(f'.step[data-traj="{record["traj_id"]}"][data-step="{step["step"]}"]')
+
+
+@pytest.mark.browser
+def test_a_new_iteration_or_run_clears_the_selected_step(runs, fresh_page, shots):
+    """Issue 27, 1: the detail panel never shows a step of another iteration than the one
+    on screen (it used to keep the old step while the highlight moved to the new one)."""
+    from playwright.sync_api import expect
+
+    page = fresh_page
+    first, second = (read_records(runs[0] / "records" / "train" / f"iter_00000{i}.jsonl.gz")
+                     for i in (1, 2))
+    # a (trajectory, step) slot both iterations have, with different responses
+    slot = next((record, step) for record, other in zip(first, second, strict=True)
+                for step, other_step in zip(record["steps"], other["steps"], strict=False)
+                if record["traj_id"] == other["traj_id"]
+                and step["response"] != other_step["response"])
+    record, step = slot
+    page.click('[data-testid="iteration-train-1"]')
+    _step(page, record, step).click()
+    assert page.inner_text("#detail-response") == step["response"]
+
+    page.click('[data-testid="iteration-train-2"]')
+    expect(page.locator("#detail")).to_have_text("Click a step.")
+    assert page.locator(".step.selected").count() == 0
+    other = next(r for r in second if r["traj_id"] == record["traj_id"])
+    other_step = other["steps"][step["step"]]
+    _step(page, other, other_step).click()
+    expect(page.locator("#detail-title")).to_have_text(
+        f"train 2 · traj {other['traj_id']}, step {other_step['step']} "
+        f"(group {other['group']})")
+    assert page.inner_text("#detail-response") == other_step["response"]
+    assert page.locator(".step.selected").count() == 1
+    page.screenshot(path=str(shots / "selection-after-switch.png"), full_page=True)
+
+    page.select_option("#run-select", "1")  # another run: nothing of the old one stays
+    expect(page.locator("#detail")).to_have_text("Click a step.")
+    assert page.locator(".traj").count() == 0
+    assert page.inner_text("#shown") == ""
+    page.click('[data-testid="iteration-train-2"]')
+    expect(page.locator(".traj")).to_have_count(len(
+        read_records(runs[1] / "records" / "train" / "iter_000002.jsonl.gz")))
+    assert page.locator(".step.selected").count() == 0
+    expect(page.locator("#detail")).to_have_text("Click a step.")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1400, 1024])
+def test_every_trajectory_of_a_group_of_four_is_in_view(more_runs, more_page, shots, width):
+    """Issue 27, 2: at 1400 px the fourth trajectory of a group was cut off behind a
+    scroller that showed no bar; columns now wrap onto further rows."""
+    page = more_page
+    page.set_viewport_size({"width": width, "height": 900})
+    records = read_records(more_runs[0] / "records" / "train" / "iter_000001.jsonl.gz")
+    page.click('[data-testid="iteration-train-1"]')
+    page.wait_for_selector(".traj")
+    groups = page.evaluate("""() => [...document.querySelectorAll('.group')].map((g) => {
+        const box = g.getBoundingClientRect();
+        const row = g.querySelector('.trajs');
+        return {left: box.left, right: box.right,
+                scroll: row.scrollWidth, client: row.clientWidth,
+                trajs: [...g.querySelectorAll('.traj')].map((t) => {
+                    const r = t.getBoundingClientRect();
+                    return {left: r.left, right: r.right, width: r.width}; })}; })""")
+    assert [len(g["trajs"]) for g in groups] == [4, 4] == [
+        sum(r["group"] == group for r in records) for group in (0, 1)]
+    for group in groups:
+        assert group["scroll"] <= group["client"]  # nothing hidden sideways
+        for traj in group["trajs"]:
+            assert group["left"] <= traj["left"] and traj["right"] <= group["right"] <= width
+            assert traj["width"] >= 150 - 4  # the 150 px column (its 3 px border, padding)
+    page.screenshot(path=str(shots / f"groups-of-4-{width}px.png"), full_page=True)
+
+
+@pytest.mark.browser
+def test_compare_shows_one_summary_row(more_runs, more_page, fresh_page, shots):
+    """Issue 27, 3: a run without task types has the one bucket "all", which repeated the
+    "overall" row; only named task types get rows."""
+    rows = """() => [...document.querySelectorAll('#compare-table tr[data-task-type]')]
+              .map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent))"""
+    fresh_page.click("#tab-compare")
+    assert [row[0] for row in fresh_page.evaluate(rows)] == ["overall"]
+    more_page.click("#tab-compare")
+    assert more_page.evaluate(rows) == [["overall", "0", "0.5"], ["clean", "–", "0.25"],
+                                        ["pick", "–", "0.75"]]
+    more_page.screenshot(path=str(shots / "compare-task-types.png"), full_page=True)
+
+
+@pytest.mark.browser
+def test_curve_axes_have_labelled_ticks(more_page, shots):
+    """Issue 27, 4: the curves were labelled only at their ends; both axes now carry
+    ticks at round steps (1, 2 or 5 times a power of ten), labelled, and a title."""
+    from playwright.sync_api import expect
+
+    page = more_page
+    page.select_option("#run-select", "1")
+    expect(page.locator("#metric-select option")).to_have_count(2)  # its two metrics
+    page.click("#tab-curves")
+    page.select_option("#metric-select", "rollout/success")
+    axes = """() => ({
+        y: [...document.querySelectorAll('#curve .y-tick')].map((g) =>
+            [g.querySelector('text').textContent, Number(g.querySelector('line').getAttribute('y1'))]),
+        x: [...document.querySelectorAll('#curve .x-tick')].map((g) =>
+            [g.querySelector('text').textContent, Number(g.querySelector('line').getAttribute('x1'))]),
+        points: [...document.querySelectorAll('#curve circle')].map((c) =>
+            [Number(c.getAttribute('cx')), Number(c.getAttribute('cy'))]),
+        titles: [...document.querySelectorAll('#curve .x-label, #curve .y-label')]
+            .map((t) => t.textContent)})"""
+    drawn = page.evaluate(axes)
+    assert [label for label, _ in drawn["y"]] == ["0", "0.1", "0.2", "0.3", "0.4", "0.5",
+                                                  "0.6", "0.7"]
+    assert [label for label, _ in drawn["x"]] == ["0", "2", "4", "6", "8", "10", "12"]
+    assert drawn["titles"] == ["iteration", "rollout/success"]
+
+    def at(ticks, value):  # the position of value on an axis, from its end ticks
+        (low, low_px), (high, high_px) = ticks[0], ticks[-1]
+        return low_px + (value - float(low)) / (float(high) - float(low)) * (high_px - low_px)
+
+    for ticks in (drawn["x"], drawn["y"]):
+        gaps = [b[1] - a[1] for a, b in zip(ticks, ticks[1:], strict=False)]
+        assert max(gaps) - min(gaps) < 1e-6 and abs(gaps[0]) > 20  # evenly spaced
+    for (cx, cy), (iteration, success) in zip(drawn["points"], enumerate(SUCCESS_CURVE, 1),
+                                              strict=True):
+        assert cx == pytest.approx(at(drawn["x"], iteration), abs=1e-6)
+        assert cy == pytest.approx(at(drawn["y"], success), abs=1e-6)
+    page.screenshot(path=str(shots / "curve-ticks.png"), full_page=True)
+
+    cases = [  # (low, high, count, integer) -> ticks, computed by hand
+        ((0.05, 0.62, 5, False), [0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]),
+        ((0.3, 0.9, 5, False), [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]),
+        ((-1, 1, 5, False), [-1, -0.5, 0, 0.5, 1]),
+        ((0.00012, 0.00047, 5, False), [0.0001, 0.00015, 0.0002, 0.00025, 0.0003,
+                                        0.00035, 0.0004, 0.00045, 0.0005]),
+        ((100, 1000, 5, True), [0, 200, 400, 600, 800, 1000]),
+        ((1, 12, 6, True), [0, 2, 4, 6, 8, 10, 12]),
+        ((1, 2, 6, True), [1, 2]),
+    ]
+    for args, ticks in cases:
+        assert page.evaluate("(args) => axisTicks(...args)", list(args)) == ticks, args
+
+    page.select_option("#metric-select", "rollout/return")  # constant: centred, ±1 around 0
+    drawn = page.evaluate(axes)
+    assert [label for label, _ in drawn["y"]] == ["-1", "-0.5", "0", "0.5", "1"]
+    assert [cy for _, cy in drawn["points"]] == pytest.approx([at(drawn["y"], 0.0)] * 12)
