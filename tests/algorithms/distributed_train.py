@@ -85,8 +85,10 @@ def main() -> None:
     _record_rollouts(ranks, args.run_dir)
     config = scripted_config(args.algo, iterations=args.iterations, num_groups=NUM_GROUPS,
                              resume=args.resume, save_every=1)
-    # mini-batches smaller than the batch: several optimizer steps, moments that matter
-    config = replace(config, learner={"mini_batch_size": 4, "micro_batch_size": 3},
+    # mini-batches smaller than the batch: several optimizer steps, moments that matter;
+    # token-weighted micro-batches, so that 1 and 2 ranks update alike
+    config = replace(config, learner={"mini_batch_size": 4, "micro_batch_size": 3,
+                                      "micro_batch_weighting": "tokens"},
                      model={"lora_rank": 4 if args.lora else 0})
     if args.ray_address is not None:
         config = replace(config, env={"backend": "ray", "ray_address": args.ray_address,

@@ -43,8 +43,10 @@ def run_case(name: str, ranks: distributed.Ranks, out: Path) -> None:
     torch.manual_seed(11)  # LoRA's initialisation (rank 0's is broadcast anyway)
     policy = make_policy(model_config=model_config)
     # 3 mini-batches of 4 steps, micro-batches of 3: ranks get unequal shares and the
-    # padding passes run
-    config = replace(_config(algo, mini_batch_size=4, micro_batch_size=3, epochs=2),
+    # padding passes run. Token-weighted micro-batches: the update then does not depend on
+    # how ranks cut a mini-batch (verl's equal weighting does, by design)
+    config = replace(_config(algo, mini_batch_size=4, micro_batch_size=3, epochs=2,
+                             micro_batch_weighting="tokens"),
                      model={"lora_rank": lora_rank, "critic": critic})
     backbone = make_model(len(policy.tokenizer), seed=5).model if critic == "separate" else None
     learner = Learner(policy, config, torch.device("cpu"), critic_backbone=backbone,

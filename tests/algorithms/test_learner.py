@@ -16,6 +16,7 @@ from algorithms.config import ModelConfig, PromptConfig, TrainConfig, replace  #
 from algorithms.learner import Advantages, Learner  # noqa: E402
 from algorithms.rollout import RolloutSettings  # noqa: E402
 from tests.algorithms.fakes import ScriptedEngine, collect_and_close, cut_rollout  # noqa: E402
+from tests.algorithms.hand_batch import hand_batch  # noqa: E402
 from tests.algorithms.tiny import make_model, make_policy  # noqa: E402
 
 TASKS = ("doors-0001", "doors-0002")
@@ -269,36 +270,11 @@ def test_group_estimators_ignore_bootstrap_prompts(algo):
 # ---------------------------------------------------------------- env errors
 
 
-def _hand_batch(trajectories: list[tuple[int, list[float], list[str], bool]]):
-    """A StepBatch of ``(group, rewards, anchors, env_error)`` trajectories, one token
-    prompt and response per step (the advantages need no model)."""
-    from algorithms.rollout import StepBatch
-
-    rows = [(t, g, r, a, e, s) for t, (g, rewards, anchors, e) in enumerate(trajectories)
-            for s, (r, a) in enumerate(zip(rewards, anchors, strict=True))]
-    n = len(rows)
-    traj = np.array([row[0] for row in rows])
-    last = np.ones(n, dtype=bool)
-    last[:-1] = traj[1:] != traj[:-1]
-    ones = np.ones((n, 1), dtype=np.int64)
-    return StepBatch(
-        prompt_ids=ones, prompt_mask=ones, response_ids=ones, response_mask=ones,
-        rewards=np.array([row[2] for row in rows]), env_rewards=np.array([row[2] for row in rows]),
-        penalties=np.zeros(n), invalid=np.zeros(n, bool), format_ok=np.ones(n, bool), valid_action=np.ones(n, bool),
-        traj_ids=traj, group_ids=np.array([row[1] for row in rows]),
-        anchors=tuple(row[3] for row in rows), step_index=np.array([row[5] for row in rows]),
-        last_step=last, success=np.zeros(n, bool), truncated=np.zeros(n, bool),
-        task_ids=("t",) * n, task_types=("",) * n, actions=("a",) * n,
-        response_texts=("a",) * n, prompt_cut=np.zeros(n, bool),
-        env_error=np.array([row[4] for row in rows]),
-        env_errors=sum(e for *_, e in trajectories))
-
-
 @pytest.mark.parametrize("algo", ["gigpo", "grpo"])
 def test_group_statistics_leave_env_error_trajectories_out(algo):
     # Group 0: A wins (return 1), B fails (0), C crashed after one step (partial return 0).
     # Group 1: D and E finish; F crashed. A, B and C's first steps share an anchor.
-    batch = _hand_batch([(0, [0.0, 1.0], ["s0", "s1"], False),
+    batch = hand_batch([(0, [0.0, 1.0], ["s0", "s1"], False),
                          (0, [0.0, 0.0, 0.0], ["s0", "x", "y"], False),
                          (0, [0.0], ["s0"], True),
                          (1, [0.5], ["u"], False),
