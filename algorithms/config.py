@@ -334,7 +334,12 @@ class LearnerConfig:
     """
 
     lr: float = 1e-6
-    """Policy learning rate (AdamW, constant)."""
+    """Policy learning rate (AdamW; constant after the warmup)."""
+
+    lr_warmup_ratio: float = 0.0
+    """Linear warmup of the policy's learning rate over the first ``int(lr_warmup_ratio *
+    run.iterations)`` iterations: iteration ``i`` (0-based) trains at ``lr * i / warmup``,
+    so the first at 0 (verl's constant schedule with warmup, ``lr_warmup_steps_ratio``)."""
 
     critic_lr: float = 1e-5
     """Critic learning rate (PPO)."""
@@ -672,6 +677,8 @@ class TrainConfig:
             problems.append("learner.clip_eps_low must be in [0, 1) and clip_eps_high >= 0")
         if learner.dual_clip is not None and not learner.dual_clip > 1:
             problems.append("learner.dual_clip must be > 1 (or None to turn it off)")
+        if not 0 <= learner.lr_warmup_ratio <= 1:
+            problems.append("learner.lr_warmup_ratio must be in [0, 1]")
         if learner.entropy_coef < 0 or learner.kl_coef < 0:
             problems.append("learner.entropy_coef and kl_coef must be >= 0")
         if learner.similarity_threshold is not None:
@@ -786,6 +793,18 @@ def _cpu_demo() -> TrainConfig:
 
 
 def _alfworld_1_5b() -> TrainConfig:
+    """verl-agent's ``examples/gigpo_trainer/run_alfworld.sh`` (GiGPO, Qwen2.5-1.5B-Instruct).
+
+    As the script: 16 groups x 8, 50 steps, history 2, prompts 2048 / responses 512
+    tokens, lr 1e-6, mini-batches of 256 steps in micro-batches of 32 (per rank, as
+    ``ppo_micro_batch_size_per_gpu``), KL loss 0.01 (low-variance), penalty 0.1, gamma
+    0.95, omega 1, ``mean_std_norm``, training temperature 1.0 and evaluation at 0.4 on
+    128 in-distribution games (``valid_seen``) every 5 iterations, 150 iterations; the
+    rest is the recipe's defaults (:class:`LearnerConfig`). Differs: a prompt over 2048
+    tokens loses history first (the script's ``truncation='error'`` stops the run); no
+    evaluation before training (``val_before_train``); the env workers are subprocesses,
+    not Ray actors (``--env.backend ray`` for those).
+    """
     base = TrainConfig(preset="alfworld-1.5b")
     return replace(
         base,
@@ -794,41 +813,66 @@ def _alfworld_1_5b() -> TrainConfig:
         prompt={"max_prompt_tokens": 2048, "history_window": 2},
         env={"env_id": "AgentGym/ALFWorld-v0", "num_groups": 16, "group_size": 8,
              "max_steps": 50, "backend": "subprocess",
-             "eval_env_kwargs": json.dumps({"split": "valid_unseen"}), "eval_episodes": 134},
-        learner={"lr": 1e-6, "kl_coef": 0.01, "mini_batch_size": 256, "micro_batch_size": 8},
-        run={"iterations": 150, "eval_every": 10},
+             "eval_env_kwargs": json.dumps({"split": "valid_seen"}), "eval_episodes": 128},
+        learner={"lr": 1e-6, "kl_coef": 0.01, "mini_batch_size": 256, "micro_batch_size": 32},
+        run={"iterations": 150, "eval_every": 5},
     )
 
 
 def _alfworld_7b_lora() -> TrainConfig:
+    """verl-agent's ``examples/gigpo_trainer/run_alfworld_lora.sh`` (Qwen2.5-7B-Instruct).
+
+    As :func:`_alfworld_1_5b`, with the script's changes: LoRA rank 64, alpha 64, lr 3e-6,
+    no KL loss, vLLM at 0.6 of the GPU memory. Differs as :func:`_alfworld_1_5b` does.
+    """
     base = _alfworld_1_5b()
     return replace(
         dataclasses.replace(base, preset="alfworld-7b-lora"),
         model={"name_or_path": "Qwen/Qwen2.5-7B-Instruct", "gradient_checkpointing": True,
-               "lora_rank": 64, "lora_alpha": 128},
-        learner={"lr": 1e-5, "kl_coef": 0.01, "mini_batch_size": 256, "micro_batch_size": 4},
-        generation={"engine": "vllm", "max_new_tokens": 512,
-                    "vllm_gpu_memory_utilization": 0.5},
+               "lora_rank": 64, "lora_alpha": 64},
+        learner={"lr": 3e-6, "kl_coef": 0.0},
+        generation={"vllm_gpu_memory_utilization": 0.6},
     )
 
 
 def _webshop_1_5b() -> TrainConfig:
+    """verl-agent's ``examples/gigpo_trainer/run_webshop.sh`` (GiGPO, Qwen2.5-1.5B-Instruct).
+
+    As the script: 6 groups x 8, 15 steps, history 2, prompts 2048 / responses 256
+    tokens, lr 1e-6, mini-batches of 8 steps in micro-batches of 4, KL loss 0.01, penalty
+    0.1, ``mean_norm``, evaluation every 5 iterations, 150 iterations. Differs: evaluation
+    on 500 goals of the test split (the script evaluates 2 x 6 tasks of its own sampling,
+    which can repeat training goals: REFERENCE.md); a prompt over 2048 tokens loses
+    history first; no evaluation before training; subprocess env workers.
+    """
     base = TrainConfig(preset="webshop-1.5b")
     return replace(
         base,
         model={"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct", "gradient_checkpointing": True},
-        generation={"engine": "vllm", "max_new_tokens": 512},
-        prompt={"max_prompt_tokens": 4096, "history_window": 2},
-        env={"env_id": "AgentGym/WebShop-v0", "num_groups": 16, "group_size": 8,
+        generation={"engine": "vllm", "max_new_tokens": 256},
+        prompt={"max_prompt_tokens": 2048, "history_window": 2},
+        env={"env_id": "AgentGym/WebShop-v0", "num_groups": 6, "group_size": 8,
              "max_steps": 15, "backend": "subprocess",
              "eval_env_kwargs": json.dumps({"split": "test"}), "eval_episodes": 500},
-        learner={"lr": 1e-6, "normalize": "mean", "mini_batch_size": 256,
-                 "micro_batch_size": 8},
-        run={"iterations": 150, "eval_every": 10},
+        learner={"lr": 1e-6, "normalize": "mean", "kl_coef": 0.01, "mini_batch_size": 8,
+                 "micro_batch_size": 4},
+        run={"iterations": 150, "eval_every": 5},
     )
 
 
 def _searchqa_3b() -> TrainConfig:
+    """verl-agent's ``examples/gigpo_trainer/run_search.sh`` (GiGPO with similarity groups)
+    at the paper's 3B size.
+
+    As the script: 256 questions x 5, 4 turns, history 4, prompts 4096 / responses 512
+    tokens, lr 1e-6 with a 10% warmup, mini-batches of 512 steps in micro-batches of 16,
+    KL loss 0.001, no entropy bonus, penalty 0.01, ``mean_std_norm``, step groups of
+    observations at least 0.9 similar, evaluation every 50 iterations on 512 questions.
+    Differs: Qwen2.5-3B-Instruct (the script trains 7B); 200 iterations, where the script
+    makes one pass over its training parquet (``total_epochs=1``: set ``--run.iterations``
+    to its rows / 256); a prompt over 4096 tokens loses history first (the script cuts it
+    on the left); no evaluation before training; env steps in-process.
+    """
     base = TrainConfig(preset="searchqa-3b")
     return replace(
         base,
@@ -836,17 +880,29 @@ def _searchqa_3b() -> TrainConfig:
         generation={"engine": "vllm", "max_new_tokens": 512},
         prompt={"max_prompt_tokens": 4096, "history_window": 4, "env_style": "searchqa",
                 "show_admissible_actions": False},
-        env={"env_id": "AgentGym/SearchQA-v0", "num_groups": 32, "group_size": 5,
+        env={"env_id": "AgentGym/SearchQA-v0", "num_groups": 256, "group_size": 5,
              "max_steps": 4, "env_kwargs": json.dumps({"split": "train"}),
              "eval_env_kwargs": json.dumps({"split": "test"}),
              "eval_episodes": 512},
-        learner={"lr": 1e-6, "mini_batch_size": 256, "micro_batch_size": 8},
-        run={"iterations": 200, "eval_every": 20},
+        learner={"lr": 1e-6, "lr_warmup_ratio": 0.1, "kl_coef": 0.001, "entropy_coef": 0.0,
+                 "similarity_threshold": 0.9, "mini_batch_size": 512,
+                 "micro_batch_size": 16},
+        run={"iterations": 200, "eval_every": 50},
     )
 
 
 def _searchqa_3b_transcript() -> TrainConfig:
-    """Search-R1's GRPO recipe (its ``train_grpo.sh``) in Search-R1's turn layout."""
+    """Search-R1's GRPO recipe, its ``train_grpo.sh``, in Search-R1's turn layout.
+
+    As the script: Qwen2.5-3B (base), 512 questions x 5, one growing transcript per
+    question with 2 search turns and a final answer turn, 500-token turns and
+    observations, prompts up to 4096 tokens, temperature 1, lr 1e-6 with a 28.5% warmup,
+    mini-batches of 256 trajectories in micro-batches of 8 per rank (the script's 64 over
+    8 GPUs), KL loss 0.001 (low-variance), Search-R1's verl defaults (entropy bonus 0.001,
+    weight decay 0.01, no dual clip, token mean per micro-batch, clip 0.2, one epoch),
+    group statistics over trajectories, no format penalty, 1005 iterations, evaluation
+    every 50. Differs: no evaluation before training.
+    """
     base = dataclasses.replace(_searchqa_3b(), preset="searchqa-3b-transcript", algo="grpo")
     return replace(
         base,
@@ -857,8 +913,10 @@ def _searchqa_3b_transcript() -> TrainConfig:
                 "show_admissible_actions": False},
         env={"num_groups": 512, "group_size": 5, "max_steps": 3,
              "invalid_action_penalty": 0.0},
-        learner={"lr": 1e-6, "kl_coef": 0.001, "kl_estimator": "k3",
-                 "mini_batch_size": 256, "micro_batch_size": 8},
+        learner={"lr": 1e-6, "lr_warmup_ratio": 0.285, "kl_coef": 0.001, "kl_estimator": "k3",
+                 "entropy_coef": 0.001, "dual_clip": None, "similarity_threshold": None,
+                 "episode_stats": "trajectories", "mini_batch_size": 256,
+                 "micro_batch_size": 8},
         run={"iterations": 1005, "eval_every": 50},
     )
 
@@ -871,20 +929,24 @@ PRESETS: dict[str, TrainConfig] = {
     "searchqa-3b": _searchqa_3b(),
     "searchqa-3b-transcript": _searchqa_3b_transcript(),
 }
-"""Named presets. ``cpu-demo`` runs in minutes on two CPU cores; the others are the GiGPO
-paper's GPU recipes (Feng et al. 2025, Sec. 5 and App. B)."""
+"""Named presets. ``cpu-demo`` runs in minutes on two CPU cores; each other one reproduces
+the GPU training script its docstring cites (verl-agent's, from which the GiGPO paper's
+numbers came, or Search-R1's) and lists where it differs."""
 
 PRESET_HELP: dict[str, str] = {
     "cpu-demo": "SmolLM2-135M with LoRA (rank 16) on a 2x2 KeyDoor house (no key), "
                 "2 groups x 4, 6 steps, answers opened with <action>, lr 5e-4, KL 0.2, "
                 "6 iterations.",
-    "alfworld-1.5b": "Qwen2.5-1.5B-Instruct on ALFWorld: 16 groups x 8, 50 steps, lr 1e-6, "
-                     "KL 0.01, vLLM rollouts, 150 iterations.",
-    "alfworld-7b-lora": "Qwen2.5-7B-Instruct with LoRA (rank 64) on ALFWorld, same recipe.",
-    "webshop-1.5b": "Qwen2.5-1.5B-Instruct on WebShop: 15 steps, mean-only normalization.",
-    "searchqa-3b": "Qwen2.5-3B-Instruct on Search-QA: groups of 5, 4 turns, "
-                   "penalty 0.01, history 4.",
-    "searchqa-3b-transcript": "Search-R1's GRPO recipe: Qwen2.5-3B, one growing transcript "
+    "alfworld-1.5b": "verl-agent's run_alfworld.sh: Qwen2.5-1.5B-Instruct on ALFWorld, "
+                     "16 groups x 8, 50 steps, lr 1e-6, KL 0.01, vLLM rollouts, "
+                     "150 iterations.",
+    "alfworld-7b-lora": "verl-agent's run_alfworld_lora.sh: Qwen2.5-7B-Instruct with LoRA "
+                        "(rank 64), lr 3e-6, no KL.",
+    "webshop-1.5b": "verl-agent's run_webshop.sh: Qwen2.5-1.5B-Instruct on WebShop, 6 "
+                    "groups x 8, 15 steps, mean-only normalization.",
+    "searchqa-3b": "verl-agent's run_search.sh at 3B: Qwen2.5-3B-Instruct on Search-QA, "
+                   "256 x 5, 4 turns, penalty 0.01, history 4, similarity groups 0.9.",
+    "searchqa-3b-transcript": "Search-R1's train_grpo.sh: Qwen2.5-3B, one growing transcript "
                               "per question, 2 search turns + a final answer turn, 512 "
                               "questions x 5, 500-token turns, KL 0.001, no format penalty.",
 }

@@ -184,6 +184,17 @@ def _chunks(index: np.ndarray, size: int) -> Iterator[np.ndarray]:
         yield index[start: start + size]
 
 
+def warmup_factor(iteration: int, iterations: int, ratio: float) -> float:
+    """The learning-rate factor of ``iteration`` (0-based) under a linear warmup over the
+    first ``int(ratio * iterations)`` iterations, constant after it (verl's
+    ``get_constant_schedule_with_warmup``, stepped once per update): ``iteration / warmup``
+    during the warmup (0 for the first), then 1."""
+    warmup = int(ratio * iterations)
+    if iteration >= warmup:
+        return 1.0
+    return iteration / max(1, warmup)
+
+
 def bootstrap_last_values(batch: StepBatch) -> np.ndarray:
     """``last_values`` for :func:`~algorithms.advantages.gae_advantages` from a scored batch.
 
@@ -261,6 +272,11 @@ class Learner:
             self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(),
                                                       lr=self.learner.critic_lr,
                                                       weight_decay=self.learner.weight_decay)
+
+    def set_policy_lr(self, lr: float) -> None:
+        """Set the policy's learning rate (its optimizer's first parameter group; the value
+        head's and the critic's keep ``critic_lr``)."""
+        self.optimizer.param_groups[0]["lr"] = lr
 
     # ------------------------------------------------------------------ phase 0
     def training_batch(self, batch: StepBatch) -> StepBatch:

@@ -61,7 +61,7 @@ from algorithms.checkpoint import (
 from algorithms.config import ConfigError, TrainConfig
 from algorithms.distributed import SINGLE, Ranks, WeightMirror
 from algorithms.engines import make_engine
-from algorithms.learner import Learner
+from algorithms.learner import Learner, warmup_factor
 from algorithms.metrics import (
     MetricsLogger,
     advantage_metrics,
@@ -455,6 +455,9 @@ class Trainer:
             with phase("advantages"):
                 signals = learner.advantages(batch)
             with phase("update"):
+                lr = config.learner.lr * warmup_factor(iteration, config.run.iterations,
+                                                       config.learner.lr_warmup_ratio)
+                learner.set_policy_lr(lr)
                 with _tqdm(progress, total=learner.micro_batches_per_update(batch),
                            leave=False,
                            desc=f"iter {iteration + 1} update (micro-batches)") as bar:
@@ -475,6 +478,8 @@ class Trainer:
             if signals.step_group_ids is not None:
                 metrics.update(step_group_metrics(signals.step_group_ids))
         metrics.update({f"update/{k}": v for k, v in stats.items()})
+        if stats:
+            metrics["update/lr"] = lr
         metrics.update(timings)
         generated = float(rollout.response_mask.sum())
         metrics["throughput/rollout_tokens_per_s"] = generated / max(timings["time/rollout"],
