@@ -242,7 +242,7 @@ def reverse_play(fixed: tuple[str, ...], player: Cell, *, search_depth: int = 30
 
     def displacement(boxes: tuple[int, ...]) -> int:
         return sum(abs(b // width - t // width) + abs(b % width - t % width)
-                   for b, t in zip(boxes, target_cells))
+                   for b, t in zip(boxes, target_cells, strict=True))
 
     # (player, boxes by id, pulled-ever bitmask, box swaps, last pulled box id, ttl)
     stack = [(player[0] * width + player[1], tuple(target_cells), 0, 0, -1, search_depth)]
@@ -308,6 +308,31 @@ def shuffle_player(rng: np.random.Generator, fixed: tuple[str, ...], player: Cel
     return player
 
 
+def place_player_and_targets(rng: np.random.Generator, floor: np.ndarray,
+                             num_boxes: int) -> tuple[tuple[str, ...], Cell] | None:
+    """Put the player, then ``num_boxes`` targets, on distinct floor cells (step 2).
+
+    Args:
+        floor: (height, width) bool array from :func:`room_topology`.
+
+    Returns:
+        (the fixed rows, the player's cell), or ``None`` when the room has no more than
+        ``num_boxes + 1`` floor cells.
+    """
+    cells = [(int(r), int(c)) for r, c in np.argwhere(floor)]  # row-major
+    if len(cells) <= num_boxes + 1:
+        return None
+    player = cells.pop(int(rng.integers(len(cells))))
+    targets = {cells.pop(int(rng.integers(len(cells)))) for _ in range(num_boxes)}
+    height, width = floor.shape
+    fixed = tuple(
+        "".join(TARGET if (r, c) in targets else FLOOR if floor[r, c] else WALL
+                for c in range(width))
+        for r in range(height)
+    )
+    return fixed, player
+
+
 def generate_room(rng: np.random.Generator, height: int = 6, width: int = 6,
                   num_boxes: int = 1, *, search_depth: int = 30,
                   num_gen_steps: int | None = None, max_attempts: int = 10_000) -> SokobanRoom:
@@ -329,17 +354,11 @@ def generate_room(rng: np.random.Generator, height: int = 6, width: int = 6,
         raise ValueError(f"search_depth must be >= 3 to move any box, got {search_depth}")
     steps = int(1.7 * (height + width)) if num_gen_steps is None else num_gen_steps
     for _ in range(max_attempts):
-        floor = room_topology(rng, height, width, steps)
-        cells = [(int(r), int(c)) for r, c in zip(*np.nonzero(floor))]  # row-major
-        if len(cells) <= num_boxes + 1:
+        placed = place_player_and_targets(rng, room_topology(rng, height, width, steps),
+                                          num_boxes)
+        if placed is None:
             continue
-        player = cells.pop(int(rng.integers(len(cells))))
-        targets = {cells.pop(int(rng.integers(len(cells)))) for _ in range(num_boxes)}
-        fixed = tuple(
-            "".join(TARGET if (r, c) in targets else FLOOR if floor[r, c] else WALL
-                    for c in range(width))
-            for r in range(height)
-        )
+        fixed, player = placed
         played = reverse_play(fixed, player, search_depth=search_depth)
         if played.displacement == 0:
             continue
