@@ -271,3 +271,15 @@ def test_check_env_in_both_anchor_modes(anchor):
     env = gym.make("AgentGym/Sokoban-v0", anchor=anchor, dim_room=(7, 7), num_boxes=2)
     check_env(env.unwrapped)
     env.close()
+
+
+def test_a_group_of_a_vector_env_plays_one_room():
+    from agentgym.vector import make_vector_env
+
+    with make_vector_env("AgentGym/Sokoban-v0", 4, group_size=2) as venv:
+        observations, infos = venv.reset(seed=0)
+        assert observations[0] == observations[1] and observations[2] == observations[3]
+        assert infos["task_id"][0] == infos["task_id"][1] != infos["task_id"][2]
+        _, rewards, _, _, infos = venv.step(["up", "up", "hop", "left"])
+        assert list(infos["valid_action"]) == [True, True, False, True]
+        assert rewards[0] == rewards[1] == pytest.approx(-0.1)
