@@ -19,6 +19,8 @@ ENTRY_POINTS = MappingProxyType(
         "AgentGym/SearchQA-v0": "agentgym.searchqa.env:SearchQAEnv",
         "AgentGym/Scripted-v0": "agentgym.scripted:ScriptedTextEnv",
         "AgentGym/KeyDoor-v0": "agentgym.keydoor:KeyDoorEnv",
+        "AgentGym/Sokoban-v0": "agentgym.sokoban.env:SokobanEnv",
+        "AgentGym/FrozenLake-v0": "agentgym.frozenlake:FrozenLakeEnv",
     }
 )
 """Every registered id and the class behind it."""
