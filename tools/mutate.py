@@ -15,7 +15,10 @@ Usage (from the repository root)::
 
     nice -n 5 python tools/mutate.py --per-module 30 --seed 0
 
-Modules and their tests are :data:`TARGETS`; ``--module`` restricts the run to some.
+Modules and their tests are :data:`TARGETS`; ``--module`` restricts the run to some, and
+``--match TEXT`` to the mutants whose description contains ``TEXT`` (e.g. ``--match
+penalties`` for every mutation of a line that names the penalties; repeatable), all of
+them rather than a random draw.
 """
 
 from __future__ import annotations
@@ -34,9 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 TARGETS = {
-    "algorithms/advantages.py": ["tests/algorithms/test_advantages.py"],
-    "algorithms/losses.py": ["tests/algorithms/test_losses.py"],
-    "algorithms/learner.py": ["tests/algorithms/test_learner.py"],
+    "algorithms/advantages.py": ["tests/algorithms/test_advantages.py",
+                                 "tests/algorithms/test_recipe.py"],
+    "algorithms/losses.py": ["tests/algorithms/test_losses.py",
+                             "tests/algorithms/test_recipe.py"],
+    "algorithms/learner.py": ["tests/algorithms/test_learner.py",
+                              "tests/algorithms/test_recipe.py"],
+    "algorithms/config.py": ["tests/algorithms/test_config.py",
+                             "tests/algorithms/test_recipe.py"],
     "algorithms/rollout.py": ["tests/algorithms/test_rollout.py",
                               "tests/algorithms/test_transcript.py"],
 }
@@ -222,6 +230,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=Path("."),
                         help="repository to mutate (its tests are the ones run)")
     parser.add_argument("--json", type=Path, help="also write every result here")
+    parser.add_argument("--tests", nargs="+",
+                        help="run these test files instead of the module's mapped ones")
+    parser.add_argument("--match", action="append", default=[],
+                        help="only the mutants whose description contains this text "
+                             "(repeatable; all of them, no random draw)")
     parser.add_argument("--replay", type=Path,
                         help="a --json file of an earlier run: run its survivors again "
                              "(matched by module and description; lines may have moved)")
@@ -234,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copytree(root, scratch, ignore=shutil.ignore_patterns(
             ".git", "runs", "__pycache__", ".pytest_cache", "*.egg-info"))
         for module in args.module or sorted(TARGETS):
-            tests = TARGETS[module]
+            tests = args.tests or TARGETS[module]
             start = time.monotonic()
             if _run_tests(scratch, tests, timeout=600) != "passed":
                 print(f"{module}: its tests fail without mutation; skipped", file=sys.stderr)
@@ -244,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             every = mutants(scratch, module)
             if args.replay is not None:
                 chosen = _replayed(args.replay, module, every)
+            elif args.match:
+                chosen = [m for m in every if any(text in m.description for text in args.match)]
             else:
                 chosen = every if args.per_module <= 0 else sorted(
                     rng.sample(every, min(args.per_module, len(every))), key=lambda m: m.index)

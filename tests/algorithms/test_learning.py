@@ -11,6 +11,13 @@ the default suite (well under a minute for both).
 
 Measured here (seed 0, 8 groups x 4): GiGPO held >= 0.9 from iteration 51 (stopped at 53),
 GRPO from iteration 40 (stopped at 42) -- on this one-token task GiGPO has no edge.
+
+The test keeps the invalid-action penalty in the returns (``penalty_in_returns``), the rule
+it was written and measured with. Under verl-agent's placement (the learner's default: the
+penalty on its own row only) GiGPO did not learn this task within the budget on seed 0:
+success hovered at 0.1-0.4 through all 80 iterations, while with only
+``penalty_in_returns`` switched back it held >= 0.9 from iteration 64 (one seed each).
+GRPO learns it under both.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ def _curve(tmp_path, algo: str) -> list[float]:
     config = replace(config, generation={"max_new_tokens": 1},
                      prompt={"history_window": 0},
                      learner={"kl_coef": 0.0, "epochs": 4, "mini_batch_size": 16,
-                              "micro_batch_size": 16})
+                              "micro_batch_size": 16, "penalty_in_returns": True})
     policy = make_policy(seed=0, hidden=64, action_tokens=True)
     trainer = Trainer(config, policy=policy, run_dir=tmp_path / algo)
     trainer.setup()

@@ -303,3 +303,30 @@ def test_a_non_finite_gradient_skips_the_step():
     assert stats["skipped_steps"] == 1.0 and not math.isfinite(stats["grad_norm"])
     after = _snapshot(policy.model)
     assert all(torch.equal(after[n], before[n]) for n in before)
+
+
+def test_the_warmup_is_verls_constant_schedule_with_warmup():
+    from algorithms.learner import warmup_factor
+
+    # int(0.3 * 10) = 3 warmup iterations: factors 0, 1/3, 2/3, then 1.
+    assert [warmup_factor(i, 10, 0.3) for i in range(5)] == [0.0, 1 / 3, 2 / 3, 1.0, 1.0]
+    assert [warmup_factor(i, 10, 0.0) for i in range(3)] == [1.0, 1.0, 1.0]
+    assert warmup_factor(0, 3, 0.2) == 1.0  # int(0.6) = 0: no warmup
+
+
+def test_the_trainer_warms_the_learning_rate_up(tmp_path):
+    from algorithms.metrics import read_metrics
+    from algorithms.trainer import Trainer
+    from tests.algorithms.scripted_config import scripted_config
+
+    config = replace(scripted_config("grpo", iterations=3, lr=1e-3),
+                     learner={"lr_warmup_ratio": 1.0})
+    Trainer(config, policy=make_policy(seed=0), run_dir=tmp_path / "run").run()
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [row["update/lr"] for row in rows] == pytest.approx([0.0, 1e-3 / 3, 2e-3 / 3])
+
+
+def test_the_learning_rate_is_set_on_the_policy_only():
+    learner = Learner(make_policy(), _config("ppo", lr=1e-3, critic_lr=1e-2), CPU)
+    learner.set_policy_lr(5e-4)
+    assert [group["lr"] for group in learner.optimizer.param_groups] == [5e-4, 1e-2]
