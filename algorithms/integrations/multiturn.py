@@ -41,6 +41,7 @@ def gigpo_token_advantages(
     step_weight: float = LearnerConfig.step_weight,
     normalize: str = LearnerConfig.normalize,
     episode_stats: str = LearnerConfig.episode_stats,
+    similarity_threshold: float | None = LearnerConfig.similarity_threshold,
 ) -> np.ndarray:
     """GiGPO advantages of per-trajectory rows, written on each turn's tokens.
 
@@ -49,8 +50,9 @@ def gigpo_token_advantages(
         group_ids: (B,) group of each row (verl's ``uid``).
         turn_rewards: B lists, row b's T_b step rewards in time order.
         turn_anchors: B lists of T_b hashable anchors (the state each action was taken in).
-        gamma, step_weight, normalize, episode_stats: see
-            :func:`~algorithms.advantages.gigpo_advantages`.
+        gamma, step_weight, normalize, episode_stats, similarity_threshold: see
+            :func:`~algorithms.advantages.gigpo_advantages`. The turn rewards already
+            carry any invalid-action penalty (it is in the returns here).
 
     Returns:
         (B, L) float64 advantages: turn k's advantage on its span, 0 elsewhere.
@@ -78,6 +80,7 @@ def gigpo_token_advantages(
     step_advantages = gigpo_advantages(
         np.asarray(rewards), np.asarray(traj_ids), np.asarray([str(g) for g in groups]), anchors,
         gamma=gamma, step_weight=step_weight, normalize=normalize, episode_stats=episode_stats,
+        similarity_threshold=similarity_threshold,
     )
     position = 0
     for row in range(batch):

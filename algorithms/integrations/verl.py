@@ -34,8 +34,8 @@ and leaves every other estimator to verl. Called without the batch,
 :func:`compute_gigpo_advantage` raises an error that says so.
 
 Settings: ``algorithm.norm_adv_by_std_in_grpo`` picks ``normalize`` ("std" / "mean");
-an optional ``algorithm.gigpo`` mapping sets ``gamma``, ``step_weight`` and
-``episode_stats``; unset values come from :class:`algorithms.config.LearnerConfig`
+an optional ``algorithm.gigpo`` mapping sets ``gamma``, ``step_weight``,
+``episode_stats`` and ``similarity_threshold``; unset values come from :class:`algorithms.config.LearnerConfig`
 (gamma 0.95 across turns -- verl's own ``algorithm.gamma``, 1.0, is its per-token GAE
 discount and is not used here).
 """
@@ -90,6 +90,7 @@ class GiGPOSettings:
     step_weight: float = LearnerConfig.step_weight
     normalize: str = LearnerConfig.normalize
     episode_stats: str = LearnerConfig.episode_stats
+    similarity_threshold: float | None = LearnerConfig.similarity_threshold
 
     @classmethod
     def from_verl(cls, config: Any, norm_adv_by_std: bool | None = None) -> GiGPOSettings:
@@ -149,7 +150,7 @@ def compute_gigpo_advantage(
         response_mask.detach().cpu().numpy(), list(groups),
         list(non_tensor_batch[TURN_REWARDS_KEY]), list(non_tensor_batch[TURN_ANCHORS_KEY]),
         gamma=settings.gamma, step_weight=settings.step_weight, normalize=settings.normalize,
-        episode_stats=settings.episode_stats,
+        episode_stats=settings.episode_stats, similarity_threshold=settings.similarity_threshold,
     )
     tensor = torch.as_tensor(advantages, dtype=token_level_rewards.dtype,
                              device=token_level_rewards.device)

@@ -33,6 +33,7 @@ from verl.trainer.ppo.core_algos import AdvantageEstimator  # noqa: E402
 import agentgym  # noqa: E402,F401
 from agentgym.openenv.codec import anchor_key  # noqa: E402
 from algorithms.advantages import gigpo_advantages  # noqa: E402
+from algorithms.config import LearnerConfig  # noqa: E402
 from algorithms.integrations import verl as integration  # noqa: E402
 from algorithms.integrations.multiturn import turn_spans  # noqa: E402
 
@@ -66,6 +67,7 @@ def _batch(seed: int = 0, rows: int = 8, length: int = 24):
 
 
 def _expected(mask, uids, rewards, anchors, **kwargs) -> np.ndarray:
+    kwargs.setdefault("episode_stats", LearnerConfig.episode_stats)  # the integration's default
     n_turns = [len(r) for r in rewards]
     flat = gigpo_advantages(np.concatenate(rewards), np.repeat(np.arange(len(rewards)), n_turns),
                             np.repeat(uids, n_turns), sum(anchors, []), **kwargs)
