@@ -111,6 +111,30 @@ def step_group_metrics(step_group_ids: np.ndarray) -> dict[str, float]:
     return metrics
 
 
+def gigpo_term_metrics(episode: np.ndarray, step: np.ndarray, step_group_ids: np.ndarray
+                       ) -> dict[str, float]:
+    """What GiGPO's step groups did in one batch: the share of steps that shared their
+    state with other steps of their group (a step group of 2 or more: only those can get a
+    nonzero step advantage) and the mean absolute episode and step advantages.
+
+    Args:
+        episode: (N,) the episode term A_E of each step.
+        step: (N,) the step term A_S (before the weight omega).
+        step_group_ids: (N,) dense step-group ids.
+
+    Returns:
+        ``advantage/shared_state_share``, ``advantage/episode_abs_mean`` and
+        ``advantage/step_abs_mean`` (empty for an empty batch).
+    """
+    ids = np.asarray(step_group_ids)
+    if ids.size == 0:
+        return {}
+    sizes = np.bincount(ids)
+    return {"advantage/shared_state_share": float((sizes[ids] >= 2).mean()),
+            "advantage/episode_abs_mean": float(np.abs(episode).mean()),
+            "advantage/step_abs_mean": float(np.abs(step).mean())}
+
+
 def advantage_metrics(advantages: np.ndarray, tol: float = 1e-8) -> dict[str, float]:
     """Mean, std and the share of steps with a (numerically) zero advantage."""
     values = np.asarray(advantages, dtype=np.float64)
@@ -242,9 +266,26 @@ def run_summary(records: list[dict[str, float]], plot_path: Path | None = None) 
             lines.append(line)
     if len(rows) == 1:
         lines.append("  (one iteration only: nothing was trained before its rollout)")
+    lines += _step_group_lines(rows)
     if plot_path is not None:
         lines.append(f"curves: {plot_path}")
     return "\n".join(lines)
+
+
+def _step_group_lines(rows: list[dict[str, float]]) -> list[str]:
+    """The summary's account of GiGPO's step groups (:func:`gigpo_term_metrics`), averaged
+    over the iterations that logged them; none for other estimators."""
+    keys = ("advantage/shared_state_share", "advantage/episode_abs_mean",
+            "advantage/step_abs_mean")
+    logged = [r for r in rows if all(r.get(k) is not None for k in keys)]
+    if not logged:
+        return []
+    share, episode, step = (sum(r[k] for r in logged) / len(logged) for k in keys)
+    return [f"GiGPO's step groups (mean of {len(logged)} iteration"
+            f"{'s' if len(logged) > 1 else ''}):",
+            f"  {share:.0%} of the steps shared their state with other steps of their group",
+            f"  mean |step advantage| {step:.3f} beside mean |episode advantage| "
+            f"{episode:.3f}"]
 
 
 def plot_curves(metrics_path: Path, png_path: Path) -> Path:

@@ -65,6 +65,7 @@ from algorithms.learner import Learner, warmup_factor
 from algorithms.metrics import (
     MetricsLogger,
     advantage_metrics,
+    gigpo_term_metrics,
     plot_curves,
     rollout_metrics,
     step_group_metrics,
@@ -477,6 +478,8 @@ class Trainer:
             metrics.update(advantage_metrics(signals.advantages))
             if signals.step_group_ids is not None:
                 metrics.update(step_group_metrics(signals.step_group_ids))
+                metrics.update(gigpo_term_metrics(signals.episode, signals.step,
+                                                  signals.step_group_ids))
         metrics.update({f"update/{k}": v for k, v in stats.items()})
         if stats:
             metrics["update/lr"] = lr

@@ -68,3 +68,31 @@ def test_curves_have_four_panels_with_integer_iteration_ticks(tmp_path):
     assert labels == ["rollout format error rate", "rollout invalid action rate"]
     ticks = axes[0].get_xticks()
     assert all(float(t).is_integer() for t in ticks)
+
+
+def test_gigpo_term_metrics_count_steps_that_shared_a_state():
+    import numpy as np
+
+    from algorithms.metrics import gigpo_term_metrics
+
+    # step groups: {0, 1, 2} (size 3), {3} alone, {4, 5} (size 2): 5 of 6 steps shared.
+    metrics = gigpo_term_metrics(np.array([1.0, -1.0, 1.0, -1.0, 0.5, -0.5]),
+                                 np.array([0.3, -0.3, 0.0, 0.0, 0.2, -0.2]),
+                                 np.array([0, 0, 0, 1, 2, 2]))
+    assert metrics["advantage/shared_state_share"] == pytest.approx(5 / 6)
+    assert metrics["advantage/episode_abs_mean"] == pytest.approx(5 / 6)
+    assert metrics["advantage/step_abs_mean"] == pytest.approx(1.0 / 6)
+    assert gigpo_term_metrics(np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)) == {}
+
+
+def test_summary_tells_what_the_step_groups_did():
+    records = _records()
+    records[0].update({"advantage/shared_state_share": 0.5, "advantage/episode_abs_mean": 0.8,
+                       "advantage/step_abs_mean": 0.2})
+    records[2].update({"advantage/shared_state_share": 0.7, "advantage/episode_abs_mean": 0.6,
+                       "advantage/step_abs_mean": 0.4})
+    lines = run_summary(records).splitlines()
+    assert "GiGPO's step groups (mean of 2 iterations):" in lines
+    assert "  60% of the steps shared their state with other steps of their group" in lines
+    assert "  mean |step advantage| 0.300 beside mean |episode advantage| 0.700" in lines
+    assert "step groups" not in run_summary(_records())  # GRPO / PPO runs log none
