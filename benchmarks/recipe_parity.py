@@ -39,12 +39,13 @@ that way. The run exits 1 when a default term differs by more than 1e-6; its las
 ``worst difference with defaults: X (term, normalization)``.
 
 Precision. verl-agent computes the step returns in float32 (its function casts the
-rewards to float32 and returns a float32 tensor) and its episode scores in float32 (the
-reward manager's tensor); this project computes the advantages in float64. Each
-advantage term is therefore measured twice: ``verl as run`` (float32, reported, not
-counted) and the counted comparison, where the float32 rounding of verl's step returns
-is taken out (see :func:`compare_advantages`). The loss terms are computed by both sides
-in float32, the dtype the learner and verl's actor train in, and again in float64.
+rewards to float32 and returns a float32 tensor), its episode scores and the penalty in
+float32 (the reward manager's tensor), and its entropy as ``logsumexp - sum(p * logits)``;
+this project computes the advantages in float64. So every term is measured twice:
+"counted" -- verl's functions run with their ``float32`` names read as ``float64``
+(:func:`in_float64`: the same code objects, other globals) and both losses in float64 --
+and "as run" -- verl exactly as it runs, the losses of both sides in float32 (the dtype
+both actors train in) -- which is printed and not counted.
 
 Setting up verl-agent (``import verl`` needs more than this project does). This works
 with this project's torch and transformers and changes neither::
@@ -606,8 +607,15 @@ class VerlAgent:
         except ImportError as error:
             raise SystemExit(f"cannot import verl-agent from {root}: {error} (see the "
                              "install command in benchmarks/recipe_parity.py)") from error
+        finally:  # later imports see the real import system again
+            sys.meta_path.remove(self.finder)
         self.reward_manager = rewards.EpisodeRewardManager(tokenizer=_NoTokenizer(),
                                                            num_examine=0)
+
+    @property
+    def stubbed(self) -> tuple[str, ...]:
+        """The modules that were stood in for (not installed)."""
+        return tuple(self.finder.stubbed)
 
     # ---------------------------------------------------------------- advantages
     def _data(self, rollout: Rollout, settings: VerlSettings, float64: bool) -> Any:
