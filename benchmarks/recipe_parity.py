@@ -1,0 +1,1230 @@
+"""Recipe parity: this project's GiGPO/GRPO advantages and actor loss against verl-agent's.
+
+Run from the repository root::
+
+    python -m benchmarks.recipe_parity --verl-agent PATH   # PATH: a verl-agent checkout
+    python -m benchmarks.recipe_parity --self-check        # no verl-agent needed
+
+The same synthetic multi-turn batches, shaped like ALFWorld's (groups of 8 trajectories,
+up to 50 steps, reward 10 on success, invalid actions charged 0.1, trajectories that end
+in success, in failure or at the step limit, step groups from singletons to dozens of
+rows), go through both pipelines, for several seeds and both normalizations (``std``:
+verl-agent's ``mean_std_norm``; ``mean``: ``mean_norm``):
+
+- verl-agent, as its trainer (``RayPPOTrainer.fit``) runs them, in that order:
+  ``core_gigpo.compute_step_discounted_returns`` on the env rewards, its
+  ``EpisodeRewardManager`` (the episode's reward at the last response token),
+  ``ray_trainer.apply_invalid_action_penalty``, ``ray_trainer.compute_advantage`` (GiGPO:
+  ``compute_gigpo_outcome_advantage``; GRPO: ``compute_grpo_outcome_advantage``); then,
+  per micro-batch, ``core_algos.compute_policy_loss``, ``agg_loss`` of the entropies and
+  of ``kl_penalty(..., "low_var_kl")``, combined and divided by the gradient-accumulation
+  steps as ``dp_actor.update_policy`` does; per-token entropies from
+  ``verl.utils.torch_functional.entropy_from_logits``. Settings: ``run_alfworld.sh`` over
+  ``ppo_trainer.yaml`` (gamma 0.95, step weight 1, penalty 0.1, clip 0.2, dual clip 3,
+  token-mean, entropy 0.001, low_var_kl 0.01).
+- this project: :meth:`Learner.rewards_and_penalties` and :meth:`Learner.advantages` on a
+  :class:`~algorithms.rollout.StepBatch`, :func:`algorithms.losses.policy_loss` with
+  :attr:`Learner.loss_recipe` and the weights of :meth:`Learner._micro_weights`, all from
+  ``LearnerConfig()`` (a learner object holding only its config: those methods read
+  nothing else).
+
+Printed per term: the largest absolute difference over every token, seed and batch of
+the per-token advantages, the per-token loss (one token alone), the micro- and
+mini-batch losses and their gradients with respect to the log-probs and the entropies
+(torch autograd on both sides), and the per-token entropy and its gradient. Log-probs,
+old, reference log-probs, entropies and logits are random; responses have 1 to 24
+tokens. Then each named option of ``LearnerConfig`` is turned on, one at a time, and
+compared with verl-agent's default and, where verl has the same setting, with verl run
+that way. The run exits 1 when a default term differs by more than 1e-6; its last line is
+``worst difference with defaults: X (term, normalization)``.
+
+Precision. verl-agent computes the step returns in float32 (its function casts the
+rewards to float32 and returns a float32 tensor), its episode scores and the penalty in
+float32 (the reward manager's tensor), and its entropy as ``logsumexp - sum(p * logits)``;
+this project computes the advantages in float64. So every term is measured twice:
+"counted" -- verl's functions run with their ``float32`` names read as ``float64``
+(:func:`in_float64`: the same code objects, other globals) and both losses in float64 --
+and "as run" -- verl exactly as it runs, the losses of both sides in float32 (the dtype
+both actors train in) -- which is printed and not counted.
+
+Setting up verl-agent (``import verl`` needs more than this project does). This works
+with this project's torch and transformers and changes neither::
+
+    pip install --no-deps --target /tmp/verlagent-deps tensordict==0.10.0 pandas==3.1.1 \\
+        pyvers==0.2.3 tzdata codetiming==1.4.0 omegaconf==2.3.0 \\
+        antlr4-python3-runtime==4.9.3 torchdata==0.11.0
+    PYTHONPATH=/tmp/verlagent-deps python -m benchmarks.recipe_parity --verl-agent PATH
+
+(``--deps /tmp/verlagent-deps`` does the same as the ``PYTHONPATH``.) verl-agent's code is
+imported from PATH at run time; nothing of it is copied here. ``verl.trainer.ppo.
+ray_trainer`` (home of ``apply_invalid_action_penalty`` and ``compute_advantage``) imports
+the whole trainer, so these modules, imported by it but never used by the functions
+called here, are replaced by empty stand-ins when they are not installed (the run prints
+which): ``aiohttp``, ``cachetools``, ``openai`` (verl's async rollout server), ``datasets``
+(its RL dataset) and ``agent_system.environments.env_package.discovery.discoveryworld``
+(an env package that some verl-agent forks reference but do not ship). The reward
+manager gets a tokenizer stand-in whose ``decode`` returns "" (it decodes only to print
+examples, and ``num_examine=0`` prints none).
+
+Accepted differences, not counted: a group with a single row gets its raw score from
+verl (``episode_norm_reward`` uses mean 0 and std 1 there) and 0 here (measured and
+printed); verl's ``adjust_batch`` duplicates random rows so that the batch divides among
+data-parallel ranks (the duplicates join the group statistics) and ``balance_batch``
+reorders rows across ranks: sharding artefacts that are not exercised here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import importlib.abc
+import importlib.machinery
+import io
+import math
+import sys
+import time
+import types
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from algorithms import losses
+from algorithms.config import EnvConfig, LearnerConfig, TrainConfig
+from algorithms.learner import Learner
+from algorithms.rollout import StepBatch, intern_anchors
+
+GROUP_SIZE = 8
+MAX_STEPS = 50
+SUCCESS_REWARD = 10.0
+PENALTY = EnvConfig(env_id="AgentGym/ALFWorld-v0").penalty()
+RESPONSE_TOKENS = 24
+PROMPT_TOKENS = 6
+VOCAB = 32
+TOLERANCE = 1e-6
+NORMALIZATIONS = ("std", "mean")
+VERL_MODE = {"std": "mean_std_norm", "mean": "mean_norm"}
+
+
+# --------------------------------------------------------------------------- batches
+
+
+@dataclass(frozen=True)
+class GroupKind:
+    """How the trajectories of one group behave.
+
+    Attributes:
+        states: distinct states of the group's random walk (few: large step groups; many:
+            mostly singletons).
+        success: probability that a trajectory succeeds (reward 10, terminated).
+        invalid: probability that a step's action is invalid (penalty 0.1).
+        early_failure: probability that a failing trajectory terminates before the step
+            limit (reward 0) instead of being cut at 50 steps.
+    """
+
+    states: int
+    success: float
+    invalid: float
+    early_failure: float = 0.2
+
+
+GROUP_KINDS = (
+    GroupKind(states=8, success=0.5, invalid=0.15),
+    GroupKind(states=400, success=0.3, invalid=0.05),  # long walks: mostly singletons
+    GroupKind(states=3, success=0.9, invalid=0.3),  # few states: step groups of dozens
+    GroupKind(states=12, success=0.0, invalid=0.0, early_failure=0.0),  # all returns 0
+    GroupKind(states=20, success=0.6, invalid=0.1, early_failure=0.5),
+    GroupKind(states=5, success=0.2, invalid=0.2),
+)
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One synthetic batch, trajectory-major (what :mod:`algorithms.rollout` builds).
+
+    Attributes:
+        batch: the (N,) step batch (rewards, penalties, ids, anchors, padded tokens).
+        log_probs: (N, R) float64 log-probs under the policy being trained.
+        old_log_probs: (N, R) float64 log-probs under the sampling policy.
+        ref_log_probs: (N, R) float64 log-probs under the reference policy.
+        entropies: (N, R) float64 per-token entropies.
+        logits: (N, R, V) float64 next-token logits (for the entropy function).
+    """
+
+    batch: StepBatch
+    log_probs: np.ndarray
+    old_log_probs: np.ndarray
+    ref_log_probs: np.ndarray
+    entropies: np.ndarray
+    logits: np.ndarray
+
+    @property
+    def response_mask(self) -> np.ndarray:
+        """(N, R) bool mask of the response tokens."""
+        return self.batch.response_mask.astype(bool)
+
+
+def _anchor_text(room: int, state: int) -> str:
+    """An ALFWorld-like observation; texts of nearby states differ in a few characters,
+    so that fuzzy grouping (``similarity_threshold``) merges some of them."""
+    return (f"You are in the middle of room {room}. Looking quickly around you, you see "
+            f"a cabinet {state // 4 + 1}, a countertop {state % 4 + 1}, a drawer "
+            f"{state % 3 + 1}, and a fridge 1. Nothing happens at spot {state}.")
+
+
+def make_rollout(seed: int, num_groups: int = 6) -> Rollout:
+    """A batch of ``num_groups`` groups of 8 trajectories (group kinds: :data:`GROUP_KINDS`
+    in turn).
+
+    A trajectory walks randomly over its group's states from the group's shared initial
+    state (so step 0 of the group is one step group of 8). It succeeds (env reward 10 on
+    its last step, terminated) at a random step, fails early (terminated, reward 0) or runs
+    to the 50-step limit (truncated). Each step is invalid (penalty 0.1) with the group's
+    probability. Groups with the same ``g % 3`` share their observation texts, which must
+    not join their step groups.
+
+    Args:
+        seed: seeds every random draw.
+        num_groups: groups in the batch.
+
+    Returns:
+        The rollout, about ``num_groups * 8 * 25`` rows.
+    """
+    rng = np.random.default_rng(seed)
+    # (trajectory, group, step, env reward, invalid, anchor) per row
+    rows: list[tuple[int, int, int, float, bool, str]] = []
+    success, truncated = [], []
+    for group in range(num_groups):
+        kind = GROUP_KINDS[group % len(GROUP_KINDS)]
+        for member in range(GROUP_SIZE):
+            traj = group * GROUP_SIZE + member
+            won = bool(rng.random() < kind.success)
+            if won:
+                length = int(rng.integers(1, MAX_STEPS + 1))
+            elif rng.random() < kind.early_failure:
+                length = int(rng.integers(1, MAX_STEPS))
+            else:
+                length = MAX_STEPS
+            success.append(won)
+            truncated.append(not won and length == MAX_STEPS)
+            state = 0
+            for step in range(length):
+                reward = SUCCESS_REWARD if (won and step == length - 1) else 0.0
+                invalid = bool(rng.random() < kind.invalid)
+                rows.append((traj, group, step, reward, invalid,
+                             _anchor_text(group % 3, state)))
+                state = (state + int(rng.choice([-1, 0, 1, 2]))) % kind.states
+    n = len(rows)
+    traj_ids = np.array([row[0] for row in rows], dtype=np.int64)
+    env_rewards = np.array([row[3] for row in rows], dtype=np.float64)
+    invalid = np.array([row[4] for row in rows], dtype=bool)
+    penalties = np.where(invalid, PENALTY, 0.0)
+    last = np.ones(n, dtype=bool)
+    last[:-1] = traj_ids[1:] != traj_ids[:-1]
+    response_lengths = rng.integers(1, RESPONSE_TOKENS + 1, size=n)
+    prompt_lengths = rng.integers(1, PROMPT_TOKENS + 1, size=n)
+    columns = np.arange(RESPONSE_TOKENS)
+    response_mask = (columns[None, :] < response_lengths[:, None]).astype(np.int64)
+    prompt_mask = (np.arange(PROMPT_TOKENS)[None, :]
+                   >= PROMPT_TOKENS - prompt_lengths[:, None]).astype(np.int64)
+    anchors = tuple(row[5] for row in rows)
+    batch = StepBatch(
+        prompt_ids=rng.integers(1, 100, size=(n, PROMPT_TOKENS)) * prompt_mask,
+        prompt_mask=prompt_mask,
+        response_ids=rng.integers(1, 100, size=(n, RESPONSE_TOKENS)) * response_mask,
+        response_mask=response_mask,
+        rewards=env_rewards - penalties, env_rewards=env_rewards, penalties=penalties,
+        invalid=invalid, format_ok=np.ones(n, dtype=bool), valid_action=~invalid,
+        traj_ids=traj_ids, group_ids=np.array([row[1] for row in rows], dtype=np.int64),
+        anchors=anchors, step_index=np.array([row[2] for row in rows], dtype=np.int64),
+        last_step=last, success=np.array(success)[traj_ids],
+        truncated=np.array(truncated)[traj_ids],
+        task_ids=tuple(f"task-{row[1]}" for row in rows), task_types=("",) * n,
+        actions=("look",) * n, response_texts=("",) * n, prompt_cut=np.zeros(n, dtype=bool),
+        env_error=np.zeros(n, dtype=bool), anchor_ids=intern_anchors(anchors),
+    )
+    old = -rng.exponential(1.0, size=(n, RESPONSE_TOKENS))
+    # mostly small policy changes, a few large ones (ratios past 1 + eps and past the dual
+    # clip's c = 3)
+    shift = rng.normal(0.0, 0.4, size=old.shape)
+    jumps = rng.random(old.shape) < 0.03
+    shift[jumps] = rng.uniform(-2.5, 2.5, size=int(jumps.sum()))
+    return Rollout(
+        batch=batch, log_probs=old + shift, old_log_probs=old,
+        ref_log_probs=old + rng.normal(0.0, 0.3, size=old.shape),
+        entropies=rng.uniform(0.0, 3.0, size=old.shape),
+        logits=rng.normal(0.0, 3.0, size=(n, RESPONSE_TOKENS, VOCAB)),
+    )
+
+
+def single_row_group(rollout: Rollout) -> Rollout:
+    """``rollout`` plus one group made of a single one-step trajectory that succeeds (valid
+    action, reward 10): the case where verl's episode statistics take mean 0 and std 1.
+    Its token arrays repeat the last row's."""
+    batch = rollout.batch
+    added = {
+        "traj_ids": batch.traj_ids.max() + 1, "group_ids": batch.group_ids.max() + 1,
+        "env_rewards": SUCCESS_REWARD, "penalties": 0.0, "rewards": SUCCESS_REWARD,
+        "invalid": False, "valid_action": True, "step_index": 0, "last_step": True,
+        "success": True, "truncated": False,
+    }
+    fields: dict[str, Any] = {}
+    for name in ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "rewards",
+                 "env_rewards", "penalties", "invalid", "format_ok", "valid_action",
+                 "traj_ids", "group_ids", "step_index", "last_step", "success", "truncated",
+                 "prompt_cut", "env_error"):
+        array = getattr(batch, name)
+        tail = np.full_like(array[-1:], added[name]) if name in added else array[-1:]
+        fields[name] = np.concatenate([array, tail])
+    for name in ("task_ids", "task_types", "actions", "response_texts"):
+        fields[name] = getattr(batch, name) + getattr(batch, name)[-1:]
+    fields["anchors"] = batch.anchors + ("a room of its own",)
+    fields["anchor_ids"] = intern_anchors(fields["anchors"])
+
+    def grown(array: np.ndarray) -> np.ndarray:
+        return np.concatenate([array, array[-1:]])
+
+    return Rollout(batch=dataclasses.replace(batch, **fields),
+                   log_probs=grown(rollout.log_probs),
+                   old_log_probs=grown(rollout.old_log_probs),
+                   ref_log_probs=grown(rollout.ref_log_probs),
+                   entropies=grown(rollout.entropies), logits=grown(rollout.logits))
+
+
+# --------------------------------------------------------------------------- this project
+
+
+def our_config(algo: str = "gigpo", normalize: str = "std", **learner_changes: Any
+               ) -> TrainConfig:
+    """``TrainConfig(algo=algo)`` with ``LearnerConfig()``'s defaults, ``normalize`` and
+    ``learner_changes`` (validated like a run's config)."""
+    learner = dataclasses.replace(LearnerConfig(), normalize=normalize, **learner_changes)
+    return TrainConfig(algo=algo, learner=learner).validate()
+
+
+def our_learner(config: TrainConfig) -> Learner:
+    """A :class:`Learner` that holds only ``config``: :meth:`Learner.advantages`,
+    :meth:`Learner.rewards_and_penalties`, :attr:`Learner.loss_recipe` and
+    :meth:`Learner._micro_weights` read nothing else (no model is needed)."""
+    learner = Learner.__new__(Learner)
+    learner.config = config
+    learner.learner = config.learner
+    return learner
+
+
+def our_advantages(rollout: Rollout, config: TrainConfig) -> np.ndarray:
+    """(N,) float64 advantages, as :meth:`Learner.advantages` computes them."""
+    return our_learner(config).advantages(rollout.batch).advantages
+
+
+@dataclass
+class LossOutputs:
+    """One side's loss terms on a rollout (every mini-batch of it, in batch order).
+
+    Attributes:
+        per_token: (N, R) the loss of each token taken alone (its micro-batch loss if it
+            were the only token): clip term, minus the entropy bonus, plus the KL term.
+        micro_losses: (M,) the aggregated loss of each micro-batch, before weighting.
+        mini_losses: (K,) each mini-batch's loss, the weighted sum of its micro-batches'.
+        grad_log_probs: (N, R) gradient of the sum of the mini-batch losses with respect
+            to the log-probs.
+        grad_entropies: (N, R) the same with respect to the entropies.
+    """
+
+    per_token: torch.Tensor
+    micro_losses: torch.Tensor
+    mini_losses: torch.Tensor
+    grad_log_probs: torch.Tensor
+    grad_entropies: torch.Tensor
+
+
+# micro_loss(log_probs, old, advantages, mask, ref, entropies) -> 0-d loss; all (B, T)
+MicroLoss = Callable[..., torch.Tensor]
+
+
+def mini_batches(n: int, mini_batch_size: int, micro_batch_size: int
+                 ) -> Iterator[list[np.ndarray]]:
+    """The micro-batches (row indices) of each mini-batch: consecutive rows in batch order,
+    the last mini-batch and micro-batch possibly smaller (the learner's order with
+    ``shuffle=False``; verl's ``batch.split(ppo_mini_batch_size)`` then
+    ``split(ppo_micro_batch_size_per_gpu)``)."""
+    for start in range(0, n, mini_batch_size):
+        mini = np.arange(start, min(start + mini_batch_size, n))
+        yield [mini[i: i + micro_batch_size] for i in range(0, len(mini), micro_batch_size)]
+
+
+def run_loss(rollout: Rollout, token_advantages: torch.Tensor, micro_loss: MicroLoss,
+             weight: Callable[[int, int], float], sizes: tuple[int, int],
+             dtype: torch.dtype, *, trim: bool) -> LossOutputs:
+    """One side's :class:`LossOutputs`.
+
+    Args:
+        rollout: the batch.
+        token_advantages: (N, R) per-token advantages (0 off the mask).
+        micro_loss: the side's loss of one micro-batch.
+        weight: ``(micro-batch tokens, mini-batch tokens) -> loss weight``.
+        sizes: ``(mini_batch_size, micro_batch_size)`` in rows.
+        dtype: float32 or float64 for every float input.
+        trim: cut each micro-batch to its longest response (the learner does; verl
+            keeps the padded width).
+    """
+    mask = torch.as_tensor(rollout.response_mask)
+    log_probs = torch.tensor(rollout.log_probs, dtype=dtype, requires_grad=True)
+    entropies = torch.tensor(rollout.entropies, dtype=dtype, requires_grad=True)
+    old = torch.as_tensor(rollout.old_log_probs, dtype=dtype)
+    ref = torch.as_tensor(rollout.ref_log_probs, dtype=dtype)
+    advantages = token_advantages.to(dtype)
+    micro_values, mini_values = [], []
+    for micros in mini_batches(mask.shape[0], *sizes):
+        mini_tokens = int(mask[np.concatenate(micros)].sum())
+        total = torch.zeros((), dtype=dtype)
+        for rows in micros:
+            index = slice(int(rows[0]), int(rows[-1]) + 1)  # consecutive rows
+            width = max(1, int(mask[index].sum(1).max())) if trim else mask.shape[1]
+            pick = (lambda t, i=index, w=width: t[i, :w])  # noqa: E731
+            loss = micro_loss(pick(log_probs), pick(old), pick(advantages), pick(mask),
+                              pick(ref), pick(entropies))
+            micro_values.append(loss.detach())
+            total = total + loss * weight(int(pick(mask).sum()), mini_tokens)
+        mini_values.append(total)
+    minis = torch.stack(mini_values)
+    grads = torch.autograd.grad(minis.sum(), [log_probs, entropies], allow_unused=True)
+    grad_log_probs, grad_entropies = (torch.zeros_like(leaf) if grad is None else grad
+                                      for grad, leaf in zip(grads, (log_probs, entropies),
+                                                            strict=True))
+    flat_mask = mask.reshape(-1)
+    per_token = torch.zeros(mask.numel(), dtype=dtype)
+    one = (lambda *tensors: micro_loss(*(t.reshape(1, 1) for t in tensors)))  # noqa: E731
+    columns = [t.detach().reshape(-1)[flat_mask] for t in
+               (log_probs, old, advantages, mask, ref, entropies)]
+    per_token[flat_mask] = torch.func.vmap(one)(*columns)
+    return LossOutputs(per_token=per_token.reshape(mask.shape),
+                       micro_losses=torch.stack(micro_values), mini_losses=minis.detach(),
+                       grad_log_probs=grad_log_probs, grad_entropies=grad_entropies)
+
+
+def our_loss(rollout: Rollout, token_advantages: torch.Tensor, config: TrainConfig,
+             dtype: torch.dtype) -> LossOutputs:
+    """This project's loss terms: :func:`losses.policy_loss` with the learner's
+    :attr:`~Learner.loss_recipe`, weighted by :meth:`~Learner._micro_weights`."""
+    learner = our_learner(config)
+    recipe = learner.loss_recipe
+
+    def micro_loss(log_probs, old, advantages, mask, ref, entropies):
+        return losses.policy_loss(log_probs, old, advantages, mask, recipe,
+                                  ref_log_probs=ref, entropy=entropies)[0]
+
+    def weight(micro_tokens: int, mini_tokens: int) -> float:
+        return learner._micro_weights(micro_tokens, mini_tokens, True)[0]
+
+    sizes = (config.learner.mini_batch_size, config.learner.micro_batch_size)
+    return run_loss(rollout, token_advantages, micro_loss, weight, sizes, dtype, trim=True)
+
+
+def our_token_advantages(rollout: Rollout, advantages: np.ndarray) -> torch.Tensor:
+    """(N, R) float32 per-token advantages as the learner hands them to the loss
+    (:func:`losses.broadcast_to_tokens`)."""
+    return losses.broadcast_to_tokens(advantages, torch.as_tensor(rollout.batch.response_mask))
+
+
+# --------------------------------------------------------------------------- verl-agent
+
+STUBBED_IF_MISSING = (
+    "aiohttp", "cachetools", "openai", "datasets",
+    "agent_system.environments.env_package.discovery.discoveryworld",
+)
+"""Modules that ``verl.trainer.ppo.ray_trainer`` imports, directly or through its other
+imports, and that none of the functions called here uses (module docstring)."""
+
+
+class _Placeholder:
+    """An attribute of a stand-in module: any attribute or call gives another one (some
+    modules call into their imports at import time)."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> _Placeholder:
+        return _Placeholder(f"{self._name}.{attribute}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Placeholder:
+        return _Placeholder(f"{self._name}()")
+
+
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Last on ``sys.meta_path``: an empty stand-in for a module of
+    :data:`STUBBED_IF_MISSING` (or below one) that no real finder found."""
+
+    def __init__(self) -> None:
+        self.stubbed: list[str] = []
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None
+                  ) -> importlib.machinery.ModuleSpec | None:
+        if any(name == root or name.startswith(root + ".") for root in STUBBED_IF_MISSING):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = types.ModuleType(spec.name)
+        module.__path__ = []
+        module.__getattr__ = lambda attribute: _Placeholder(f"{spec.name}.{attribute}")
+        if not any(spec.name.startswith(done + ".") for done in self.stubbed):
+            self.stubbed.append(spec.name)
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+class _Float64Names:
+    """A module seen through a function's globals, with ``float32`` meaning ``float64``."""
+
+    def __init__(self, module: types.ModuleType, float64: Any):
+        self._module = module
+        self.float32 = float64
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+def in_float64(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function``'s own code (its code object, unchanged) with ``np.float32`` and
+    ``torch.float32`` in its module's names read as float64.
+
+    verl-agent casts to float32 by name in the functions that build the step returns, the
+    episode scores and the penalty; this runs the same statements in float64, to tell
+    their float32 rounding apart from a difference of rule.
+
+    Raises:
+        RuntimeError: the function's module does not name numpy ``np`` and ``torch``.
+    """
+    names = dict(function.__globals__)
+    if names.get("np") is not np or names.get("torch") is not torch:
+        raise RuntimeError(f"{function.__qualname__}: its module does not import numpy as "
+                           "np and torch as torch; cannot run it in float64")
+    names["np"] = _Float64Names(np, np.float64)
+    names["torch"] = _Float64Names(torch, torch.float64)
+    return types.FunctionType(function.__code__, names, function.__name__,
+                              function.__defaults__, function.__closure__)
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """torch's default dtype set to ``dtype`` inside the block."""
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
+
+
+class _NoTokenizer:
+    """The reward manager's tokenizer, used only to decode examples for printing."""
+
+    def decode(self, ids: Any, **kwargs: Any) -> str:
+        return ""
+
+
+@dataclass(frozen=True)
+class VerlSettings:
+    """verl-agent's settings that the comparisons vary (``run_alfworld.sh`` over
+    ``ppo_trainer.yaml`` by default).
+
+    Attributes:
+        gamma: ``algorithm.gamma``.
+        step_advantage_w: ``algorithm.gigpo.step_advantage_w``.
+        use_invalid_action_penalty: ``actor.use_invalid_action_penalty``.
+        invalid_action_penalty_coef: ``actor.invalid_action_penalty_coef``.
+        penalty_in_env_rewards: the env's own rewards carry the penalty (an env that
+            charges it itself; with ``use_invalid_action_penalty=False`` this is this
+            project's ``penalty_in_returns``).
+        cross_steps: ``compute_mean_std_cross_steps`` of the episode statistics (the
+            trainer always passes True; False calls the functions directly).
+        enable_similarity: ``algorithm.gigpo.enable_similarity``.
+        similarity_thresh: ``algorithm.gigpo.similarity_thresh``.
+        clip_ratio: ``actor.clip_ratio`` (low and high unless given).
+        clip_ratio_high: ``actor.clip_ratio_high``.
+        clip_ratio_c: ``actor.clip_ratio_c`` (dual clip).
+        loss_agg_mode: ``actor.loss_agg_mode``.
+        entropy_coeff: ``actor.entropy_coeff``.
+        kl_loss_coef: ``actor.kl_loss_coef`` (``use_kl_loss=True``).
+        kl_loss_type: ``actor.kl_loss_type``.
+    """
+
+    gamma: float = 0.95
+    step_advantage_w: float = 1.0
+    use_invalid_action_penalty: bool = True
+    invalid_action_penalty_coef: float = 0.1
+    penalty_in_env_rewards: bool = False
+    cross_steps: bool = True
+    enable_similarity: bool = False
+    similarity_thresh: float = 0.95
+    clip_ratio: float = 0.2
+    clip_ratio_high: float | None = None
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: str = "token-mean"
+    entropy_coeff: float = 0.001
+    kl_loss_coef: float = 0.01
+    kl_loss_type: str = "low_var_kl"
+
+
+class VerlAgent:
+    """verl-agent's functions, imported from a checkout.
+
+    Args:
+        path: the checkout (the folder holding ``verl/`` and ``gigpo/``).
+        deps: optional folder of extra packages (put first on ``sys.path``).
+
+    Raises:
+        SystemExit: the checkout is not one, or its imports fail (one-line message).
+    """
+
+    def __init__(self, path: str | Path, deps: str | Path | None = None):
+        root = Path(path).expanduser().resolve()
+        if not (root / "verl" / "trainer" / "ppo" / "core_algos.py").is_file() or not (
+                root / "gigpo" / "core_gigpo.py").is_file():
+            raise SystemExit(f"--verl-agent {path}: not a verl-agent checkout (no "
+                             "verl/trainer/ppo/core_algos.py or gigpo/core_gigpo.py)")
+        for folder in (root, deps):
+            if folder is not None and str(folder) not in sys.path:
+                sys.path.insert(0, str(folder))
+        self.root = root
+        self.finder = _StandInFinder()
+        sys.meta_path.append(self.finder)
+        try:
+            self.protocol = importlib.import_module("verl.protocol")
+            self.core_algos = importlib.import_module("verl.trainer.ppo.core_algos")
+            self.functional = importlib.import_module("verl.utils.torch_functional")
+            self.core_gigpo = importlib.import_module("gigpo.core_gigpo")
+            self.ray_trainer = importlib.import_module("verl.trainer.ppo.ray_trainer")
+            rewards = importlib.import_module("agent_system.reward_manager")
+        except ImportError as error:
+            raise SystemExit(f"cannot import verl-agent from {root}: {error} (see the "
+                             "install command in benchmarks/recipe_parity.py)") from error
+        finally:  # later imports see the real import system again
+            sys.meta_path.remove(self.finder)
+        self.reward_manager = rewards.EpisodeRewardManager(tokenizer=_NoTokenizer(),
+                                                           num_examine=0)
+
+    @property
+    def stubbed(self) -> tuple[str, ...]:
+        """The modules that were stood in for (not installed)."""
+        return tuple(self.finder.stubbed)
+
+    # ---------------------------------------------------------------- advantages
+    def _data(self, rollout: Rollout, settings: VerlSettings, float64: bool) -> Any:
+        """The trainer's batch after the rollout loop: one row per active step, each
+        trajectory's rows together (``gather_rollout_data``), the env rewards and the
+        episode sums in float32 as the loop keeps them (float64 with ``float64``)."""
+        batch = rollout.batch
+        rewards = batch.rewards if settings.penalty_in_env_rewards else batch.env_rewards
+        dtype = np.float64 if float64 else np.float32
+        rewards = rewards.astype(dtype)
+        episode = np.zeros(int(batch.traj_ids.max()) + 1, dtype=dtype)
+        for traj, reward in zip(batch.traj_ids.tolist(), rewards, strict=True):
+            episode[traj] += reward  # the loop's running sums, step by step
+        prompts = torch.as_tensor(batch.prompt_ids)
+        responses = torch.as_tensor(batch.response_ids)
+        tensors = {
+            "prompts": prompts, "responses": responses,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+            "attention_mask": torch.cat([torch.as_tensor(batch.prompt_mask),
+                                         torch.as_tensor(batch.response_mask)], dim=1),
+        }
+        n = len(batch)
+        non_tensors = {
+            "rewards": np.array(list(rewards), dtype=object),
+            "traj_uid": np.array([f"traj-{t}" for t in batch.traj_ids], dtype=object),
+            "uid": np.array([f"group-{g}" for g in batch.group_ids], dtype=object),
+            "active_masks": np.array([True] * n, dtype=object),
+            "anchor_obs": np.array(list(batch.anchors), dtype=object),
+            "is_action_valid": ~batch.invalid,
+            "episode_rewards": episode[batch.traj_ids],
+            "episode_lengths": np.bincount(batch.traj_ids)[batch.traj_ids].astype(dtype),
+            "data_source": np.array(["alfworld"] * n, dtype=object),
+        }
+        return self.protocol.DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+
+    def advantages(self, rollout: Rollout, estimator: str, normalize: str,
+                   settings: VerlSettings = VerlSettings(), *, float64: bool = False
+                   ) -> dict[str, torch.Tensor]:
+        """The trainer's advantage phase on ``rollout`` (module docstring).
+
+        Args:
+            rollout: the batch.
+            estimator: "gigpo" or "grpo".
+            normalize: "std" (``mean_std_norm``; GRPO ``norm_adv_by_std_in_grpo``) or
+                "mean".
+            settings: verl's settings.
+            float64: run verl's code with its float32 read as float64 (:func:`in_float64`,
+                torch's default dtype float64); ``False``: as verl runs it.
+
+        Returns:
+            ``advantages`` (N, R); ``scores`` (N, R), the ``token_level_rewards`` the
+            estimator sees (after the penalty); for GiGPO ``step_rewards`` (N,), the
+            step returns it sees (after the penalty).
+        """
+        data = self._data(rollout, settings, float64)
+        run = in_float64 if float64 else (lambda function: function)
+        out: dict[str, torch.Tensor] = {}
+        quiet = contextlib.redirect_stdout(io.StringIO())  # build_step_group prints
+        with quiet, default_dtype(torch.float64 if float64 else torch.get_default_dtype()):
+            if estimator == "gigpo":
+                data.batch["step_rewards"] = run(
+                    self.core_gigpo.compute_step_discounted_returns)(
+                    batch=data, gamma=settings.gamma)
+            data.batch["response_mask"] = self.ray_trainer.compute_response_mask(data)
+            data.batch["token_level_scores"] = run(type(self.reward_manager).__call__)(
+                self.reward_manager, data)
+            if settings.use_invalid_action_penalty:
+                data, _ = run(self.ray_trainer.apply_invalid_action_penalty)(
+                    data, invalid_action_penalty_coef=settings.invalid_action_penalty_coef)
+            data.batch["token_level_rewards"] = data.batch["token_level_scores"]
+            if estimator == "gigpo":
+                out["step_rewards"] = data.batch["step_rewards"].clone()
+            out["scores"] = data.batch["token_level_rewards"].clone()
+            if settings.cross_steps:
+                data = self.ray_trainer.compute_advantage(
+                    data, adv_estimator=self.ray_trainer.AdvantageEstimator(estimator),
+                    gamma=settings.gamma, lam=1.0, num_repeat=1, multi_turn=False,
+                    norm_adv_by_std_in_grpo=normalize == "std",
+                    step_advantage_w=settings.step_advantage_w,
+                    gigpo_mode=VERL_MODE[normalize],
+                    gigpo_enable_similarity=settings.enable_similarity,
+                    gigpo_similarity_thresh=settings.similarity_thresh)
+                out["advantages"] = data.batch["advantages"]
+            else:
+                out["advantages"] = self._trajectory_stats(data, estimator, normalize,
+                                                           settings)
+        return out
+
+    def _trajectory_stats(self, data: Any, estimator: str, normalize: str,
+                          settings: VerlSettings) -> torch.Tensor:
+        """verl's estimators with ``compute_mean_std_cross_steps=False`` (each
+        trajectory's first row counted once), which the trainer does not expose: GRPO
+        through ``compute_grpo_outcome_advantage``, GiGPO through the parts
+        ``compute_gigpo_outcome_advantage`` combines."""
+        scores = data.batch["token_level_rewards"]
+        mask = data.batch["response_mask"]
+        group = data.non_tensor_batch["uid"]
+        traj = data.non_tensor_batch["traj_uid"]
+        if estimator == "grpo":
+            return self.core_algos.compute_grpo_outcome_advantage(
+                scores, mask, group, traj, norm_adv_by_std_in_grpo=normalize == "std",
+                compute_mean_std_cross_steps=False)[0]
+        gigpo = self.core_gigpo
+        remove_std = normalize == "mean"
+        episode = gigpo.episode_norm_reward(scores, mask, group, traj,
+                                            remove_std=remove_std,
+                                            compute_mean_std_cross_steps=False)
+        step_groups = gigpo.build_step_group(data.non_tensor_batch["anchor_obs"], group,
+                                             settings.enable_similarity,
+                                             settings.similarity_thresh)
+        step = gigpo.step_norm_reward(data.batch["step_rewards"], mask, step_groups,
+                                      remove_std=remove_std)
+        return episode + settings.step_advantage_w * step
+
+    # ---------------------------------------------------------------- loss
+    def micro_loss(self, settings: VerlSettings = VerlSettings()) -> MicroLoss:
+        """One micro-batch's ``policy_loss`` as ``dp_actor.update_policy`` builds it
+        (before its division by the gradient-accumulation steps)."""
+        algos = self.core_algos
+
+        def loss(log_probs, old, advantages, mask, ref, entropies):
+            mask = mask.to(torch.int64)  # verl's response mask: the attention mask's tail
+            pg_loss = algos.compute_policy_loss(
+                old_log_prob=old, log_prob=log_probs, advantages=advantages,
+                response_mask=mask, cliprange=settings.clip_ratio,
+                cliprange_low=settings.clip_ratio, cliprange_high=(
+                    settings.clip_ratio if settings.clip_ratio_high is None
+                    else settings.clip_ratio_high),
+                clip_ratio_c=settings.clip_ratio_c,
+                loss_agg_mode=settings.loss_agg_mode)[0]
+            total = pg_loss
+            if settings.entropy_coeff != 0:
+                entropy = algos.agg_loss(loss_mat=entropies, loss_mask=mask,
+                                         loss_agg_mode=settings.loss_agg_mode)
+                total = pg_loss - entropy * settings.entropy_coeff
+            kld = algos.kl_penalty(logprob=log_probs, ref_logprob=ref,
+                                   kl_penalty=settings.kl_loss_type)
+            kl = algos.agg_loss(loss_mat=kld, loss_mask=mask,
+                                loss_agg_mode=settings.loss_agg_mode)
+            return total + kl * settings.kl_loss_coef
+
+        return loss
+
+    def loss(self, rollout: Rollout, token_advantages: torch.Tensor, sizes: tuple[int, int],
+             dtype: torch.dtype, settings: VerlSettings = VerlSettings()) -> LossOutputs:
+        """verl's loss terms on ``rollout``: each micro-batch's loss divided by
+        ``gradient_accumulation = ppo_mini_batch_size // ppo_micro_batch_size_per_gpu``
+        (one rank: the sizes in rows are the learner's)."""
+        mini, micro = sizes
+        accumulation = mini // micro
+        return run_loss(rollout, token_advantages, self.micro_loss(settings),
+                        lambda micro_tokens, mini_tokens: 1.0 / accumulation, sizes, dtype,
+                        trim=False)
+
+    def entropy(self, logits: torch.Tensor) -> torch.Tensor:
+        """``verl.utils.torch_functional.entropy_from_logits``: (..., V) -> (...)."""
+        return self.functional.entropy_from_logits(logits)
+
+
+# --------------------------------------------------------------------------- self-check
+
+
+class RuleTranscription:
+    """verl-agent's rules as read, transcribed here (NumPy loops for the advantages,
+    elementwise torch for the loss so that autograd gives the gradients): the reference
+    of ``--self-check``, which needs no verl-agent checkout. Written from the rules, not
+    from verl's code; a check of this project's code and of the harness itself.
+
+    Rules: step returns discounted backwards over each trajectory's env rewards; the row
+    penalty subtracted from the row's step return and from its episode score (the
+    trajectory's reward sum); episode statistics over the group's rows (or each
+    trajectory's first row), sample std, ``(x - mean) / (std + 1e-6)`` or ``x - mean``,
+    mean 0 and std 1 for a group of one; step groups of equal anchors within a group
+    (or, with similarity, each row joins the first cluster, in row order, whose first
+    anchor has a ``difflib`` ratio >= the threshold), a step group of one scoring 0;
+    PPO-clip with dual clip ``min(loss, -A * c)`` where A < 0; k3 KL clamped to
+    [-10, 10]; token-mean or sequence means; each micro-batch's loss divided by
+    ``mini // micro``.
+    """
+
+    stubbed: tuple[str, ...] = ()
+    root = "(rules transcribed in benchmarks/recipe_parity.py)"
+
+    def advantages(self, rollout: Rollout, estimator: str, normalize: str,
+                   settings: VerlSettings = VerlSettings(), *, float64: bool = False
+                   ) -> dict[str, torch.Tensor]:
+        """Same contract as :meth:`VerlAgent.advantages` (always float64)."""
+        batch = rollout.batch
+        rewards = batch.rewards if settings.penalty_in_env_rewards else batch.env_rewards
+        penalty = np.zeros(len(batch))
+        if settings.use_invalid_action_penalty:
+            penalty = settings.invalid_action_penalty_coef * batch.invalid
+        rows_of: dict[int, list[int]] = {}
+        for row, traj in enumerate(batch.traj_ids.tolist()):
+            rows_of.setdefault(traj, []).append(row)
+        returns = np.zeros(len(batch))
+        scores = np.zeros(len(batch))
+        for rows in rows_of.values():
+            running = 0.0
+            for row in reversed(rows):
+                running = rewards[row] + settings.gamma * running
+                returns[row] = running
+            scores[rows] = sum(rewards[row] for row in rows)
+        returns -= penalty
+        scores -= penalty
+        first = np.zeros(len(batch), dtype=bool)
+        first[[rows[0] for rows in rows_of.values()]] = True
+        counted = np.ones(len(batch), dtype=bool) if settings.cross_steps else first
+        episode = self._normalized(scores, batch.group_ids.tolist(), normalize, counted,
+                                   single_mean=0.0)
+        advantages = episode
+        if estimator == "gigpo":
+            step = self._normalized(returns, self._step_groups(batch, settings), normalize,
+                                    np.ones(len(batch), dtype=bool), single_mean=None)
+            advantages = episode + settings.step_advantage_w * step
+        mask = torch.as_tensor(rollout.response_mask, dtype=torch.float64)
+        return {"advantages": torch.as_tensor(advantages)[:, None] * mask,
+                "step_rewards": torch.as_tensor(returns)}
+
+    @staticmethod
+    def _normalized(values: np.ndarray, keys: Sequence[Any], normalize: str,
+                    counted: np.ndarray, single_mean: float | None) -> np.ndarray:
+        """``values`` normalized within groups of equal ``keys``, the statistics over the
+        ``counted`` rows; a group of one counted row has mean ``single_mean`` (its own
+        value when None) and std 1."""
+        members: dict[Any, list[float]] = {}
+        for key, value, count in zip(keys, values.tolist(), counted.tolist(), strict=True):
+            if count:
+                members.setdefault(key, []).append(value)
+        out = np.zeros(len(values))
+        for row, key in enumerate(keys):
+            group = members[key]
+            if len(group) == 1:
+                mean, std = (group[0] if single_mean is None else single_mean), 1.0
+            else:
+                mean = sum(group) / len(group)
+                std = math.sqrt(sum((v - mean) ** 2 for v in group) / (len(group) - 1))
+            centered = values[row] - mean
+            out[row] = centered if normalize == "mean" else centered / (std + 1e-6)
+        return out
+
+    @staticmethod
+    def _step_groups(batch: StepBatch, settings: VerlSettings) -> list[tuple[int, int]]:
+        """(group, cluster) key of each row."""
+        import difflib
+
+        keys: list[tuple[int, int]] = []
+        clusters: dict[int, list[str]] = {}
+        for group, anchor in zip(batch.group_ids.tolist(), batch.anchors, strict=True):
+            representatives = clusters.setdefault(group, [])
+            for index, representative in enumerate(representatives):
+                if (anchor == representative if not settings.enable_similarity else
+                        difflib.SequenceMatcher(None, anchor, representative).ratio()
+                        >= settings.similarity_thresh):
+                    keys.append((group, index))
+                    break
+            else:
+                representatives.append(anchor)
+                keys.append((group, len(representatives) - 1))
+        return keys
+
+    def loss(self, rollout: Rollout, token_advantages: torch.Tensor, sizes: tuple[int, int],
+             dtype: torch.dtype, settings: VerlSettings = VerlSettings()) -> LossOutputs:
+        """Same contract as :meth:`VerlAgent.loss`."""
+        high = settings.clip_ratio if settings.clip_ratio_high is None else settings.clip_ratio_high
+
+        def aggregate(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            mask = mask.to(values.dtype)
+            if settings.loss_agg_mode == "token-mean":
+                return (values * mask).sum() / mask.sum()
+            sums = (values * mask).sum(-1)
+            if settings.loss_agg_mode == "seq-mean-token-mean":
+                sums = sums / mask.sum(-1)
+            return sums.mean()
+
+        def micro_loss(log_probs, old, advantages, mask, ref, entropies):
+            ratio = torch.exp(log_probs - old)
+            clipped = torch.clamp(ratio, 1 - settings.clip_ratio, 1 + high)
+            per_token = torch.maximum(-advantages * ratio, -advantages * clipped)
+            bounded = torch.minimum(per_token, -advantages * settings.clip_ratio_c)
+            per_token = torch.where(advantages < 0, bounded, per_token)
+            log_ratio = ref - log_probs
+            kl = torch.clamp(torch.exp(log_ratio) - log_ratio - 1, -10, 10)
+            return (aggregate(per_token, mask) - settings.entropy_coeff
+                    * aggregate(entropies, mask) + settings.kl_loss_coef * aggregate(kl, mask))
+
+        accumulation = sizes[0] // sizes[1]
+        return run_loss(rollout, token_advantages, micro_loss,
+                        lambda micro_tokens, mini_tokens: 1.0 / accumulation, sizes, dtype,
+                        trim=False)
+
+    def entropy(self, logits: torch.Tensor) -> torch.Tensor:
+        """``-sum(p * log p)`` over the last dim."""
+        log_p = torch.log_softmax(logits, dim=-1)
+        return -(log_p.exp() * log_p).sum(-1)
+
+
+# --------------------------------------------------------------------------- comparisons
+
+Reference = Any  # VerlAgent or RuleTranscription: advantages(), loss(), entropy()
+
+DEFAULT_TERMS = (
+    "step returns R_t", "gigpo advantages", "grpo advantages", "per-token loss",
+    "micro-batch loss", "mini-batch loss", "gradient wrt log-probs",
+    "gradient wrt entropies", "entropy from logits", "entropy gradient wrt logits",
+)
+COUNTED = "float64"
+AS_RUN = "float32"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One ``LearnerConfig`` option turned on, and verl's way to do the same, if any.
+
+    Attributes:
+        name: how the report names it.
+        changes: the ``LearnerConfig`` fields it sets.
+        affects: "advantages" or "loss" (what to compare).
+        verl: verl-agent's settings that do the same, or None where verl has none.
+        verl_name: how the report names those settings.
+    """
+
+    name: str
+    changes: dict[str, Any]
+    affects: str
+    verl: VerlSettings | None = None
+    verl_name: str = ""
+
+
+OPTIONS = (
+    Option("penalty_in_returns=True", {"penalty_in_returns": True}, "advantages",
+           VerlSettings(use_invalid_action_penalty=False, penalty_in_env_rewards=True),
+           "the env's rewards carry the penalty, use_invalid_action_penalty=False"),
+    Option("episode_stats='trajectories' (+ penalty_in_returns)",
+           {"episode_stats": "trajectories", "penalty_in_returns": True}, "advantages",
+           VerlSettings(use_invalid_action_penalty=False, penalty_in_env_rewards=True,
+                        cross_steps=False),
+           "the same, compute_mean_std_cross_steps=False"),
+    Option("similarity_threshold=0.95", {"similarity_threshold": 0.95}, "advantages",
+           VerlSettings(enable_similarity=True, similarity_thresh=0.95),
+           "enable_similarity=True, similarity_thresh=0.95"),
+    Option("dual_clip=None", {"dual_clip": None}, "loss", VerlSettings(clip_ratio_c=1e30),
+           "clip_ratio_c=1e30 (verl has no off switch)"),
+    Option("loss_aggregation='seq-mean-token-mean'",
+           {"loss_aggregation": "seq-mean-token-mean"}, "loss",
+           VerlSettings(loss_agg_mode="seq-mean-token-mean"),
+           "loss_agg_mode=seq-mean-token-mean"),
+    Option("loss_aggregation='seq-mean-token-sum'",
+           {"loss_aggregation": "seq-mean-token-sum"}, "loss",
+           VerlSettings(loss_agg_mode="seq-mean-token-sum"), "loss_agg_mode=seq-mean-token-sum"),
+    Option("micro_batch_weighting='tokens'", {"micro_batch_weighting": "tokens"}, "loss"),
+    Option("clip_eps_high=0.28", {"clip_eps_high": 0.28}, "loss",
+           VerlSettings(clip_ratio_high=0.28), "clip_ratio_high=0.28"),
+    Option("entropy_coef=0", {"entropy_coef": 0.0}, "loss", VerlSettings(entropy_coeff=0.0),
+           "entropy_coeff=0"),
+)
+
+
+def _max_abs(a: Any, b: Any) -> float:
+    a = a.detach().double().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+    b = b.detach().double().numpy() if isinstance(b, torch.Tensor) else np.asarray(b)
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+def _loss_differences(ours: LossOutputs, theirs: LossOutputs) -> dict[str, float]:
+    return {
+        "per-token loss": _max_abs(ours.per_token, theirs.per_token),
+        "micro-batch loss": _max_abs(ours.micro_losses, theirs.micro_losses),
+        "mini-batch loss": _max_abs(ours.mini_losses, theirs.mini_losses),
+        "gradient wrt log-probs": _max_abs(ours.grad_log_probs, theirs.grad_log_probs),
+        "gradient wrt entropies": _max_abs(ours.grad_entropies, theirs.grad_entropies),
+    }
+
+
+def our_step_returns(rollout: Rollout, config: TrainConfig) -> np.ndarray:
+    """(N,) the step returns GiGPO normalizes: :func:`~algorithms.advantages.gigpo_terms`
+    with the arguments :meth:`Learner.advantages` passes it."""
+    from algorithms import advantages as estimators
+
+    learner = our_learner(config)
+    rewards, penalties = learner.rewards_and_penalties(rollout.batch)
+    settings = config.learner
+    return estimators.gigpo_terms(
+        rewards, rollout.batch.traj_ids, rollout.batch.group_ids, rollout.batch.anchor_ids,
+        gamma=settings.gamma, normalize=settings.normalize,
+        episode_stats=settings.episode_stats, penalties=penalties).returns
+
+
+@dataclass
+class Report:
+    """Everything one run measured.
+
+    Attributes:
+        defaults: term -> (normalization, precision) -> largest difference.
+        options: option name -> comparison label -> term -> largest difference.
+        single_row: normalization -> (difference on the single row, largest elsewhere).
+        rows: rows per seed; tokens: response tokens per seed.
+    """
+
+    defaults: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    options: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
+    single_row: dict[str, tuple[float, float]] = field(default_factory=dict)
+    rows: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+
+    def record(self, term: str, column: tuple[str, str], value: float) -> None:
+        cells = self.defaults.setdefault(term, {})
+        cells[column] = max(cells.get(column, 0.0), value)
+
+    def record_option(self, option: str, label: str, values: dict[str, float]) -> None:
+        cells = self.options.setdefault(option, {}).setdefault(label, {})
+        for term, value in values.items():
+            cells[term] = max(cells.get(term, 0.0), value)
+
+    def worst(self) -> tuple[float, str]:
+        """The largest counted difference and ``"term, normalization"``."""
+        worst, where = -1.0, ""
+        for term, cells in self.defaults.items():
+            for (normalize, precision), value in cells.items():
+                if precision == COUNTED and value > worst:
+                    worst, where = value, f"{term}, {normalize}"
+        return worst, where
+
+
+def compare(reference: Reference, seeds: Sequence[int], num_groups: int,
+            *, with_options: bool = True, progress: Callable[[str], None] | None = None
+            ) -> Report:
+    """Run both pipelines on every seed's batch and collect the differences."""
+    report = Report()
+    config_sizes = (LearnerConfig().mini_batch_size, LearnerConfig().micro_batch_size)
+    for seed in seeds:
+        rollout = make_rollout(seed, num_groups)
+        report.rows.append(len(rollout.batch))
+        report.tokens.append(int(rollout.response_mask.sum()))
+        mask = rollout.response_mask
+        for normalize in NORMALIZATIONS:
+            if progress:
+                progress(f"seed {seed}, {normalize}")
+            for precision, float64 in ((COUNTED, True), (AS_RUN, False)):
+                column = (normalize, precision)
+                for estimator in ("gigpo", "grpo"):
+                    config = our_config(estimator, normalize)
+                    theirs = reference.advantages(rollout, estimator, normalize,
+                                                  float64=float64)
+                    ours = our_advantages(rollout, config)[:, None] * mask
+                    report.record(f"{estimator} advantages", column,
+                                  _max_abs(ours, theirs["advantages"]))
+                    if estimator == "gigpo":
+                        report.record("step returns R_t", column,
+                                      _max_abs(our_step_returns(rollout, config),
+                                               theirs["step_rewards"]))
+            config = our_config("gigpo", normalize)
+            tokens = our_token_advantages(rollout, our_advantages(rollout, config))
+            for precision, dtype in ((COUNTED, torch.float64), (AS_RUN, torch.float32)):
+                ours = our_loss(rollout, tokens, config, dtype)
+                theirs = reference.loss(rollout, tokens, config_sizes, dtype)
+                for term, value in _loss_differences(ours, theirs).items():
+                    report.record(term, (normalize, precision), value)
+        for precision, dtype in ((COUNTED, torch.float64), (AS_RUN, torch.float32)):
+            values = _entropy_differences(reference, rollout, dtype)
+            for normalize in NORMALIZATIONS:
+                for term, value in values.items():
+                    report.record(term, (normalize, precision), value)
+        if with_options:
+            _compare_options(reference, rollout, report, config_sizes)
+        _compare_single_row(reference, rollout, report)
+    return report
+
+
+def _entropy_differences(reference: Reference, rollout: Rollout, dtype: torch.dtype
+                         ) -> dict[str, float]:
+    """Per-token entropies from the logits and their gradients (summed over the mask)."""
+    mask = torch.as_tensor(rollout.response_mask)
+    logits = torch.tensor(rollout.logits, dtype=dtype, requires_grad=True)
+    ours = losses.entropy_from_logits(logits, response_mask=mask)
+    theirs = reference.entropy(logits) * mask
+    (our_grad,) = torch.autograd.grad(ours.sum(), logits)
+    (their_grad,) = torch.autograd.grad(theirs.sum(), logits)
+    return {"entropy from logits": _max_abs(ours, theirs),
+            "entropy gradient wrt logits": _max_abs(our_grad, their_grad)}
+
+
+def _compare_options(reference: Reference, rollout: Rollout, report: Report,
+                     sizes: tuple[int, int]) -> None:
+    """Each option against verl's default and against verl set the same way (float64)."""
+    mask = rollout.response_mask
+    for normalize in NORMALIZATIONS:
+        defaults_config = our_config("gigpo", normalize)
+        tokens = our_token_advantages(rollout, our_advantages(rollout, defaults_config))
+        verl_default_loss = reference.loss(rollout, tokens, sizes, torch.float64)
+        for option in OPTIONS:
+            targets = [("verl default", VerlSettings())]
+            if option.verl is not None:
+                targets.append((f"verl with {option.verl_name}", option.verl))
+            if option.affects == "advantages":
+                estimators = ("gigpo",) if "similarity" in option.name else ("gigpo", "grpo")
+                for estimator in estimators:
+                    config = our_config(estimator, normalize, **option.changes)
+                    ours = our_advantages(rollout, config)[:, None] * mask
+                    for label, settings in targets:
+                        theirs = reference.advantages(rollout, estimator, normalize,
+                                                      settings, float64=True)
+                        report.record_option(option.name, label, {
+                            f"{estimator} advantages": _max_abs(ours, theirs["advantages"])})
+                continue
+            config = our_config("gigpo", normalize, **option.changes)
+            ours_loss = our_loss(rollout, tokens, config, torch.float64)
+            for label, settings in targets:
+                theirs_loss = (verl_default_loss if settings == VerlSettings() else
+                               reference.loss(rollout, tokens, sizes, torch.float64, settings))
+                values = _loss_differences(ours_loss, theirs_loss)
+                report.record_option(option.name, label, {
+                    term: values[term] for term in ("per-token loss", "mini-batch loss",
+                                                    "gradient wrt log-probs")})
+
+
+def _compare_single_row(reference: Reference, rollout: Rollout, report: Report) -> None:
+    """The accepted difference: a group of one row (float64, GiGPO)."""
+    grown = single_row_group(rollout)
+    mask = grown.response_mask
+    for normalize in NORMALIZATIONS:
+        ours = our_advantages(grown, our_config("gigpo", normalize))[:, None] * mask
+        theirs = reference.advantages(grown, "gigpo", normalize, float64=True)["advantages"]
+        difference = np.abs(ours - theirs.double().numpy())
+        single = float(difference[-1].max())
+        elsewhere = float(difference[:-1].max())
+        before = report.single_row.get(normalize, (0.0, 0.0))
+        report.single_row[normalize] = (max(before[0], single), max(before[1], elsewhere))
+
+
+# --------------------------------------------------------------------------- report
+
+
+def format_report(report: Report, reference: Reference, seconds: float) -> list[str]:
+    """The printed lines; the last is ``worst difference with defaults: X (term, norm)``."""
+    lines = [
+        f"recipe parity: this project vs {reference.root}",
+        f"{len(report.rows)} seeds, {sum(report.rows)} rows ({min(report.rows)} to "
+        f"{max(report.rows)} per batch), {sum(report.tokens)} response tokens; mini-batch "
+        f"{LearnerConfig().mini_batch_size} rows, micro-batch "
+        f"{LearnerConfig().micro_batch_size}; {seconds:.0f} s",
+    ]
+    if reference.stubbed:
+        lines.append("stood in for (not installed; unused by the functions called): "
+                     + ", ".join(reference.stubbed))
+    lines += [
+        "",
+        "defaults (LearnerConfig() vs run_alfworld.sh), largest |difference|",
+        f"  {'term':<30}{'std':>10}{'mean':>10}    {'std':>9}{'mean':>10}",
+        f"  {'':<30}{'counted (float64)':>20}    {'as run (float32)':>19}",
+    ]
+    for term in DEFAULT_TERMS:
+        cells = report.defaults.get(term)
+        if cells is None:
+            continue
+        row = [cells.get((n, p), float("nan")) for p in (COUNTED, AS_RUN)
+               for n in NORMALIZATIONS]
+        lines.append(f"  {term:<30}{row[0]:>10.1e}{row[1]:>10.1e}    {row[2]:>9.1e}"
+                     f"{row[3]:>10.1e}")
+    if report.options:
+        lines += ["", "options, each alone (float64; both normalizations), largest "
+                  "|difference|"]
+        for option, comparisons in report.options.items():
+            lines.append(f"  {option}")
+            for label, values in comparisons.items():
+                shown = ", ".join(f"{term} {value:.1e}" for term, value in values.items())
+                lines.append(f"      vs {label}: {shown}")
+    if report.single_row:
+        lines += ["", "accepted difference (not counted): a group of one row scores its raw "
+                  "score in verl, 0 here"]
+        for normalize, (single, elsewhere) in report.single_row.items():
+            lines.append(f"  {normalize}: that row {single:.1e}, every other row "
+                         f"{elsewhere:.1e}")
+    worst, where = report.worst()
+    lines += ["", f"worst difference with defaults: {worst:.1e} ({where})"]
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point; returns the exit status (1: a default term differs by
+    more than :data:`TOLERANCE`)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.recipe_parity",
+        description="Compare this project's GiGPO/GRPO advantages and actor loss with "
+                    "verl-agent's functions on synthetic ALFWorld-shaped batches.")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--verl-agent", metavar="PATH", help="a verl-agent checkout")
+    source.add_argument("--self-check", action="store_true",
+                        help="compare with the rules transcribed in this file instead")
+    parser.add_argument("--deps", metavar="DIR",
+                        help="folder of verl-agent's extra packages (pip --target)")
+    parser.add_argument("--seeds", type=int, default=3, help="batches (seeds 0..N-1)")
+    parser.add_argument("--groups", type=int, default=6, help="groups of 8 per batch")
+    parser.add_argument("--no-options", action="store_true",
+                        help="compare the defaults only")
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or args.groups < 1:
+        parser.error("--seeds and --groups must be >= 1")
+    torch.set_num_threads(1)  # tiny tensors: thread hand-offs would dominate
+    start = time.perf_counter()
+    reference = (RuleTranscription() if args.self_check
+                 else VerlAgent(args.verl_agent, args.deps))
+    report = compare(reference, range(args.seeds), args.groups,
+                     with_options=not args.no_options,
+                     progress=lambda text: print(f"... {text}", file=sys.stderr, flush=True))
+    lines = format_report(report, reference, time.perf_counter() - start)
+    print("\n".join(lines))
+    return 1 if report.worst()[0] > TOLERANCE else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
