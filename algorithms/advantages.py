@@ -514,10 +514,14 @@ def _similarity_codes(
 ) -> np.ndarray:
     """(N,) cluster codes: within a group, similar str anchors share a code.
 
-    Per group, the distinct anchor strings are visited in sorted order (so the result
-    does not depend on row order); each joins the first existing cluster whose
-    representative (its first member) has ``difflib.SequenceMatcher(autojunk=False)``
-    ratio >= ``threshold``, else starts a new cluster. Cost: up to U*(U-1)/2 comparisons
+    Per group, the distinct anchor strings are visited in the order of their first row
+    (verl-agent's ``build_step_group`` visits rows in batch order: a text equal to an
+    earlier one joins that one's cluster, so visiting distinct texts is the same); each
+    joins the first existing cluster whose representative (its first member) has
+    ``difflib.SequenceMatcher(None, text, representative).ratio() >= threshold`` (verl's
+    ``are_similar``, difflib's default autojunk included), else starts a new cluster. The
+    clusters therefore depend on the row order, as verl-agent's do: a chain of texts each
+    similar to the next can fall into one cluster or two. Cost: up to U*(U-1)/2 comparisons
     per group with U distinct anchors, each O(L**2) in the string length L in the worst
     case: a Python loop over distinct anchors, not vectorized. Fine for ALFWorld-size
     batches (a few hundred distinct short observations per group); slow for long
@@ -535,7 +539,7 @@ def _similarity_codes(
     _, first_rows, pair_inverse = np.unique(pair_keys, return_index=True, return_inverse=True)
     pair_groups = group_index[first_rows]
     pair_texts = objects[first_rows]
-    visit = np.lexsort((pair_texts.astype(str), pair_groups))
+    visit = np.lexsort((first_rows, pair_groups))  # by group, then by first row
     cluster_of_pair = np.empty(first_rows.size, dtype=np.int64)
     next_cluster = 0
     current_group = -1
@@ -545,10 +549,10 @@ def _similarity_codes(
             current_group = pair_groups[pair]
             representatives = []
         text = pair_texts[pair]
-        matcher = difflib.SequenceMatcher(None, autojunk=False)
-        matcher.set_seq2(text)
+        matcher = difflib.SequenceMatcher(None)
+        matcher.set_seq1(text)
         for rep_text, rep_cluster in representatives:
-            matcher.set_seq1(rep_text)
+            matcher.set_seq2(rep_text)
             if (
                 matcher.real_quick_ratio() >= threshold
                 and matcher.quick_ratio() >= threshold

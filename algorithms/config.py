@@ -675,6 +675,12 @@ class TrainConfig:
         high = learner.clip_eps if learner.clip_eps_high is None else learner.clip_eps_high
         if not (0 <= low < 1 and high >= 0):
             problems.append("learner.clip_eps_low must be in [0, 1) and clip_eps_high >= 0")
+        if (learner.micro_batch_weighting == "equal"
+                and learner.mini_batch_size % learner.micro_batch_size):
+            problems.append("learner.mini_batch_size must be a multiple of micro_batch_size "
+                            "with micro_batch_weighting equal (verl's gradient accumulation "
+                            "divides by their ratio), or use --learner.micro-batch-weighting "
+                            "tokens")
         if learner.dual_clip is not None and not learner.dual_clip > 1:
             problems.append("learner.dual_clip must be > 1 (or None to turn it off)")
         if not 0 <= learner.lr_warmup_ratio <= 1:

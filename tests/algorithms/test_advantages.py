@@ -313,17 +313,21 @@ class TestStepGroups:
         across = step_groups([0, 0, 1, 0], anchors, similarity_threshold=0.9)
         assert same_partition(across, np.array([0, 1, 2, 0]))
 
-    def test_similarity_does_not_depend_on_row_order(self):
-        rng = np.random.default_rng(0)
-        words = ["apple", "apples", "applet", "banana", "bandana", "cabana"]
-        anchors = [words[i] for i in rng.integers(0, len(words), size=40)]
-        group_ids = rng.integers(0, 2, size=40)
-        ids = step_groups(group_ids, anchors, similarity_threshold=0.8)
-        perm = rng.permutation(40)
-        permuted = step_groups(
-            group_ids[perm], [anchors[i] for i in perm], similarity_threshold=0.8
-        )
-        assert same_partition(ids[perm], permuted)
+    def test_similarity_clusters_in_row_order_as_verl_agent(self):
+        # A chain at threshold 0.96: "ab" ~ "aa" and "ab" ~ "bb" (ratio 62/64) but
+        # "aa" !~ "bb" (60/64). A text is compared with each cluster's representative (its
+        # first member) only, as verl-agent's build_step_group does: in row order ab, aa,
+        # bb, ab represents one cluster of all three; in row order aa, ab, bb, aa does and
+        # bb starts a cluster of its own.
+        stem = "x" * 30
+        ab, aa, bb = stem + "ab", stem + "aa", stem + "bb"
+        ids = step_groups([0, 0, 0], [ab, aa, bb], similarity_threshold=0.96)
+        assert same_partition(ids, np.array([0, 0, 0]))
+        ids = step_groups([0, 0, 0], [aa, ab, bb], similarity_threshold=0.96)
+        assert same_partition(ids, np.array([0, 0, 1]))
+        # equal texts share a cluster wherever they stand
+        ids = step_groups([0] * 4, [aa, bb, aa, bb], similarity_threshold=0.96)
+        assert same_partition(ids, np.array([0, 1, 0, 1]))
 
     @pytest.mark.parametrize("threshold", [0.0, 1.0, 1.5])
     def test_similarity_threshold_range(self, threshold):

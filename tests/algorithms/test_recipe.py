@@ -330,3 +330,9 @@ def test_the_learning_rate_is_set_on_the_policy_only():
     learner = Learner(make_policy(), _config("ppo", lr=1e-3, critic_lr=1e-2), CPU)
     learner.set_policy_lr(5e-4)
     assert [group["lr"] for group in learner.optimizer.param_groups] == [5e-4, 1e-2]
+
+
+def test_equal_weighting_needs_whole_micro_batches():
+    with pytest.raises(ConfigError, match="multiple of micro_batch_size"):
+        _config(mini_batch_size=10, micro_batch_size=4).validate()
+    _config(mini_batch_size=10, micro_batch_size=4, micro_batch_weighting="tokens").validate()
