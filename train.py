@@ -47,7 +47,7 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
     pre.add_argument("--resume", action="store_true")
     pre.add_argument("--eval-only", action="store_true")
     pre.add_argument("--checkpoint", default=None)
-    pre.add_argument("--algo", choices=sorted(ALGO_ESTIMATORS), default=None)
+    pre.add_argument("--algo", default=None)
     known, rest = pre.parse_known_args(argv)
     # Short aliases of --generation.engine, --run.resume, --run.eval-only, --run.checkpoint.
     if known.engine is not None:
@@ -67,8 +67,10 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
         f"(--run.*).\n\nPresets:\n{presets}"
     )
     default = PRESETS[name]
-    if known.algo is not None:  # the algorithm's settings, before the other flags
-        default = with_algo(default, known.algo)
+    if known.algo is not None:
+        rest = [*rest, "--algo", known.algo]  # tyro checks the name
+        if known.algo in ALGO_ESTIMATORS:  # the algorithm's settings, before other flags
+            default = with_algo(default, known.algo)
     config = tyro.cli(TrainConfig, default=default, args=rest, description=description)
     return config.validate()
 

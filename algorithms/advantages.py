@@ -637,7 +637,7 @@ def overlong_penalties(
     response_lengths: Any, *, max_response_length: int, buffer_length: int,
     penalty_factor: float = 1.0,
 ) -> np.ndarray:
-    """DAPO's soft overlong punishment (Yu et al., 2025, arXiv:2503.14476, Eq. 13), as a cost.
+    """DAPO's soft overlong punishment (Yu et al., 2025, arXiv:2503.14476), as a cost.
 
     A response longer than ``L_exp = max_response_length - buffer_length`` tokens pays
     ``penalty_factor * (length - L_exp) / buffer_length``, growing linearly to
