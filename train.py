@@ -1,4 +1,5 @@
-"""Train an LLM agent with GiGPO, GRPO or PPO on an AgentGym text environment.
+"""Train an LLM agent with GiGPO, GRPO, RLOO, REINFORCE++, Dr.GRPO, GSPO or PPO on an
+AgentGym text environment.
 
 Examples::
 
@@ -23,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from algorithms.config import PRESET_HELP, PRESETS, TrainConfig
+from algorithms.config import ALGO_ESTIMATORS, PRESET_HELP, PRESETS, TrainConfig, with_algo
 
 
 def default_preset() -> str:
@@ -46,6 +47,7 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
     pre.add_argument("--resume", action="store_true")
     pre.add_argument("--eval-only", action="store_true")
     pre.add_argument("--checkpoint", default=None)
+    pre.add_argument("--algo", default=None)
     known, rest = pre.parse_known_args(argv)
     # Short aliases of --generation.engine, --run.resume, --run.eval-only, --run.checkpoint.
     if known.engine is not None:
@@ -64,7 +66,12 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
         f"Short forms: --engine (--generation.engine), --resume, --eval-only, --checkpoint "
         f"(--run.*).\n\nPresets:\n{presets}"
     )
-    config = tyro.cli(TrainConfig, default=PRESETS[name], args=rest, description=description)
+    default = PRESETS[name]
+    if known.algo is not None:
+        rest = [*rest, "--algo", known.algo]  # tyro checks the name
+        if known.algo in ALGO_ESTIMATORS:  # the algorithm's settings, before other flags
+            default = with_algo(default, known.algo)
+    config = tyro.cli(TrainConfig, default=default, args=rest, description=description)
     return config.validate()
 
 

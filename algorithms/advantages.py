@@ -1,4 +1,4 @@
-"""Advantage estimators for multi-turn agents: GRPO, GiGPO and turn-level GAE.
+"""Advantage estimators for multi-turn agents: GRPO, GiGPO, RLOO, REINFORCE++ and GAE.
 
 Pure, deterministic NumPy functions (no torch, no trainer state). Every function takes one
 row per agent step:
@@ -63,6 +63,9 @@ __all__ = [
     "gigpo_advantages",
     "gigpo_terms",
     "grpo_advantages",
+    "overlong_penalties",
+    "reinforce_pp_advantages",
+    "rloo_advantages",
     "step_groups",
 ]
 
@@ -453,6 +456,29 @@ def grpo_advantages(
     )
 
 
+def _episode_scores(
+    rewards: np.ndarray,
+    trajectories: _Trajectories,
+    traj_groups: np.ndarray,
+    episode_stats: str,
+    penalties: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The members of the episode-level groups: ``(scores, groups, to_rows)``.
+
+    ``episode_stats="trajectories"``: one member per trajectory, (T,) episode returns and
+    (T,) dense groups, and ``to_rows`` the (N,) trajectory index that spreads a per-member
+    value over the rows. ``"steps"``: one member per row, (N,) scores ``R(tau) -
+    penalties`` and (N,) groups, and ``to_rows`` ``None`` (the members are the rows).
+    """
+    episode_returns = np.bincount(trajectories.index, weights=rewards, minlength=trajectories.count)
+    if episode_stats == "trajectories":
+        return episode_returns, traj_groups, trajectories.index
+    row_returns = episode_returns[trajectories.index]
+    if penalties is not None:
+        row_returns = row_returns - penalties
+    return row_returns, traj_groups[trajectories.index], None
+
+
 def _episode_advantages(
     rewards: np.ndarray,
     trajectories: _Trajectories,
@@ -465,15 +491,182 @@ def _episode_advantages(
 ) -> np.ndarray:
     """(N,) Eq. 3 advantage of each row's trajectory; ``traj_groups``: (T,) dense groups;
     ``penalties``: (N,) row penalties (``episode_stats="steps"`` only) or ``None``."""
-    episode_returns = np.bincount(trajectories.index, weights=rewards, minlength=trajectories.count)
-    if episode_stats == "trajectories":
-        per_traj = _normalize_in_groups(episode_returns, traj_groups, n_groups, normalize, eps)
-        return per_traj[trajectories.index]
-    row_returns = episode_returns[trajectories.index]
-    if penalties is not None:
-        row_returns = row_returns - penalties
-    row_groups = traj_groups[trajectories.index]
-    return _normalize_in_groups(row_returns, row_groups, n_groups, normalize, eps)
+    scores, groups, to_rows = _episode_scores(
+        rewards, trajectories, traj_groups, episode_stats, penalties)
+    relative = _normalize_in_groups(scores, groups, n_groups, normalize, eps)
+    return relative if to_rows is None else relative[to_rows]
+
+
+def _group_episode_inputs(
+    rewards: Any, traj_ids: Any, group_ids: Any, episode_stats: str, penalties: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int] | None:
+    """Validated episode-level members of a batch (see :func:`_episode_scores`) and the
+    number of groups; ``None`` for an empty batch."""
+    rewards = _as_rewards(rewards)
+    n = rewards.shape[0]
+    traj_ids = _as_ids(traj_ids, "traj_ids", n)
+    group_ids = _as_ids(group_ids, "group_ids", n)
+    _check_choice(episode_stats, _EPISODE_STATS_CHOICES, "episode_stats")
+    penalties = _as_penalties(penalties, n, episode_stats)
+    if n == 0:
+        return None
+    trajectories = _Trajectories(traj_ids)
+    traj_groups, n_groups = trajectories.group_of_each(group_ids)
+    scores, groups, to_rows = _episode_scores(
+        rewards, trajectories, traj_groups, episode_stats, penalties)
+    return scores, groups, to_rows, n_groups
+
+
+def rloo_advantages(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    *,
+    episode_stats: EpisodeStats = "trajectories",
+    penalties: Any = None,
+) -> np.ndarray:
+    """REINFORCE leave-one-out advantage (RLOO; Ahmadian et al., 2024, arXiv:2402.14740).
+
+    Each member of a group of ``n`` is compared with the mean of the *other* members:
+    ``A_i = s_i - mean_{j != i} s_j = n / (n - 1) * (s_i - mean_j s_j)``, where the
+    members and their scores ``s`` are those of :func:`grpo_advantages` (the episode
+    return of each trajectory, or with ``episode_stats="steps"`` each row's ``R(tau) -
+    penalty``, so ``n`` counts rows: verl-agent's ``compute_rloo_outcome_advantage`` with
+    ``compute_mean_std_cross_steps=True``). No division by a std. A group with one
+    member, or whose scores are all equal, gets exactly 0 (verl leaves a singleton's raw
+    score; this module's convention, see the module docstring).
+
+    Args:
+        rewards: (N,) float step rewards.
+        traj_ids: (N,) int (or str) trajectory ids, rows in time order per trajectory.
+        group_ids: (N,) int (or str) group ids; constant within a trajectory.
+        episode_stats: "trajectories" (each trajectory one member: the paper's RLOO) or
+            "steps" (each row one member: verl-agent's trainer).
+        penalties: optional (N,) row penalties, as in :func:`grpo_advantages` (needs
+            ``episode_stats="steps"``).
+
+    Returns:
+        (N,) float64 advantages.
+
+    Raises:
+        ValueError: as :func:`grpo_advantages`.
+    """
+    members = _group_episode_inputs(rewards, traj_ids, group_ids, episode_stats, penalties)
+    if members is None:
+        return np.zeros(0, dtype=np.float64)
+    scores, groups, to_rows, n_groups = members
+    centered = _normalize_in_groups(scores, groups, n_groups, "mean", 0.0)
+    counts = np.bincount(groups, minlength=n_groups).astype(np.float64)
+    scale = counts / np.maximum(counts - 1.0, 1.0)  # n / (n - 1); singletons are 0 anyway
+    relative = centered * scale[groups]
+    return relative if to_rows is None else relative[to_rows]
+
+
+def reinforce_pp_advantages(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    *,
+    episode_stats: EpisodeStats = "trajectories",
+    penalties: Any = None,
+    token_counts: Any = None,
+    eps: float = 1e-8,
+) -> np.ndarray:
+    """REINFORCE++ with the group-mean baseline (Hu, 2025, arXiv:2501.03262).
+
+    Two stages, as verl's ``compute_reinforce_plus_plus_baseline_outcome_advantage``:
+
+    1. Inside each group, subtract the group mean: ``x_i = s_i - mean_j s_j`` (members
+       and scores as in :func:`grpo_advantages`; a singleton or constant group gives 0).
+    2. Whiten over the whole batch: ``A_i = (x_i - mu) / sqrt(var + eps)``, where ``mu``
+       and ``var`` are the mean and the unbiased (Bessel-corrected) variance of ``x``
+       over the batch's *response tokens*: verl broadcasts ``x`` to every token of the
+       row's response and whitens the (rows, tokens) matrix under the response mask, so
+       row ``i`` weighs ``token_counts[i]`` and the correction is ``W / (W - 1)`` with
+       ``W`` the total token count.
+
+    Args:
+        rewards: (N,) float step rewards.
+        traj_ids: (N,) int (or str) trajectory ids, rows in time order per trajectory.
+        group_ids: (N,) int (or str) group ids; constant within a trajectory.
+        episode_stats: "trajectories" or "steps" (verl-agent's trainer), as in
+            :func:`grpo_advantages`.
+        penalties: optional (N,) row penalties (needs ``episode_stats="steps"``).
+        token_counts: optional (N,) non-negative response-token counts of the rows (the
+            whitening weights); ``None``: every row weighs 1.
+        eps: added to the variance; 1e-8 as verl's ``masked_whiten``.
+
+    Returns:
+        (N,) float64 advantages. A batch whose total weight is at most 1 (one token or
+        row) has no variance: its advantages are ``x - mu`` (verl raises there).
+
+    Raises:
+        ValueError: as :func:`grpo_advantages`; bad ``token_counts``; a batch whose
+            rows all have zero weight.
+    """
+    eps = _check_eps(eps)
+    rewards = _as_rewards(rewards)
+    n = rewards.shape[0]
+    weights = None
+    if token_counts is not None:
+        weights = _as_rewards(token_counts, "token_counts")
+        if weights.shape[0] != n:
+            raise ValueError(f"token_counts has {weights.shape[0]} rows, expected {n}")
+        if np.any(weights < 0):
+            raise ValueError("token_counts must be >= 0")
+    members = _group_episode_inputs(rewards, traj_ids, group_ids, episode_stats, penalties)
+    if members is None:
+        return np.zeros(0, dtype=np.float64)
+    scores, groups, to_rows, n_groups = members
+    centered = _normalize_in_groups(scores, groups, n_groups, "mean", 0.0)
+    rows = centered if to_rows is None else centered[to_rows]
+    if weights is None:
+        weights = np.ones_like(rows)
+    total = float(weights.sum())
+    if total <= 0:
+        raise ValueError("token_counts are all 0: nothing to whiten over")
+    mean = float(np.dot(weights, rows)) / total
+    deviations = rows - mean
+    variance = float(np.dot(weights, deviations * deviations)) / total
+    if total > 1:
+        variance *= total / (total - 1.0)
+    return deviations / np.sqrt(variance + eps)
+
+
+def overlong_penalties(
+    response_lengths: Any, *, max_response_length: int, buffer_length: int,
+    penalty_factor: float = 1.0,
+) -> np.ndarray:
+    """DAPO's soft overlong punishment (Yu et al., 2025, arXiv:2503.14476), as a cost.
+
+    A response longer than ``L_exp = max_response_length - buffer_length`` tokens pays
+    ``penalty_factor * (length - L_exp) / buffer_length``, growing linearly to
+    ``penalty_factor`` at ``max_response_length`` (verl's ``DAPORewardManager`` adds
+    ``min(-(length - L_exp) / buffer_length * penalty_factor, 0)`` to the reward; this
+    returns its negation, >= 0, to be charged like the invalid-action penalty).
+
+    Args:
+        response_lengths: (N,) response lengths in tokens.
+        max_response_length: the longest response generation allows (tokens).
+        buffer_length: the punishment interval, in (0, max_response_length].
+        penalty_factor: the cost at the full length, >= 0.
+
+    Returns:
+        (N,) float64 costs, 0 for responses of at most ``L_exp`` tokens.
+
+    Raises:
+        ValueError: on a bad shape, a buffer outside (0, max_response_length], or a
+            negative factor.
+    """
+    lengths = _as_rewards(response_lengths, "response_lengths")
+    if not 0 < buffer_length <= max_response_length:
+        raise ValueError(f"buffer_length must be in (0, max_response_length = "
+                         f"{max_response_length}], got {buffer_length}")
+    if penalty_factor < 0:
+        raise ValueError(f"penalty_factor must be >= 0, got {penalty_factor}")
+    expected = max_response_length - buffer_length
+    exceed = lengths - expected
+    return np.maximum(exceed / buffer_length * float(penalty_factor), 0.0)
 
 
 def _anchor_codes(anchors: Any, n: int) -> np.ndarray:

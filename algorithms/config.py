@@ -8,13 +8,20 @@ and nowhere else.
 
 The learner is chosen by :attr:`TrainConfig.algo`:
 
-============  ==================================  ======
-``algo``      advantage estimator                 critic
-============  ==================================  ======
-``gigpo``     episode + step-group (GiGPO, Eq. 7)  no
-``grpo``      episode only (GRPO)                  no
-``ppo``       turn-level GAE                       yes
-============  ==================================  ======
+================  ===========================================  ======
+``algo``          advantage estimator (and loss)               critic
+================  ===========================================  ======
+``gigpo``         episode + step-group (GiGPO, Eq. 7)          no
+``grpo``          episode only (GRPO)                          no
+``rloo``          episode, leave-one-out baseline (RLOO)       no
+``reinforce_pp``  episode, group mean then batch whitening     no
+``dr_grpo``       GRPO without std, constant-length loss norm  no
+``gspo``          GRPO advantages, sequence-ratio loss (GSPO)  no
+``ppo``           turn-level GAE                               yes
+================  ===========================================  ======
+
+``dr_grpo`` and ``gspo`` fix some learner settings and start others from their reference
+scripts' values (:data:`ALGO_SETTINGS`, applied by :func:`with_algo`; ``docs/estimators.md``).
 """
 
 from __future__ import annotations
@@ -29,8 +36,32 @@ class ConfigError(ValueError):
     """A setting that cannot work (``train.py`` prints it as one line and exits)."""
 
 
-Algo = Literal["gigpo", "grpo", "ppo"]
-Estimator = Literal["gigpo", "grpo", "gae"]
+Algo = Literal["gigpo", "grpo", "rloo", "reinforce_pp", "dr_grpo", "gspo", "ppo"]
+Estimator = Literal["gigpo", "grpo", "rloo", "reinforce_pp", "gae"]
+
+ALGO_ESTIMATORS: dict[str, str] = {
+    "gigpo": "gigpo", "grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp",
+    "dr_grpo": "grpo", "gspo": "grpo", "ppo": "gae"}
+"""The advantage estimator of each ``algo``."""
+
+GROUP_ALGOS: tuple[str, ...] = ("gigpo", "grpo", "rloo", "reinforce_pp", "dr_grpo", "gspo")
+"""The algorithms whose advantages are relative to a group of trajectories (no critic)."""
+
+ALGO_SETTINGS: dict[str, dict[str, Any]] = {
+    # Dr.GRPO (Liu et al., 2025): verl's norm_adv_by_std_in_grpo=False and
+    # loss_agg_mode=seq-mean-token-sum-norm
+    "dr_grpo": {"normalize": "mean", "loss_aggregation": "seq-mean-token-sum-norm"},
+    # verl-agent's examples/gspo_trainer/run_alfworld.sh: loss_mode=gspo,
+    # clip_ratio_low=0.0003, clip_ratio_high=0.0004
+    "gspo": {"policy_loss": "gspo", "clip_eps_low": 3e-4, "clip_eps_high": 4e-4},
+}
+"""Learner settings each ``algo`` starts from (:func:`with_algo`). Those in
+:data:`ALGO_REQUIRED` define the algorithm and are checked by :meth:`TrainConfig.validate`;
+the rest (GSPO's clip ranges) are its reference script's values and may be changed."""
+
+ALGO_REQUIRED: dict[str, tuple[str, ...]] = {
+    "dr_grpo": ("normalize", "loss_aggregation"), "gspo": ("policy_loss",)}
+"""The :data:`ALGO_SETTINGS` that an ``algo`` cannot do without."""
 
 INVALID_ACTION_PENALTY_BY_ENV: dict[str, float] = {"AgentGym/SearchQA-v0": 0.01}
 """Invalid-action penalty per env id where it differs from
@@ -408,11 +439,21 @@ class LearnerConfig:
     is bounded by ``-A * c``, so a huge ratio on a bad action cannot blow it up. verl
     applies it always (``clip_ratio_c`` 3.0); ``None`` turns it off."""
 
-    loss_aggregation: Literal["token-mean", "seq-mean-token-mean",
-                              "seq-mean-token-sum"] = "token-mean"
+    loss_aggregation: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                              "seq-mean-token-sum-norm"] = "token-mean"
     """How a micro-batch's per-token losses (policy, KL, entropy) become one number:
-    ``token-mean`` (every token weighs the same), ``seq-mean-token-mean`` (every response
-    weighs the same) or ``seq-mean-token-sum``."""
+    ``token-mean`` (every token weighs the same; DAPO's token-level loss),
+    ``seq-mean-token-mean`` (every response weighs the same), ``seq-mean-token-sum``, or
+    ``seq-mean-token-sum-norm`` (Dr.GRPO: the sum over all tokens divided by the constant
+    ``generation.max_new_tokens``, verl's padded response width)."""
+
+    policy_loss: Literal["vanilla", "gspo"] = "vanilla"
+    """The clipped policy term (verl's ``policy_loss.loss_mode``): ``vanilla`` (PPO-clip on
+    each token's ratio, with ``dual_clip``) or ``gspo`` (GSPO: every token of a response
+    uses the response's geometric-mean ratio, clipped at ``clip_eps_low`` /
+    ``clip_eps_high``; no dual clip; the term is aggregated ``seq-mean-token-mean``
+    whatever ``loss_aggregation`` says, as verl does, while KL and entropy follow
+    ``loss_aggregation``). ``--algo gspo`` sets it; it works with any group estimator."""
 
     micro_batch_weighting: Literal["equal", "tokens"] = "equal"
     """How micro-batch losses add up to a mini-batch's. ``equal`` (verl): each micro-batch's
@@ -454,6 +495,28 @@ class LearnerConfig:
 
     micro_batch_size: int = 8
     """Steps per forward/backward (gradient accumulation inside a mini-batch), per rank."""
+
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling, as verl-agent's ``algorithm.filter_groups`` (its "GiGPO w/
+    dynamic sampling"; group estimators only): a group whose trajectories all got the same
+    env return (the invalid-action penalty not counted) is dropped with all its steps, and
+    rollouts of fresh groups follow until at least ``env.num_groups`` groups are kept; the
+    rollout that reaches ``dynamic_sampling_max_rollouts`` is kept whole, unfiltered. The
+    batch is not cut back to ``env.num_groups`` groups (verl-agent keeps every kept group)."""
+
+    dynamic_sampling_max_rollouts: int = 10
+    """Rollouts one iteration may make with ``dynamic_sampling``, the first included (verl's
+    ``filter_groups.max_num_gen_batches``, 10)."""
+
+    overlong_buffer: int = 0
+    """DAPO's soft overlong punishment: a response longer than ``generation.max_new_tokens
+    - overlong_buffer`` tokens pays a cost growing linearly to ``overlong_penalty_factor``
+    at ``max_new_tokens`` (verl's ``reward_model.overlong_buffer.len``), charged where the
+    invalid-action penalty is (``penalty_in_returns``). 0: off."""
+
+    overlong_penalty_factor: float = 1.0
+    """The overlong cost of a response of ``generation.max_new_tokens`` tokens (verl's
+    ``overlong_buffer.penalty_factor``)."""
 
 
 @dataclass(frozen=True)
@@ -549,7 +612,11 @@ class TrainConfig:
 
     algo: Algo = "gigpo"
     """Learner: ``gigpo`` (GiGPO: episode + step-group advantages, no critic), ``grpo``
-    (episode advantages only, no critic) or ``ppo`` (critic + turn-level GAE)."""
+    (episode advantages only), ``rloo`` (leave-one-out baseline), ``reinforce_pp``
+    (REINFORCE++: group mean, then whitened over the batch), ``dr_grpo`` (GRPO without
+    std, constant-length loss normalization), ``gspo`` (GRPO advantages, sequence-level
+    ratio loss) or ``ppo`` (critic + turn-level GAE). On the command line ``--algo`` also
+    sets the learner settings of :data:`ALGO_SETTINGS` (before other flags)."""
 
     preset: str = "custom"
     """Starting values: ``cpu-demo`` (default without a GPU), ``alfworld-1.5b`` (default
@@ -567,7 +634,7 @@ class TrainConfig:
     @property
     def estimator(self) -> Estimator:
         """The advantage estimator ``algo`` selects."""
-        return {"gigpo": "gigpo", "grpo": "grpo", "ppo": "gae"}[self.algo]  # type: ignore[return-value]
+        return ALGO_ESTIMATORS[self.algo]  # type: ignore[return-value]
 
     @property
     def use_critic(self) -> bool:
@@ -592,7 +659,7 @@ class TrainConfig:
         problems = []
         if self.env.num_groups < 1 or self.env.group_size < 1:
             problems.append("env.num_groups and env.group_size must be >= 1")
-        if self.algo in ("gigpo", "grpo") and self.env.group_size < 2:
+        if self.algo in GROUP_ALGOS and self.env.group_size < 2:
             problems.append(f"{self.algo} needs env.group_size >= 2 (advantages are "
                             "relative to the group)")
         if self.learner.micro_batch_size < 1 or self.learner.mini_batch_size < 1:
@@ -693,11 +760,27 @@ class TrainConfig:
             if self.algo != "gigpo":
                 problems.append("learner.similarity_threshold groups GiGPO's steps: it needs "
                                 "--algo gigpo")
-        if (self.algo in ("gigpo", "grpo") and learner.episode_stats == "trajectories"
-                and not learner.penalty_in_returns and self.env.penalty() != 0):
+        if (self.algo in GROUP_ALGOS and learner.episode_stats == "trajectories"
+                and not learner.penalty_in_returns
+                and (self.env.penalty() != 0 or learner.overlong_buffer > 0)):
             problems.append("learner.episode_stats trajectories counts each trajectory once, "
                             "so the invalid-action penalty cannot stay on its own row: add "
                             "--learner.penalty-in-returns, or use --learner.episode-stats steps")
+        for name in ALGO_REQUIRED.get(self.algo, ()):
+            wanted = ALGO_SETTINGS[self.algo][name]
+            if getattr(learner, name) != wanted:
+                problems.append(f"--algo {self.algo} means learner.{name} {wanted!r}, got "
+                                f"{getattr(learner, name)!r} (build the config with "
+                                "algorithms.config.with_algo, or pick another --algo)")
+        if learner.dynamic_sampling and self.algo not in GROUP_ALGOS:
+            problems.append("learner.dynamic_sampling drops groups whose returns are all "
+                            f"equal: it needs a group estimator ({', '.join(GROUP_ALGOS)})")
+        if learner.dynamic_sampling_max_rollouts < 1:
+            problems.append("learner.dynamic_sampling_max_rollouts must be >= 1")
+        if not 0 <= learner.overlong_buffer <= self.generation.max_new_tokens:
+            problems.append("learner.overlong_buffer must be in [0, generation.max_new_tokens]")
+        if learner.overlong_penalty_factor < 0:
+            problems.append("learner.overlong_penalty_factor must be >= 0")
         return problems
 
     def to_dict(self) -> dict[str, Any]:
@@ -754,6 +837,18 @@ def _json_object(text: str, name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{name} must be a JSON object, got {text!r}")
     return value
+
+
+def with_algo(config: TrainConfig, algo: str) -> TrainConfig:
+    """``config`` switched to ``algo``, with that algorithm's :data:`ALGO_SETTINGS` (the
+    learner fields it fixes, and its reference script's values for the others); every
+    other field is kept. ``train.py --algo X`` applies it to the preset before the other
+    flags, so ``--algo gspo --learner.clip-eps-high 0.001`` changes GSPO's clip range."""
+    if algo not in ALGO_ESTIMATORS:
+        raise ConfigError(f"unknown algo {algo!r}; choose one of {', '.join(ALGO_ESTIMATORS)}")
+    switched = dataclasses.replace(config, algo=algo)
+    settings = ALGO_SETTINGS.get(algo)
+    return replace(switched, learner=dict(settings)) if settings else switched
 
 
 def replace(config: TrainConfig, **sections: dict[str, Any]) -> TrainConfig:

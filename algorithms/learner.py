@@ -11,9 +11,10 @@ An iteration after the rollout:
    V(s_t) of every step and, with ``learner.bootstrap_truncated``, V(s_T) of the prompt
    that would have followed each trajectory cut by a step limit or an env error.
 2. :meth:`Learner.advantages` -- one advantage per step from the estimator the config
-   names: ``gigpo`` (Eq. 8 of Feng et al. 2025), ``grpo`` (Eq. 3) or ``gae`` (turn-level
-   GAE with the critic's values; a cut -- step limit or env error -- bootstraps from
-   V(s_T), a termination does not).
+   names: ``gigpo`` (Eq. 8 of Feng et al. 2025), ``grpo`` (Eq. 3), ``rloo``,
+   ``reinforce_pp`` (``docs/estimators.md``) or ``gae`` (turn-level GAE with the critic's
+   values; a cut -- step limit or env error -- bootstraps from V(s_T), a termination does
+   not).
 3. :meth:`Learner.update` -- ``epochs`` passes over mini-batches (in batch order, or
    shuffled with ``learner.shuffle``); each mini-batch is one optimizer step accumulated
    over micro-batches. The step's advantage is given to every token of its response. The
@@ -489,8 +490,10 @@ class Learner:
             # termination (the GiGPO reference).
             last_values = (bootstrap_last_values(batch) if self.config.bootstrap_truncated
                            else None)
+            overlong = self.overlong_penalties(batch)
+            rewards = batch.rewards if overlong is None else batch.rewards - overlong
             advantages, returns = adv.gae_advantages(
-                batch.rewards, batch.values.astype(np.float64), batch.traj_ids,
+                rewards, batch.values.astype(np.float64), batch.traj_ids,
                 gamma=learner.gamma, lam=learner.gae_lambda, last_values=last_values)
             if learner.whiten_gae and len(advantages) > 1:
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
@@ -506,6 +509,17 @@ class Learner:
                                          episode_stats=learner.episode_stats,
                                          penalties=penalties)
             return Advantages(advantages=values, episode=values)
+        if estimator == "rloo":
+            values = adv.rloo_advantages(rewards, batch.traj_ids, batch.group_ids,
+                                         episode_stats=learner.episode_stats,
+                                         penalties=penalties)
+            return Advantages(advantages=values, episode=values)
+        if estimator == "reinforce_pp":
+            # whitened over the batch's response tokens, as verl whitens its token matrix
+            values = adv.reinforce_pp_advantages(
+                rewards, batch.traj_ids, batch.group_ids, episode_stats=learner.episode_stats,
+                penalties=penalties, token_counts=batch.response_mask.sum(axis=1))
+            return Advantages(advantages=values)
         # the rollout's dense anchor ids take GiGPO's integer path (same groups)
         anchors = batch.anchor_ids if batch.anchor_ids is not None else batch.anchors
         if learner.similarity_threshold is not None:
@@ -520,17 +534,35 @@ class Learner:
                           step=terms.step)
 
     def rewards_and_penalties(self, batch: StepBatch) -> tuple[np.ndarray, np.ndarray | None]:
-        """The step rewards GiGPO and GRPO see, and the row penalties charged after the
-        returns (``learner.penalty_in_returns``).
+        """The step rewards the group estimators see, and the row penalties charged after
+        the returns (``learner.penalty_in_returns``).
+
+        The penalties are the invalid-action penalty plus, with ``learner.overlong_buffer``,
+        DAPO's overlong cost of the step's response (:meth:`overlong_penalties`).
 
         Returns:
             ``(rewards, penalties)``: with verl-agent's placement (the default), the env's
             (N,) rewards and the (N,) penalties each row pays on its own; with the penalty
             in the returns, the penalized (N,) rewards and ``None``.
         """
+        overlong = self.overlong_penalties(batch)
         if self.learner.penalty_in_returns:
-            return batch.rewards, None
-        return batch.env_rewards, batch.penalties
+            return (batch.rewards if overlong is None else batch.rewards - overlong), None
+        if overlong is None:
+            return batch.env_rewards, batch.penalties
+        return batch.env_rewards, batch.penalties + overlong
+
+    def overlong_penalties(self, batch: StepBatch) -> np.ndarray | None:
+        """(N,) DAPO's soft overlong cost of each step's response
+        (:func:`~algorithms.advantages.overlong_penalties` with ``learner.overlong_buffer``
+        tokens before ``generation.max_new_tokens``), or ``None`` when it is off."""
+        if self.learner.overlong_buffer <= 0:
+            return None
+        return adv.overlong_penalties(
+            batch.response_mask.sum(axis=1),
+            max_response_length=self.config.generation.max_new_tokens,
+            buffer_length=self.learner.overlong_buffer,
+            penalty_factor=self.learner.overlong_penalty_factor)
 
     # ------------------------------------------------------------------ phase 3
     def micro_batches_per_update(self, batch: StepBatch | int) -> int:
@@ -602,7 +634,10 @@ class Learner:
             else learner.clip_eps_high,
             dual_clip=learner.dual_clip, aggregation=learner.loss_aggregation,
             kl_coef=learner.kl_coef, kl_estimator=learner.kl_estimator,
-            entropy_coef=learner.entropy_coef)
+            entropy_coef=learner.entropy_coef, policy_loss=learner.policy_loss,
+            # verl divides by the padded response width: the maximum response length
+            norm_length=(self.config.generation.max_new_tokens
+                         if learner.loss_aggregation == "seq-mean-token-sum-norm" else None))
 
     def _micro_weights(self, chunk_tokens: int, mini_tokens: int, real: bool
                        ) -> tuple[float, float]:

@@ -27,11 +27,13 @@ import torch
 __all__ = [
     "AGGREGATIONS",
     "KL_KINDS",
+    "POLICY_LOSSES",
     "LossRecipe",
     "aggregate",
     "broadcast_to_tokens",
     "clipped_value_loss",
     "entropy_from_logits",
+    "gspo_policy_loss",
     "kl_penalty",
     "logprobs_from_logits",
     "masked_mean",
@@ -41,10 +43,14 @@ __all__ = [
     "ppo_clip_policy_loss",
 ]
 
-Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"]
+Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                      "seq-mean-token-sum-norm"]
 KLKind = Literal["k1", "k2", "k3", "low_var_kl"]
+PolicyLossKind = Literal["vanilla", "gspo"]
 
-AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+AGGREGATIONS: tuple[str, ...] = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                 "seq-mean-token-sum-norm")
+POLICY_LOSSES: tuple[str, ...] = ("vanilla", "gspo")
 KL_KINDS: tuple[str, ...] = ("k1", "k2", "k3", "low_var_kl")
 
 # exp() of a log-ratio beyond this bound overflows float32/bf16 and means the token's
@@ -142,7 +148,8 @@ def masked_whiten(
 
 
 def aggregate(
-    loss_per_token: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation = "token-mean"
+    loss_per_token: torch.Tensor, mask: torch.Tensor, aggregation: Aggregation = "token-mean",
+    *, norm_length: int | None = None,
 ) -> torch.Tensor:
     """Reduce a (B, T) per-token loss to a scalar.
 
@@ -154,7 +161,15 @@ def aggregate(
             mean over each sequence's tokens, then over sequences (each sequence weighs
             the same; GRPO's original form). "seq-mean-token-sum": sum over each
             sequence's tokens, then mean over sequences. Sequences without any unmasked
-            token are left out of sequence means.
+            token are left out of sequence means. "seq-mean-token-sum-norm" (Dr.GRPO,
+            Liu et al., 2025, arXiv:2503.20783): the sum over every unmasked token of
+            the batch divided by a constant, ``norm_length`` -- verl's ``agg_loss``
+            divides by ``loss_mask.shape[-1]``, the padded response width, which is the
+            configured maximum response length in verl's rollouts (despite the name,
+            the sequences are summed, not averaged).
+        norm_length: the constant divisor of "seq-mean-token-sum-norm" (> 0); ``None``:
+            ``T``, the mask's width (verl's divisor when responses are padded to the
+            maximum length). Ignored by the other aggregations.
 
     Returns:
         0-d tensor.
@@ -166,6 +181,11 @@ def aggregate(
         return masked_mean(loss_per_token, mask)
     if loss_per_token.dim() != 2:
         raise ValueError(f"{aggregation} needs (B, T) losses, got {tuple(loss_per_token.shape)}")
+    if aggregation == "seq-mean-token-sum-norm":
+        divisor = loss_per_token.shape[-1] if norm_length is None else norm_length
+        if not divisor > 0:
+            raise ValueError(f"norm_length must be > 0, got {divisor}")
+        return masked_sum(loss_per_token, mask) / float(divisor)
     if aggregation == "seq-mean-token-mean":
         per_sequence = masked_mean(loss_per_token, mask, dim=-1)
     else:
@@ -214,6 +234,7 @@ def ppo_clip_policy_loss(
     clip_eps_high: float | None = None,
     dual_clip: float | None = None,
     aggregation: Aggregation = "token-mean",
+    norm_length: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clip policy loss (Schulman et al., 2017), as GRPO and GiGPO use it.
 
@@ -235,7 +256,8 @@ def ppo_clip_policy_loss(
         clip_eps_high: upper clip range (ratio <= 1 + clip_eps_high); None -> clip_eps.
             A larger high side is DAPO's "clip-higher".
         dual_clip: None, or the dual-clip constant c > 1.
-        aggregation: "token-mean", "seq-mean-token-mean" or "seq-mean-token-sum".
+        aggregation: one of :data:`AGGREGATIONS` (see :func:`aggregate`).
+        norm_length: the divisor of "seq-mean-token-sum-norm" (see :func:`aggregate`).
 
     Returns:
         ``(loss, stats)``: the 0-d loss, and detached 0-d diagnostics over unmasked
@@ -270,7 +292,7 @@ def ppo_clip_policy_loss(
         bound = -advantages * dual_clip
         dual_active = (advantages < 0) & (per_token > bound)
         per_token = torch.where(advantages < 0, torch.minimum(per_token, bound), per_token)
-    loss = aggregate(per_token, mask, aggregation)
+    loss = aggregate(per_token, mask, aggregation, norm_length=norm_length)
 
     with torch.no_grad():
         stats = {
@@ -278,6 +300,82 @@ def ppo_clip_policy_loss(
             "dual_clip_fraction": masked_mean(dual_active.to(ratio.dtype), mask),
             "approx_kl": masked_mean(ratio - 1.0 - log_ratio, mask),
             "ratio_mean": masked_mean(ratio, mask),
+        }
+    return loss, stats
+
+
+def gspo_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    clip_eps_low: float,
+    clip_eps_high: float,
+    aggregation: Aggregation = "seq-mean-token-mean",
+    norm_length: int | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GSPO's sequence-level clipped policy loss (Zheng et al., 2025, arXiv:2507.18071).
+
+    The importance ratio of a response is the geometric mean of its tokens' ratios,
+    ``s_i = exp(mean_t (logp_t - old_logp_t))`` over its unmasked tokens, and every token
+    of the response uses that one ratio in the clipped objective. As verl's
+    ``compute_policy_loss_gspo`` writes it, each token carries
+    ``log s_it = sg[log s_i] + logp_t - sg[logp_t]`` (the value is ``log s_i``, the
+    gradient is that of ``logp_t``; GSPO-token), clamped above at 10 before ``exp``;
+    then ``loss = max(-A * s_it, -A * clip(s_it, 1 - eps_low, 1 + eps_high))`` per token
+    (no dual clip), reduced by ``aggregation``.
+
+    Args:
+        logprobs: (B, T) log-probabilities of the sampled tokens under the policy being
+            trained (requires grad).
+        old_logprobs: (B, T) the same under the policy that sampled them.
+        advantages: (B, T) per-token or (B,) per-sequence advantages.
+        response_mask: (B, T) bool or 0/1 mask of the tokens that count.
+        clip_eps_low: the ratio is clipped at ``1 - clip_eps_low`` (verl-agent's GSPO
+            example: 3e-4).
+        clip_eps_high: the ratio is clipped at ``1 + clip_eps_high`` (example: 4e-4).
+        aggregation: one of :data:`AGGREGATIONS`; verl always uses
+            "seq-mean-token-mean" for GSPO, whatever its ``loss_agg_mode`` says.
+        norm_length: the divisor of "seq-mean-token-sum-norm".
+
+    Returns:
+        ``(loss, stats)``: the 0-d loss and detached 0-d ``clip_fraction``,
+        ``dual_clip_fraction`` (always 0), ``approx_kl`` (k3 estimate over tokens, as
+        :func:`ppo_clip_policy_loss`), ``ratio_mean`` (of the sequence ratios, over
+        tokens) and ``seq_ratio_max``.
+    """
+    if not (0.0 <= clip_eps_low < 1.0 and clip_eps_high >= 0.0):
+        raise ValueError(f"need 0 <= clip_eps_low < 1 and clip_eps_high >= 0, got "
+                         f"{clip_eps_low}, {clip_eps_high}")
+    if advantages.dim() == 1 and logprobs.dim() == 2:
+        advantages = advantages[:, None].expand_as(logprobs)
+    if logprobs.dim() != 2 or not logprobs.shape == old_logprobs.shape == advantages.shape:
+        raise ValueError(
+            f"need (B, T) inputs of one shape: logprobs {tuple(logprobs.shape)}, old_logprobs "
+            f"{tuple(old_logprobs.shape)}, advantages {tuple(advantages.shape)}")
+    mask = _bool_mask(response_mask, logprobs)
+    advantages = _select(advantages.to(logprobs.dtype), mask)
+    safe_logprobs = _select(logprobs, mask)
+    log_ratio = _select(logprobs - old_logprobs.detach().to(logprobs.dtype), mask)
+    lengths = mask.sum(dim=-1).clamp_min(1).to(logprobs.dtype)
+    seq_log_ratio = log_ratio.sum(dim=-1) / lengths  # (B,)
+    token_log_ratio = safe_logprobs - safe_logprobs.detach() + seq_log_ratio.detach()[:, None]
+    ratio = torch.exp(token_log_ratio.clamp(max=10.0))
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)
+    per_token = torch.maximum(unclipped, clipped)
+    loss = aggregate(per_token, mask, aggregation, norm_length=norm_length)
+    with torch.no_grad():
+        clamped_log_ratio = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        has_tokens = mask.any(dim=-1)
+        stats = {
+            "clip_fraction": masked_mean((clipped > unclipped).to(ratio.dtype), mask),
+            "dual_clip_fraction": torch.zeros((), dtype=ratio.dtype, device=ratio.device),
+            "approx_kl": masked_mean(clamped_log_ratio.exp() - 1.0 - clamped_log_ratio, mask),
+            "ratio_mean": masked_mean(ratio, mask),
+            "seq_ratio_max": (seq_log_ratio[has_tokens].clamp(max=10.0).exp().max()
+                              if has_tokens.any() else torch.ones((), device=ratio.device)),
         }
     return loss, stats
 
@@ -450,6 +548,12 @@ class LossRecipe:
         kl_coef: weight of the KL-to-reference term (0: no term, no reference needed).
         kl_estimator: "k1", "k2", "k3" or "low_var_kl" (:func:`kl_penalty`).
         entropy_coef: weight of the entropy bonus (0: no term, no entropy needed).
+        policy_loss: "vanilla" (:func:`ppo_clip_policy_loss`, token ratios) or "gspo"
+            (:func:`gspo_policy_loss`, sequence ratios; no dual clip, and its term is
+            always aggregated "seq-mean-token-mean" as verl does, while the KL and
+            entropy terms keep ``aggregation``): verl's ``policy_loss.loss_mode``.
+        norm_length: the constant divisor of "seq-mean-token-sum-norm" (verl: the
+            maximum response length); ``None``: the micro-batch's response width.
     """
 
     clip_eps_low: float
@@ -459,6 +563,8 @@ class LossRecipe:
     kl_coef: float
     kl_estimator: KLKind
     entropy_coef: float
+    policy_loss: PolicyLossKind = "vanilla"
+    norm_length: int | None = None
 
 
 def policy_loss(
@@ -475,8 +581,9 @@ def policy_loss(
 
     ``L = agg(L_clip) - entropy_coef * agg(H) + kl_coef * agg(KL(pi || pi_ref))``, each
     term aggregated over the micro-batch's response tokens the same way (``recipe.
-    aggregation``), as verl's ``dp_actor.update_policy`` builds it from
-    ``compute_policy_loss``, ``agg_loss`` and ``kl_penalty``. A term whose coefficient is
+    aggregation``; GSPO's clip term: "seq-mean-token-mean"), as verl's
+    ``dp_actor.update_policy`` builds it from ``compute_policy_loss`` (or
+    ``compute_policy_loss_gspo``), ``agg_loss`` and ``kl_penalty``. A term whose coefficient is
     0 is not computed (its input may then be ``None``).
 
     Args:
@@ -500,15 +607,28 @@ def policy_loss(
     Raises:
         ValueError: a term with a nonzero coefficient misses its input.
     """
-    clip_loss, stats = ppo_clip_policy_loss(
-        log_probs, old_log_probs, advantages, response_mask,
-        clip_eps_low=recipe.clip_eps_low, clip_eps_high=recipe.clip_eps_high,
-        dual_clip=recipe.dual_clip, aggregation=recipe.aggregation)
+    norm_length = recipe.norm_length
+    if recipe.policy_loss == "gspo":
+        clip_loss, stats = gspo_policy_loss(
+            log_probs, old_log_probs, advantages, response_mask,
+            clip_eps_low=recipe.clip_eps_low, clip_eps_high=recipe.clip_eps_high,
+            aggregation="seq-mean-token-mean")
+        stats.pop("seq_ratio_max")
+    elif recipe.policy_loss == "vanilla":
+        clip_loss, stats = ppo_clip_policy_loss(
+            log_probs, old_log_probs, advantages, response_mask,
+            clip_eps_low=recipe.clip_eps_low, clip_eps_high=recipe.clip_eps_high,
+            dual_clip=recipe.dual_clip, aggregation=recipe.aggregation,
+            norm_length=norm_length)
+    else:
+        raise ValueError(f"policy_loss must be one of {POLICY_LOSSES}, got "
+                         f"{recipe.policy_loss!r}")
     loss = clip_loss
     zero = torch.zeros((), dtype=clip_loss.dtype, device=clip_loss.device)
     entropy_term = zero
     if entropy is not None:
-        entropy_term = aggregate(entropy, response_mask, recipe.aggregation)
+        entropy_term = aggregate(entropy, response_mask, recipe.aggregation,
+                                 norm_length=norm_length)
     if recipe.entropy_coef != 0:
         if entropy is None:
             raise ValueError("entropy_coef > 0 needs the per-token entropy")
@@ -519,7 +639,8 @@ def policy_loss(
             raise ValueError("kl_coef > 0 needs the reference log-probs")
         kl_tokens = kl_penalty(log_probs, ref_log_probs, kind=recipe.kl_estimator,
                                response_mask=response_mask)
-        kl_term = aggregate(kl_tokens, response_mask, recipe.aggregation)
+        kl_term = aggregate(kl_tokens, response_mask, recipe.aggregation,
+                            norm_length=norm_length)
         loss = loss + recipe.kl_coef * kl_term
     stats = {**stats, "policy_loss": clip_loss.detach(), "kl_ref": kl_term.detach(),
              "entropy": entropy_term.detach()}

@@ -60,6 +60,7 @@ from algorithms.checkpoint import (
 )
 from algorithms.config import ConfigError, TrainConfig
 from algorithms.distributed import SINGLE, Ranks, WeightMirror
+from algorithms.dynamic_sampling import sample_until_full
 from algorithms.engines import make_engine
 from algorithms.learner import Learner, warmup_factor
 from algorithms.metrics import (
@@ -138,10 +139,13 @@ def task_source(env_id: str, kwargs: dict[str, Any]) -> str:
     return f"{env_id}'s own tasks"
 
 
-def iteration_seed(seed: int, iteration: int, stream: int, attempt: int = 0) -> int:
+def iteration_seed(seed: int, iteration: int, stream: int, attempt: int = 0,
+                   round_: int = 0) -> int:
     """A 31-bit seed for ``stream`` of ``iteration`` (independent of every other pair);
-    ``attempt`` > 0 gives a retry of that stream a seed of its own."""
-    entropy = [seed, iteration, stream] + ([attempt] if attempt else [])
+    ``attempt`` > 0 gives a retry of that stream a seed of its own, and ``round_`` > 0 a
+    further rollout of dynamic sampling."""
+    entropy = [seed, iteration, stream] + ([attempt, round_] if round_ else
+                                           [attempt] if attempt else [])
     state = np.random.SeedSequence(entropy).generate_state(1)[0]
     return int(state) & 0x7FFFFFFF
 
@@ -373,9 +377,29 @@ class Trainer:
                                backend=env.backend, num_workers=env.num_workers,
                                step_timeout=env.step_timeout, **kwargs)
 
-    def _rollout(self, iteration: int) -> StepBatch:
-        """The iteration's training rollout, tried again (new reset seed) when no env made
-        a single step, up to ``run.rollout_retries`` times."""
+    def _sample(self, iteration: int) -> tuple[StepBatch, StepBatch, dict[str, float]]:
+        """``(rollout, batch, metrics)``: the iteration's rollout, the part of it to train
+        on, and dynamic sampling's counts (``learner.dynamic_sampling``: rollouts of fresh
+        groups until enough groups with varied returns are kept,
+        :mod:`algorithms.dynamic_sampling`; without it the rollout is the batch)."""
+        config = self.config
+        if not config.learner.dynamic_sampling:
+            rollout = self._rollout(iteration)
+            return rollout, rollout, {}
+        sample = sample_until_full(
+            lambda round_: self._rollout(iteration, round_),
+            num_groups=config.env.num_groups, group_size=config.env.group_size,
+            max_rollouts=config.learner.dynamic_sampling_max_rollouts,
+            pad_id=int(self.policy.tokenizer.pad_token_id))
+        return sample.sampled, sample.batch, {
+            "rollout/dynamic_sampling_rollouts": float(sample.rollouts),
+            "rollout/groups_sampled": float(sample.groups_sampled),
+            "rollout/groups_kept": float(sample.groups_kept)}
+
+    def _rollout(self, iteration: int, round_: int = 0) -> StepBatch:
+        """The iteration's training rollout (its ``round_``-th with dynamic sampling), tried
+        again (new reset seed) when no env made a single step, up to
+        ``run.rollout_retries`` times."""
         config = self.config
         retries = config.run.rollout_retries
         # sampled at the temperature the learner scores at (Learner.temperature)
@@ -384,10 +408,11 @@ class Trainer:
                                   bootstrap=config.bootstrap_truncated)
         attempt = 0
         while True:
-            seed = iteration_seed(config.run.seed, iteration, 0, attempt)
+            seed = iteration_seed(config.run.seed, iteration, 0, attempt, round_)
             try:
                 with _tqdm(self.progress, total=config.env.max_steps, leave=False,
-                           desc=f"iter {iteration + 1} rollout (turns)") as bar:
+                           desc=f"iter {iteration + 1} rollout"
+                           f"{f' {round_ + 1}' if round_ else ''} (turns)") as bar:
                     mine: StepBatch | str = collect_rollout(
                         self.vec_env, self.engine, self.policy.tokenizer, settings,
                         group_task_ids=None, seed=seed, progress=bar,
@@ -422,8 +447,10 @@ class Trainer:
     def train_iteration(self, iteration: int) -> dict[str, float]:
         """Run iteration ``iteration`` (0-based); return its metrics.
 
-        Rollout metrics cover the whole rollout; the update uses
-        :meth:`~algorithms.learner.Learner.training_batch` of it (``update/steps`` rows),
+        Rollout metrics cover the whole rollout (every rollout with
+        ``learner.dynamic_sampling``); the update uses
+        :meth:`~algorithms.learner.Learner.training_batch` of it (of its kept groups with
+        dynamic sampling; ``update/steps`` rows),
         and is skipped when that is empty (every trajectory ended on an env error).
         ``last_batch`` is the batch trained on, scored (unscored and empty when the
         update was skipped because every trajectory crashed).
@@ -440,10 +467,10 @@ class Trainer:
             timings[f"time/{name}"] = time.perf_counter() - start
 
         with phase("rollout"):
-            rollout = self._rollout(iteration)
+            rollout, sampled_batch, sampling = self._sample(iteration)
             self.engine.release()
         # GiGPO/GRPO leave out trajectories that ended on an env error (learner docstring).
-        batch = learner.training_batch(rollout)
+        batch = learner.training_batch(sampled_batch)
         signals = None
         stats: dict[str, float] = {}
         if len(batch):
@@ -473,6 +500,7 @@ class Trainer:
             for name in ("log_probs", "advantages", "update", "weight_sync"):
                 timings[f"time/{name}"] = 0.0
         metrics = rollout_metrics(rollout)
+        metrics.update(sampling)
         metrics["update/steps"] = float(len(batch))
         if signals is not None:
             metrics.update(advantage_metrics(signals.advantages))

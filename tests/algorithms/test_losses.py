@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -12,15 +13,18 @@ torch = pytest.importorskip("torch")
 from algorithms.losses import (  # noqa: E402
     AGGREGATIONS,
     KL_KINDS,
+    LossRecipe,
     aggregate,
     broadcast_to_tokens,
     clipped_value_loss,
     entropy_from_logits,
+    gspo_policy_loss,
     kl_penalty,
     logprobs_from_logits,
     masked_mean,
     masked_sum,
     masked_whiten,
+    policy_loss,
     ppo_clip_policy_loss,
 )
 
@@ -86,6 +90,17 @@ class TestMaskedReductions:
         assert aggregate(losses, mask, "token-mean").item() == pytest.approx(10 / 3)
         assert aggregate(losses, mask, "seq-mean-token-mean").item() == pytest.approx(4.0)
         assert aggregate(losses, mask, "seq-mean-token-sum").item() == pytest.approx(5.0)
+        # Dr.GRPO (verl's seq-mean-token-sum-norm): (1 + 3 + 6) / width 3, not / 2 sequences
+        norm = aggregate(losses, mask, "seq-mean-token-sum-norm")
+        assert norm.item() == pytest.approx(10 / 3)
+        # the constant divisor: the configured maximum response length, not the width
+        fixed = aggregate(losses, mask, "seq-mean-token-sum-norm", norm_length=512)
+        assert fixed.item() == pytest.approx(10 / 512)
+        # ignored by the other modes
+        assert aggregate(losses, mask, "token-mean", norm_length=512).item() == \
+            pytest.approx(10 / 3)
+        with pytest.raises(ValueError, match="norm_length"):
+            aggregate(losses, mask, "seq-mean-token-sum-norm", norm_length=0)
         with pytest.raises(ValueError):
             aggregate(losses, mask, "sum")
         with pytest.raises(ValueError):
@@ -132,6 +147,8 @@ def loop_ppo_loss(logprobs, old, advantages, mask, low, high, dual_clip, aggrega
             per_seq.append(sum(seq) / len(seq) if aggregation.endswith("mean") else sum(seq))
     if aggregation == "token-mean":
         return sum(tokens) / len(tokens)
+    if aggregation == "seq-mean-token-sum-norm":  # verl: sum of sums / padded width
+        return sum(tokens) / logprobs.shape[1]
     return sum(per_seq) / len(per_seq)
 
 
@@ -219,6 +236,152 @@ class TestPPOClipLoss:
 
 
 # --------------------------------------------------------------------------- value loss
+
+
+def loop_gspo_loss(logprobs, old, advantages, mask, low, high):
+    """Per-sequence Python reference of GSPO's loss value (seq-mean-token-mean)."""
+    per_seq = []
+    for b in range(logprobs.shape[0]):
+        tokens = [j for j in range(logprobs.shape[1]) if mask[b, j]]
+        if not tokens:
+            continue
+        mean_log_ratio = sum(float(logprobs[b, j] - old[b, j]) for j in tokens) / len(tokens)
+        ratio = math.exp(min(mean_log_ratio, 10.0))
+        losses = []
+        for j in tokens:
+            adv = float(advantages[b, j])
+            losses.append(max(-adv * ratio, -adv * min(max(ratio, 1 - low), 1 + high)))
+        per_seq.append(sum(losses) / len(losses))
+    return sum(per_seq) / len(per_seq)
+
+
+class TestGSPOLoss:
+    def test_hand_computed_sequence_ratio_and_gradient(self):
+        # token ratios 1.5 and 0.5: the sequence ratio is their geometric mean sqrt(0.75)
+        old = torch.zeros(1, 3, dtype=F64)
+        logprobs = t([[math.log(1.5), math.log(0.5), 5.0]], requires_grad=True)
+        mask = torch.tensor([[1, 1, 0]], dtype=torch.bool)
+        loss, stats = gspo_policy_loss(logprobs, old, t([1.0]), mask,
+                                       clip_eps_low=0.2, clip_eps_high=0.2)
+        ratio = math.sqrt(0.75)  # 0.866, inside [0.8, 1.2]: not clipped
+        assert loss.item() == pytest.approx(-ratio)
+        assert stats["ratio_mean"].item() == pytest.approx(ratio)
+        assert stats["clip_fraction"].item() == 0.0
+        assert stats["dual_clip_fraction"].item() == 0.0
+        loss.backward()
+        # each token: d(-A s exp(logp - sg logp))/dlogp = -A s, averaged over 2 tokens
+        torch.testing.assert_close(logprobs.grad, t([[-ratio / 2, -ratio / 2, 0.0]]))
+
+    def test_gradient_is_the_sequence_objectives(self):
+        # GSPO-token with one advantage per sequence has GSPO's gradient:
+        # d/dtheta of -A * exp(mean_t(logp_t - old_t)), unclipped
+        logprobs, old, _, mask = random_batch(3)
+        advantages = t([0.7, -1.3, 0.4, 2.0])
+        lp = logprobs.clone().requires_grad_(True)
+        loss, _ = gspo_policy_loss(lp, old, advantages, mask, clip_eps_low=0.99,
+                                   clip_eps_high=100.0)
+        loss.backward()
+        lp2 = logprobs.clone().requires_grad_(True)
+        lengths = mask.sum(-1)
+        has = lengths > 0
+        seq = torch.where(mask, lp2 - old, 0.0).sum(-1)[has] / lengths[has]
+        (-(advantages[has] * seq.exp()).mean()).backward()
+        torch.testing.assert_close(lp.grad, lp2.grad)
+
+    def test_clipped_sequence_gets_no_gradient(self):
+        old = torch.zeros(2, 2, dtype=F64)
+        # sequence 0: ratio 1.5 with A > 0 clips at 1.0004; sequence 1: ratio 1.0001
+        logprobs = t([[math.log(1.5)] * 2, [math.log(1.0001)] * 2], requires_grad=True)
+        mask = torch.ones(2, 2, dtype=torch.bool)
+        loss, stats = gspo_policy_loss(logprobs, old, t([1.0, 1.0]), mask,
+                                       clip_eps_low=3e-4, clip_eps_high=4e-4)
+        assert loss.item() == pytest.approx((-1.0004 - 1.0001) / 2)
+        assert stats["clip_fraction"].item() == pytest.approx(0.5)
+        loss.backward()
+        assert logprobs.grad[0].tolist() == [0.0, 0.0]
+        assert logprobs.grad[1].tolist() == pytest.approx([-1.0001 / 4] * 2)
+
+    @pytest.mark.parametrize(("low", "high"), [(0.2, 0.2), (3e-4, 4e-4)])
+    @pytest.mark.parametrize("seed", range(5))
+    def test_matches_loop_reference(self, low, high, seed):
+        logprobs, old, advantages, mask = random_batch(seed)
+        loss, _ = gspo_policy_loss(logprobs, old, advantages, mask, clip_eps_low=low,
+                                   clip_eps_high=high)
+        expected = loop_gspo_loss(logprobs, old, advantages, mask, low, high)
+        assert loss.item() == pytest.approx(expected, rel=1e-12)
+
+    @pytest.mark.parametrize("seed", range(3))
+    def test_one_token_responses_are_ppo_clip(self, seed):
+        # with one token per response the sequence ratio is the token ratio
+        logprobs, old, advantages, _ = random_batch(seed, batch=6, length=1)
+        mask = torch.ones(6, 1, dtype=torch.bool)
+        gspo, _ = gspo_policy_loss(logprobs, old, advantages, mask, clip_eps_low=0.1,
+                                   clip_eps_high=0.3)
+        ppo, _ = ppo_clip_policy_loss(logprobs, old, advantages, mask, clip_eps_low=0.1,
+                                      clip_eps_high=0.3, aggregation="seq-mean-token-mean")
+        assert gspo.item() == pytest.approx(ppo.item(), rel=1e-12)
+
+    def test_log_ratio_clamped_above_at_10(self):
+        old = torch.zeros(1, 1, dtype=F64)
+        logprobs = t([[12.0]], requires_grad=True)
+        loss, _ = gspo_policy_loss(logprobs, old, t([-1.0]), torch.ones(1, 1, dtype=torch.bool),
+                                   clip_eps_low=0.2, clip_eps_high=0.2)
+        assert loss.item() == pytest.approx(math.exp(10.0))
+        loss.backward()
+        assert logprobs.grad.item() == 0.0  # beyond the clamp
+
+    def test_bad_inputs_raise(self):
+        lp = torch.zeros(2, 3, dtype=F64)
+        with pytest.raises(ValueError, match="clip_eps_low"):
+            gspo_policy_loss(lp, lp, lp, lp > -1, clip_eps_low=1.0, clip_eps_high=0.2)
+        with pytest.raises(ValueError, match="shape"):
+            gspo_policy_loss(lp, lp[:, :2], lp, lp > -1, clip_eps_low=0.2, clip_eps_high=0.2)
+
+
+class TestPolicyLossRecipe:
+    RECIPE = LossRecipe(clip_eps_low=0.2, clip_eps_high=0.28, dual_clip=3.0,
+                        aggregation="token-mean", kl_coef=0.1, kl_estimator="k3",
+                        entropy_coef=0.01)
+
+    def test_gspo_clip_term_is_seq_mean_token_mean_kl_and_entropy_keep_the_recipe(self):
+        logprobs, old, advantages, mask = random_batch(1)
+        ref, entropy = old * 1.1, -logprobs
+        recipe = dataclasses.replace(self.RECIPE, policy_loss="gspo")
+        loss, stats = policy_loss(logprobs, old, advantages, mask, recipe,
+                                  ref_log_probs=ref, entropy=entropy)
+        clip, _ = gspo_policy_loss(logprobs, old, advantages, mask, clip_eps_low=0.2,
+                                   clip_eps_high=0.28, aggregation="seq-mean-token-mean")
+        kl = masked_mean(kl_penalty(logprobs, ref, "k3", response_mask=mask), mask)
+        ent = masked_mean(entropy, mask)
+        assert stats["policy_loss"].item() == pytest.approx(clip.item(), rel=1e-12)
+        assert loss.item() == pytest.approx(clip.item() - 0.01 * ent.item() + 0.1 * kl.item(),
+                                            rel=1e-12)
+        assert "seq_ratio_max" not in stats
+
+    def test_seq_mean_token_sum_norm_divides_every_term_by_norm_length(self):
+        logprobs, old, advantages, mask = random_batch(2)
+        ref, entropy = old * 1.1, -logprobs
+        recipe = dataclasses.replace(self.RECIPE, aggregation="seq-mean-token-sum-norm",
+                                     norm_length=512)
+        loss, stats = policy_loss(logprobs, old, advantages, mask, recipe,
+                                  ref_log_probs=ref, entropy=entropy)
+        clip, _ = ppo_clip_policy_loss(logprobs, old, advantages, mask, clip_eps_low=0.2,
+                                       clip_eps_high=0.28, dual_clip=3.0,
+                                       aggregation="seq-mean-token-sum")
+        sequences = int(mask.any(-1).sum())  # seq-mean-token-sum averages over these
+        kl = masked_sum(kl_penalty(logprobs, ref, "k3", response_mask=mask), mask) / 512
+        ent = masked_sum(entropy, mask) / 512
+        assert stats["policy_loss"].item() == pytest.approx(clip.item() * sequences / 512,
+                                                            rel=1e-12)
+        assert stats["kl_ref"].item() == pytest.approx(kl.item(), rel=1e-12)
+        assert stats["entropy"].item() == pytest.approx(ent.item(), rel=1e-12)
+
+    def test_unknown_policy_loss_raises(self):
+        lp, old, adv, mask = random_batch(0)
+        recipe = dataclasses.replace(self.RECIPE, policy_loss="sapo", kl_coef=0.0,
+                                     entropy_coef=0.0)
+        with pytest.raises(ValueError, match="policy_loss"):
+            policy_loss(lp, old, adv, mask, recipe)
 
 
 class TestValueLoss:
@@ -327,6 +490,9 @@ def _loss_functions():
         )[0]
 
     functions = {f"ppo/{agg}": ppo(agg) for agg in AGGREGATIONS}
+    functions.update({f"gspo/{agg}": lambda lp, old, adv, mask, v, agg=agg: gspo_policy_loss(
+        lp, old, adv, mask, clip_eps_low=0.2, clip_eps_high=0.28, aggregation=agg)[0]
+        for agg in AGGREGATIONS})
     functions["value"] = lambda lp, old, adv, mask, v: clipped_value_loss(v, old, adv, mask)[0]
     functions["value/seq"] = lambda lp, old, adv, mask, v: clipped_value_loss(
         v, old, adv, mask, aggregation="seq-mean-token-sum"
@@ -379,6 +545,8 @@ def test_masked_tokens_never_change_diagnostics(garbage):
         x[~mask] = garbage
     for fn in (
         lambda lp, o, a: ppo_clip_policy_loss(lp, o, a, mask, dual_clip=2.0)[1],
+        lambda lp, o, a: gspo_policy_loss(lp, o, a, mask, clip_eps_low=0.1,
+                                          clip_eps_high=0.2)[1],
         lambda lp, o, a: clipped_value_loss(lp, o, a, mask, clip_range=0.1)[1],
     ):
         clean, noisy = fn(logprobs, old, advantages), fn(*dirty)
