@@ -158,7 +158,8 @@ def test_setup_errors_are_one_line(tmp_path, monkeypatch, args, message):
 def test_alfworld_data_that_does_not_exist_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "missing"))
     monkeypatch.setattr("sys.argv", ["train.py", "--run.output-dir", str(tmp_path),
-                                     "--env.env-id", "AgentGym/ALFWorld-v0"])
+                                     "--env.env-id", "AgentGym/ALFWorld-v0",
+                                     "--env.env-kwargs", "{}"])
     with pytest.raises(SystemExit) as exit_info:
         train.cli()
     assert "$ALFWORLD_DATA" in str(exit_info.value.code)
@@ -174,7 +175,8 @@ def test_the_run_says_its_task_source_first(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("algorithms.trainer.load_policy", interrupt)
     monkeypatch.setattr("sys.argv", ["train.py", "--run.output-dir", str(tmp_path),
                                      "--run.run-name", "demo",
-                                     "--env.env-id", "AgentGym/ALFWorld-v0"])
+                                     "--env.env-id", "AgentGym/ALFWorld-v0",
+                                     "--env.env-kwargs", "{}"])
     with pytest.raises(SystemExit) as exit_info:
         train.cli()
     assert exit_info.value.code == 130
