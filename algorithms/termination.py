@@ -7,8 +7,9 @@ the iteration in progress and every iteration since the last checkpoint. Inside
 :class:`TermSignal` a SIGTERM instead asks the run to stop after the iteration in
 progress; the trainer then writes a checkpoint of it and raises :class:`Terminated`. If
 that iteration has not finished ``grace_s`` seconds after the signal, or a second SIGTERM
-comes, or the run is not inside its iteration loop (loading the model, evaluating only),
-:class:`Terminated` is raised at once, like ``KeyboardInterrupt`` on Ctrl-C.
+comes, or the run is not in its iteration loop yet (loading the model, evaluating only),
+:class:`Terminated` is raised at once, like ``KeyboardInterrupt`` on Ctrl-C. (Python runs
+the handlers between bytecodes: a long C call, a blocked collective say, delays them.)
 
 Free of torch. Signal handlers can only be installed from the main thread; elsewhere
 :class:`TermSignal` does nothing.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -47,12 +49,14 @@ class TermSignal:
     """Within ``with TermSignal(grace_s) as term:``, SIGTERM is handled as described in
     the module docstring; the previous SIGTERM and SIGALRM handlers are restored on exit.
 
-    The training loop brackets each iteration with :meth:`iteration_started` and
-    :meth:`iteration_finished`; the latter says whether a stop was asked for.
+    The training loop calls :meth:`loop_started` once, then brackets each iteration with
+    :meth:`iteration_started` and :meth:`iteration_finished`, and asks :attr:`requested`
+    before starting the next one (a SIGTERM between two iterations, while a checkpoint
+    is written, say, stops the run there).
 
     Args:
         grace_s: seconds the iteration in progress may still run after SIGTERM; 0 stops
-            at once.
+            inside an iteration at once (between two, the run still stops cleanly).
         announce: write one line to stderr when a SIGTERM lets the iteration finish
             (rank 0 of a torchrun job only, so the line is not repeated per rank).
     """
@@ -61,6 +65,8 @@ class TermSignal:
         self.grace_s = grace_s
         self.announce = announce
         self.requested = False
+        self._signalled_at = 0.0
+        self._in_loop = False
         self._iteration: int | None = None  # the one in progress (0-based), if any
         self._installed = False
         self._previous: dict[int, Any] = {}
@@ -82,36 +88,52 @@ class TermSignal:
             signal.signal(signum, handler)
         self._installed = False
 
-    def iteration_started(self, iteration: int) -> None:
-        """Iteration ``iteration`` (0-based) begins: a SIGTERM from now on lets it finish."""
-        self._iteration = iteration
+    def loop_started(self) -> None:
+        """The iteration loop begins: from now on a SIGTERM stops the run cleanly."""
+        self._in_loop = True
 
-    def iteration_finished(self) -> bool:
-        """The iteration in progress ended; return whether SIGTERM asked the run to stop
-        (the grace alarm is cancelled: the checkpoint that follows may take its time, and
-        a further SIGTERM now stops at once)."""
-        self._iteration = None
+    def iteration_started(self, iteration: int) -> None:
+        """Iteration ``iteration`` (0-based) begins; a SIGTERM from now on lets it finish
+        within the grace (counted from the signal, if one came already).
+
+        Raises:
+            Terminated: the grace of an earlier SIGTERM has run out already.
+        """
+        self._iteration = iteration
         if self.requested:
-            self._cancel_alarm()
-        return self.requested
+            self._arm(self.grace_s - (time.monotonic() - self._signalled_at))
+
+    def iteration_finished(self) -> None:
+        """The iteration in progress ended: the grace alarm is off (the checkpoint that
+        follows may take its time)."""
+        self._iteration = None
+        self._cancel_alarm()
 
     # ------------------------------------------------------------------ handlers
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
-        iteration = self._iteration
-        if self.requested or iteration is None:
+        if self.requested or not self._in_loop:
             self._cancel_alarm()
-            raise Terminated(reason="a second SIGTERM" if self.requested else
-                             "SIGTERM outside an iteration")
+            raise Terminated(iteration=self._iteration, reason=(
+                "a second SIGTERM" if self.requested else "SIGTERM before training began"))
         self.requested = True
-        if self.grace_s <= 0 or not hasattr(signal, "setitimer"):
-            raise Terminated(iteration=iteration, reason="SIGTERM with --run.term-grace 0")
-        if self.announce:  # os.write: print() could be re-entered if the signal came in one
-            _write_stderr(f"\n[agentgym] SIGTERM: finishing iteration {iteration + 1} (up to "
-                          f"{self.grace_s:g} s, --run.term-grace), then writing a "
+        self._signalled_at = time.monotonic()
+        if self._iteration is None:  # between iterations: the loop stops before the next
+            return
+        if self.announce and self.grace_s > 0:  # os.write: print() may be what was cut
+            _write_stderr(f"\n[agentgym] SIGTERM: finishing iteration {self._iteration + 1} "
+                          f"(up to {self.grace_s:g} s, --run.term-grace), then writing a "
                           "checkpoint\n")
-        signal.setitimer(signal.ITIMER_REAL, self.grace_s)
+        self._arm(self.grace_s)
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        self._out_of_grace()
+
+    def _arm(self, seconds: float) -> None:
+        if seconds <= 0 or not hasattr(signal, "setitimer"):
+            self._out_of_grace()
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+
+    def _out_of_grace(self) -> None:
         iteration = self._iteration
         self._iteration = None
         raise Terminated(iteration=iteration, reason=(

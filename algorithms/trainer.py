@@ -652,9 +652,16 @@ class Trainer:
                 self.logger.log(self.start_iteration, last)
             return last
         started = time.perf_counter()
+        saved: Path | None = None  # the checkpoint of the last completed iteration, if any
+        term.loop_started()
         with _tqdm(self.bars, total=config.run.iterations, initial=self.start_iteration,
                    desc="training (iterations)") as bar:
             for iteration in range(self.start_iteration, config.run.iterations):
+                # every rank stops before the same iteration (a rank that saw no SIGTERM
+                # follows the others)
+                if iteration > self.start_iteration and self._any_rank(term.requested):
+                    raise Terminated(checkpoint=saved or self.save(iteration, last),
+                                     iteration=iteration)
                 term.iteration_started(iteration)
                 last = self.train_iteration(iteration)
                 done = iteration + 1
@@ -662,6 +669,7 @@ class Trainer:
                     last.update(self.evaluate(done))
                 if self.logger is not None:
                     self.logger.log(done, last)
+                term.iteration_finished()
                 bar.update(1)
                 bar.set_postfix(success=f"{last['rollout/success']:.2f}",
                                 ret=f"{last['rollout/return']:.2f}")
@@ -669,17 +677,11 @@ class Trainer:
                     self._say(iteration_line(done, config.run.iterations,
                                              self.start_iteration,
                                              time.perf_counter() - started, last))
-                # every rank stops after the same iteration (a rank that saw no SIGTERM
-                # follows the others), and the checkpoint write is not cut by the grace
-                stop = self._any_rank(term.iteration_finished()) and \
-                    done < config.run.iterations
                 saved = None
-                if stop or done % config.run.save_every == 0 or done == config.run.iterations:
+                if done % config.run.save_every == 0 or done == config.run.iterations:
                     saved = self.save(done, last)
                 if self.logger is not None:
                     plot_curves(self.logger.path, self.run_dir / "curves.png")
-                if stop:
-                    raise Terminated(checkpoint=saved, iteration=done)
         return last
 
     def _any_rank(self, flag: bool) -> bool:
