@@ -154,7 +154,7 @@ class Interrupted(Exception):
         latest = latest_checkpoint(run_dir) if run_dir.exists() else None
         where = (f"the last checkpoint is {latest} {resume}" if latest is not None
                  else f"no checkpoint was written in {run_dir}")
-        what = "interrupted" if stop is None else f"terminated (SIGTERM: {stop.reason})"
+        what = "interrupted" if stop is None else f"terminated by SIGTERM: {stop.reason}"
         super().__init__(f"{what}; {where}")
 
 

@@ -114,7 +114,7 @@ class TermSignal:
         if self.requested or not self._in_loop:
             self._cancel_alarm()
             raise Terminated(iteration=self._iteration, reason=(
-                "a second SIGTERM" if self.requested else "SIGTERM before training began"))
+                "a second one came" if self.requested else "it came before training began"))
         self.requested = True
         self._signalled_at = time.monotonic()
         if self._iteration is None:  # between iterations: the loop stops before the next
@@ -138,7 +138,7 @@ class TermSignal:
         self._iteration = None
         raise Terminated(iteration=iteration, reason=(
             f"iteration {'?' if iteration is None else iteration + 1} did not finish within "
-            f"--run.term-grace {self.grace_s:g} s of SIGTERM"))
+            f"--run.term-grace {self.grace_s:g} s"))
 
     def _cancel_alarm(self) -> None:
         if self._installed and hasattr(signal, "setitimer"):

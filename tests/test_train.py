@@ -370,3 +370,18 @@ def test_a_log_file_gets_one_plain_line_per_iteration_and_no_bars(tmp_path, caps
                                                       "[agentgym] iteration 2/2"]
     assert all(" success=" in line and " ret=" in line and " s/it, elapsed " in line
                for line in lines)
+
+
+def test_sigterm_lines_say_where_the_checkpoint_is(tmp_path):
+    from algorithms.termination import Terminated
+
+    saved = tmp_path / "run" / "checkpoints" / "iter_000007"
+    finished = train.Interrupted(tmp_path / "run", Terminated(checkpoint=saved, iteration=7))
+    assert finished.status == 143
+    assert str(finished) == (f"terminated (SIGTERM) after iteration 7, checkpointed in {saved} "
+                             "(continue with --resume and the same flags)")
+    late = train.Interrupted(tmp_path / "run", Terminated(
+        iteration=2, reason="iteration 3 did not finish within --run.term-grace 20 s"))
+    assert str(late) == ("terminated by SIGTERM: iteration 3 did not finish within "
+                         f"--run.term-grace 20 s; no checkpoint was written in {tmp_path / 'run'}")
+    assert train.Interrupted(tmp_path).status == 130

@@ -83,8 +83,7 @@ def test_an_iteration_that_outlasts_the_grace_stops_with_the_last_checkpoint(
     with pytest.raises(Terminated) as stopped:
         Trainer(config, policy=make_policy(seed=0), run_dir=tmp_path).run()
     assert stopped.value.checkpoint is None and stopped.value.iteration == 2
-    assert stopped.value.reason == ("iteration 3 did not finish within --run.term-grace "
-                                    "0.2 s of SIGTERM")
+    assert stopped.value.reason == "iteration 3 did not finish within --run.term-grace 0.2 s"
     assert latest_checkpoint(tmp_path).name == "iter_000002"
     assert _iterations(tmp_path) == [1, 2]
     assert time.monotonic() - start < 60
@@ -92,7 +91,7 @@ def test_an_iteration_that_outlasts_the_grace_stops_with_the_last_checkpoint(
 
 def test_sigterm_during_setup_stops_at_once_and_leaves_no_run(tmp_path, monkeypatch):
     _sigterm_when(monkeypatch, "_make_vec_env")  # after the config was written
-    with pytest.raises(Terminated, match="SIGTERM before training began"):
+    with pytest.raises(Terminated, match="it came before training began"):
         Trainer(scripted_config("grpo", iterations=1), policy=make_policy(seed=0),
                 run_dir=tmp_path / "run").run()
     assert not (tmp_path / "run").exists()
@@ -108,7 +107,7 @@ def test_a_second_sigterm_stops_at_once(tmp_path, monkeypatch):
         return original(self, iteration)
 
     monkeypatch.setattr(Trainer, "train_iteration", twice)
-    with pytest.raises(Terminated, match="a second SIGTERM") as stopped:
+    with pytest.raises(Terminated, match="a second one came") as stopped:
         Trainer(scripted_config("grpo", iterations=3), policy=make_policy(seed=0),
                 run_dir=tmp_path).run()
     assert stopped.value.checkpoint is None
