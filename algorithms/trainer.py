@@ -239,7 +239,9 @@ class Trainer:
             if not run.overwrite:
                 hint = ("evaluate into another folder with --run.run-name NAME" if run.eval_only
                         else "continue it with --resume, or pick another folder with "
-                        "--run.run-name NAME")
+                        "--run.run-name NAME" if latest_checkpoint(self.run_dir) is not None
+                        else "it has no checkpoint to resume (it stopped before its first "
+                        "one); pick another folder with --run.run-name NAME")
                 raise RunFolderError(
                     f"{self.run_dir} already holds a run ({', '.join(present)}); {hint}, or "
                     "replace it with --run.overwrite")

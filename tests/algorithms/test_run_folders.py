@@ -146,3 +146,11 @@ def test_a_failed_setup_of_a_resume_keeps_the_run(tmp_path, monkeypatch):
         _train(tmp_path, iterations=2, resume=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert latest_checkpoint(tmp_path).name == "iter_000001"
+
+
+def test_a_run_without_a_checkpoint_is_not_offered_for_resume(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a run stopped before its first checkpoint
+    with pytest.raises(RunFolderError, match=r"already holds a run \(config.json\); it has no "
+                                             r"checkpoint to resume .*--run.run-name NAME, or "
+                                             r"replace it with --run.overwrite"):
+        _train(tmp_path)
