@@ -23,8 +23,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from algorithms.config import ALGO_ESTIMATORS, PRESET_HELP, PRESETS, TrainConfig, with_algo
+
+if TYPE_CHECKING:
+    from algorithms.termination import Terminated
 
 
 def default_preset() -> str:
@@ -82,6 +86,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     config = parse_config(argv)
     from algorithms import distributed
     from algorithms.metrics import read_metrics, run_summary
+    from algorithms.termination import Terminated
     from algorithms.trainer import Trainer
 
     ranks = distributed.init_from_environment(device=config.run.device,
@@ -92,10 +97,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             return trainer.run()
         print(f"[agentgym] preset={config.preset} algo={config.algo} env={config.env.env_id} "
               f"run_dir={trainer.run_dir}", flush=True)
+        note = data_note(config)
+        if note:
+            print(f"[agentgym] note: {note}", flush=True)
         try:
             metrics = trainer.run()
         except KeyboardInterrupt:
             raise Interrupted(trainer.run_dir) from None
+        except Terminated as stop:
+            raise Interrupted(trainer.run_dir, stop) from None
     finally:
         distributed.shutdown()
     keys = [k for k in ("rollout/success", "rollout/return", "eval/success") if k in metrics]
@@ -112,16 +122,45 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     return metrics
 
 
-class Interrupted(Exception):
-    """Ctrl-C during a run; the message says where its newest checkpoint is."""
+def data_note(config: TrainConfig) -> str | None:
+    """One line for a data variable that this run's env does not read: ``$ALFWORLD_DATA``
+    set while the run trains another env (the cpu-demo preset trains KeyDoor). The
+    variable only says where ALFWorld's games are; the preset and flags choose the env,
+    so that one command always trains the same thing (and ``$ALFWORLD_DATA`` is often set
+    for good, as alfworld's own scripts need it)."""
+    import os
 
-    def __init__(self, run_dir: Path):
+    if "ALFWORLD_DATA" not in os.environ or config.env.env_id == "AgentGym/ALFWorld-v0":
+        return None
+    flags = "--env.env-id AgentGym/ALFWorld-v0 --env.env-kwargs '{}'"
+    return (f"$ALFWORLD_DATA is set, but this run trains {config.env.env_id} (preset "
+            f"{config.preset}), which does not read it; to train on those ALFWorld games "
+            f"add {flags} (on a GPU: --preset alfworld-1.5b)")
+
+
+class Interrupted(Exception):
+    """Ctrl-C (exit status 130) or SIGTERM (143) during a run; the message says where its
+    newest checkpoint is.
+
+    Args:
+        run_dir: the run folder.
+        stop: the SIGTERM stop (``None``: Ctrl-C).
+    """
+
+    def __init__(self, run_dir: Path, stop: Terminated | None = None):
         from algorithms.checkpoint import latest_checkpoint
 
-        latest = latest_checkpoint(run_dir)
-        where = (f"the last checkpoint is {latest} (continue with --resume and the same "
-                 "flags)" if latest is not None else f"no checkpoint was written in {run_dir}")
-        super().__init__(f"interrupted; {where}")
+        self.status = 130 if stop is None else 143
+        resume = "(continue with --resume and the same flags)"
+        if stop is not None and stop.checkpoint is not None:
+            super().__init__(f"terminated (SIGTERM) after iteration {stop.iteration}, "
+                             f"checkpointed in {stop.checkpoint} {resume}")
+            return
+        latest = latest_checkpoint(run_dir) if run_dir.exists() else None
+        where = (f"the last checkpoint is {latest} {resume}" if latest is not None
+                 else f"no checkpoint was written in {run_dir}")
+        what = "interrupted" if stop is None else f"terminated by SIGTERM: {stop.reason}"
+        super().__init__(f"{what}; {where}")
 
 
 def cli() -> None:
@@ -130,7 +169,8 @@ def cli() -> None:
     cannot be used as asked, a resume with other settings, a checkpoint that is missing or
     refused, a data path that does not exist, a model that does not load, an engine that
     cannot run here, a missing optional package. Ctrl-C ends with one line saying where
-    the last checkpoint is (exit status 130)."""
+    the last checkpoint is (exit status 130); SIGTERM likewise (143), after a checkpoint
+    of the iteration in progress when it ends within ``--run.term-grace`` seconds."""
     import gymnasium
 
     from algorithms.checkpoint import CheckpointError
@@ -139,13 +179,16 @@ def cli() -> None:
     from algorithms.engines import EngineUnavailableError
     from algorithms.launch import rank_prefix
     from algorithms.policy import PolicyLoadError
+    from algorithms.termination import Terminated
 
     where = rank_prefix()
     try:
         main()
     except Interrupted as error:
         print(f"\ntrain.py: {error}", file=sys.stderr, flush=True)
-        sys.exit(130)
+        sys.exit(error.status)
+    except Terminated:  # a torchrun rank other than 0 (rank 0 says it)
+        sys.exit(143)
     except KeyboardInterrupt:  # before the run started
         print("\ntrain.py: interrupted before the run started", file=sys.stderr, flush=True)
         sys.exit(130)

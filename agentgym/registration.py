@@ -48,3 +48,31 @@ def register_envs() -> None:
             # Each env enforces its own ``max_steps`` and reports ``truncated`` itself.
             max_episode_steps=None,
         )
+
+
+def constructor_arguments(env_id: str) -> tuple[str, ...] | None:
+    """The keyword arguments ``gym.make(env_id, ...)`` passes on to the env's class, read
+    from its constructor's signature (the class's module is imported, no env is built).
+
+    Returns:
+        The argument names in signature order, or ``None`` when the entry point takes
+        ``**kwargs`` (any name may be right) or its signature cannot be read.
+
+    Raises:
+        gymnasium.error.Error: ``env_id`` is not registered.
+    """
+    import inspect
+
+    from gymnasium.envs.registration import load_env_creator
+
+    entry_point = gym.spec(env_id).entry_point
+    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    try:
+        parameters = inspect.signature(creator).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return tuple(p.name for p in parameters
+                 if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                               inspect.Parameter.POSITIONAL_OR_KEYWORD))

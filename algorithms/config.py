@@ -600,6 +600,14 @@ class RunConfig:
     anchor, step group and advantages (format: ``algorithms.records``). Browse them with
     ``python -m agentgym.viewer RUN_DIR``."""
 
+    term_grace: float = 20.0
+    """Seconds the iteration in progress may still take after a SIGTERM (what SLURM,
+    Kubernetes and torchrun send before they kill a job): if it ends in time, a checkpoint
+    of it is written and the run exits with status 143; if not, the run stops there with
+    the last checkpoint it has. 20 s leaves 10 s of SLURM's and torchrun's default 30 s
+    before SIGKILL for that checkpoint; raise it when the scheduler signals earlier (say
+    ``sbatch --signal=TERM@300``). 0: stop at once, like Ctrl-C."""
+
     rollout_retries: int = 2
     """Rollouts an iteration tries again when no env made a single step (every one failed
     to reset or crashed on its first step, e.g. its worker died); the vector env has
@@ -731,6 +739,7 @@ class TrainConfig:
                             f"ids: {', '.join(known)}")
         self.env.kwargs()
         self.env.eval_kwargs()
+        problems += env_kwargs_problems(self)
         if problems:
             raise ConfigError("invalid config: " + "; ".join(problems))
         return self
@@ -827,6 +836,41 @@ PRE_RECIPE_LOSS: dict[str, Any] = {"penalty_in_returns": True, "dual_clip": None
                                    "micro_batch_weighting": "tokens", "shuffle": True}
 """The loss settings of runs saved before the learner followed verl-agent's recipe (their
 saved ``learner`` section has no ``penalty_in_returns``); their other fields were saved."""
+
+
+def env_kwargs_problems(config: TrainConfig) -> list[str]:
+    """One message per env kwargs field (``env.env_kwargs``, ``env.eval_env_kwargs``) that
+    names arguments the env's class does not take, checked against its constructor's
+    signature without building the env (say a preset's KeyDoor ``width`` left in place
+    after ``--env.env-id AgentGym/ALFWorld-v0``). Empty for an unknown env id (reported
+    on its own) or an env that takes ``**kwargs``."""
+    import gymnasium as gym
+
+    from agentgym.registration import constructor_arguments
+
+    env = config.env
+    if env.env_id not in gym.registry:
+        return []
+    accepted = constructor_arguments(env.env_id)
+    if accepted is None:
+        return []
+    preset = PRESETS.get(config.preset)
+    problems = []
+    for field_name, text in (("env_kwargs", env.env_kwargs),
+                             ("eval_env_kwargs", env.eval_env_kwargs)):
+        unknown = sorted(set(_json_object(text, field_name)) - set(accepted))
+        if not unknown:
+            continue
+        origin = ""
+        if preset is not None and preset.env.env_id != env.env_id and set(unknown) <= set(
+                _json_object(getattr(preset.env, field_name), field_name)):
+            origin = f" (the {config.preset} preset sets them for {preset.env.env_id})"
+        flag = "--env." + field_name.replace("_", "-")
+        problems.append(
+            f"env.{field_name} has arguments {env.env_id} does not take: "
+            f"{', '.join(unknown)}{origin}; clear them with {flag} '{{}}' or pass only its "
+            f"own ({', '.join(accepted)})")
+    return problems
 
 
 def _json_object(text: str, name: str) -> dict[str, Any]:

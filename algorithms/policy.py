@@ -19,6 +19,7 @@ import copy
 import hashlib
 import importlib.util
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,17 @@ def _converted_default(folder: str, gguf_file: str) -> Path:
     return model_cache_dir() / f"{stem}-{stat.st_size}-{int(stat.st_mtime)}"
 
 
+def default_model_conversion() -> Path | None:
+    """Where loading the default model now will cache its converted copy, or ``None`` when
+    there is nothing to convert (the copy is cached, or the package is missing: loading
+    says so)."""
+    try:
+        cached = _converted_default(*default_model_file())
+    except PolicyLoadError:
+        return None
+    return None if (cached / "config.json").exists() else cached
+
+
 def _save_converted(model: Any, tokenizer: Any, target: Path) -> None:
     """Save a GGUF-converted model in HF format, atomically (later loads skip conversion).
 
@@ -129,11 +141,71 @@ def _save_converted(model: Any, tokenizer: Any, target: Path) -> None:
     except (OSError, ValueError, RuntimeError) as error:
         # A read-only or full cache only costs the conversion next time.
         import shutil
-        import warnings
 
         shutil.rmtree(tmp, ignore_errors=True)
         warnings.warn(f"could not cache the converted default model in {target}: {error}",
                       stacklevel=2)
+
+
+HUB_PROBE_TIMEOUT_S = 5.0
+"""Seconds :func:`check_model_source` waits for the Hugging Face hub to answer."""
+
+
+def check_model_source(name_or_path: str | None) -> None:
+    """Fail at once, in one line, for a model that cannot load here: a local folder that
+    does not exist, or a hub id that is not in the local HF cache while the hub cannot be
+    reached (``HF_HUB_OFFLINE`` set, or no answer within :data:`HUB_PROBE_TIMEOUT_S`).
+    Without this check transformers retries an unreachable hub for about a minute, and
+    reads a path that does not exist as a malformed hub id.
+
+    Args:
+        name_or_path: ``ModelConfig.name_or_path`` (``None``: the default model, checked
+            when it loads).
+
+    Raises:
+        PolicyLoadError: the model cannot be loaded; the message says how to get it.
+    """
+    if name_or_path is None or Path(name_or_path).expanduser().exists():
+        return
+    from huggingface_hub import constants
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(name_or_path)
+    except HFValidationError:
+        raise PolicyLoadError(f"the model folder {name_or_path} does not exist") from None
+    cache = Path(constants.HF_HUB_CACHE) / f"models--{name_or_path.replace('/', '--')}"
+    if (cache / "snapshots").is_dir() and any((cache / "snapshots").iterdir()):
+        return
+    if constants.HF_HUB_OFFLINE:
+        reason = "HF_HUB_OFFLINE is set"
+    else:
+        reason = _hub_unreachable(constants.ENDPOINT)
+        if reason is None:
+            return
+    raise PolicyLoadError(
+        f"the model {name_or_path!r} is neither a local folder nor in the Hugging Face cache "
+        f"({constants.HF_HUB_CACHE}), and the hub cannot be reached ({reason}); on a "
+        f"machine with internet run `hf download {name_or_path} --local-dir DIR`, copy DIR "
+        "here and pass --model.name-or-path DIR")
+
+
+def _hub_unreachable(endpoint: str) -> str | None:
+    """Why ``endpoint`` gives no HTTP answer within :data:`HUB_PROBE_TIMEOUT_S` (one try,
+    proxies from the environment honoured), or ``None`` when it answers at all."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"),
+                                    timeout=HUB_PROBE_TIMEOUT_S):
+            return None
+    except urllib.error.HTTPError:  # an answer, even an error status: the hub is there
+        return None
+    except (urllib.error.URLError, OSError) as error:
+        cause = getattr(error, "reason", error)
+        return f"{endpoint}: {cause}"
 
 
 def _from_pretrained(loader: Any, path: str, gguf_file: str | None, **kwargs: Any) -> Any:
@@ -153,6 +225,7 @@ def load_causal_lm(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     name = name_or_path if name_or_path is not None else config.name_or_path
+    check_model_source(name)
     gguf_file = config.gguf_file
     convert_to: Path | None = None
     if name is None:
@@ -223,7 +296,11 @@ def attach_lora(model: Any, config: ModelConfig, *, seed: int = 0) -> Any:
                       bias="none", task_type="CAUSAL_LM")
     devices = sorted({parameter.device.index or 0 for parameter in model.parameters()
                       if parameter.device.type == "cuda"})
-    with torch.random.fork_rng(devices=devices):
+    with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
+        # PEFT (0.21) reads transformers' deprecated ``is_gradient_checkpointing`` here,
+        # a FutureWarning on every run that is not ours to fix; the value read is right
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated",
+                                category=FutureWarning)
         torch.manual_seed(seed)
         return get_peft_model(model, lora)
 

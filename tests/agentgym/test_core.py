@@ -69,6 +69,23 @@ def test_ids_are_registered_lazily_with_our_vector_entry_point():
         assert spec.max_episode_steps is None
 
 
+def test_constructor_arguments_come_from_the_signature_without_building_the_env():
+    from agentgym.registration import constructor_arguments
+
+    assert constructor_arguments("AgentGym/KeyDoor-v0") == (
+        "width", "height", "num_tasks", "success_reward", "key", "anchor", "max_steps",
+        "render_mode")
+    for env_id in ENTRY_POINTS:
+        assert {"anchor", "max_steps"} <= set(constructor_arguments(env_id))
+    gym.register(id="AgentGymTest/AnyKwargs-v0", entry_point=lambda **kwargs: None)
+    try:
+        assert constructor_arguments("AgentGymTest/AnyKwargs-v0") is None
+    finally:
+        del gym.registry["AgentGymTest/AnyKwargs-v0"]
+    with pytest.raises(gym.error.Error):
+        constructor_arguments("AgentGym/Nope-v0")
+
+
 def test_import_agentgym_stays_light():
     code = (
         "import sys, agentgym, agentgym.vector; "

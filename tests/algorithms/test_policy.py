@@ -37,7 +37,7 @@ def test_missing_path_error_names_what_was_tried(tmp_path, monkeypatch):
         load_policy(ModelConfig(name_or_path="no-such-org/no-such-model-xyz"),
                     torch.device("cpu"))
     message = str(error.value)
-    assert "no-such-org/no-such-model-xyz" in message and "hub id" in message
+    assert "no-such-org/no-such-model-xyz" in message and "HF_HUB_OFFLINE is set" in message
     bad = tmp_path / "model"
     bad.mkdir()
     with pytest.raises(PolicyLoadError, match=f"local path {bad}"):
@@ -72,3 +72,37 @@ def test_score_responses_matches_a_plain_forward_pass():
         probs = torch.softmax(logits[start - 1: -1], -1)
         entropy = -(probs * torch.log(probs)).sum(-1)
         torch.testing.assert_close(scored.entropy[row, :n], entropy, atol=1e-4, rtol=1e-4)
+
+
+def test_model_sources_that_cannot_load_fail_at_once(tmp_path, monkeypatch):
+    """A path that does not exist is named as a folder (not parsed as a bad hub id); a hub
+    id is fine when cached, refused at once when offline and not cached."""
+    from algorithms.policy import check_model_source
+
+    constants = pytest.importorskip("huggingface_hub.constants")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    for missing in (str(tmp_path / "nope"), "./models/mine", "~/models/mine", "a/b/c"):
+        with pytest.raises(PolicyLoadError, match=f"^the model folder {missing} does not "
+                                                  "exist$"):
+            check_model_source(missing)
+    check_model_source(None)  # the default model
+    check_model_source(str(tmp_path))  # an existing folder
+    with pytest.raises(PolicyLoadError, match=r"^the model 'org/model' is neither a local "
+                                              r"folder nor in the Hugging Face cache .*"
+                                              r"\(HF_HUB_OFFLINE is set\); on a machine with "
+                                              r"internet run `hf download org/model"):
+        check_model_source("org/model")
+    (tmp_path / "hub" / "models--org--model" / "snapshots" / "abc123").mkdir(parents=True)
+    check_model_source("org/model")  # cached: transformers loads it offline
+
+
+def test_lora_does_not_warn(recwarn):
+    """PEFT reads a deprecated transformers property when it wraps a model; the
+    FutureWarning it raised on every run is not shown."""
+    import warnings
+
+    warnings.simplefilter("always")
+    make_policy(model_config=ModelConfig(lora_rank=4))
+    assert not [w for w in recwarn if issubclass(w.category, FutureWarning)], \
+        [str(w.message) for w in recwarn]

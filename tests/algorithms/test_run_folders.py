@@ -115,3 +115,42 @@ def test_weights_only_checkpoints_evaluate_but_do_not_resume(tmp_path):
     config = scripted_config("grpo", eval_only=True, checkpoint=str(tmp_path))
     Trainer(config, policy=make_policy(seed=0), run_dir=tmp_path / "evaluated").run()
     assert (tmp_path / "evaluated" / "eval" / "iter_000001.json").exists()
+
+
+def test_a_failed_setup_of_a_new_run_leaves_nothing_that_blocks_a_retry(tmp_path):
+    """The envs fail to build after the config was written: the run's files go, the
+    folder with them when it is empty, and the same command then starts cleanly."""
+    broken = replace(scripted_config("grpo", iterations=1),
+                     env={"env_kwargs": json.dumps({"num_rooms": 0})})
+    with pytest.raises(RuntimeError, match="num_rooms >= 1"):
+        Trainer(broken, policy=make_policy(seed=0), run_dir=tmp_path / "run").run()
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "notes.txt").write_text("mine")
+    with pytest.raises(RuntimeError, match="num_rooms >= 1"):
+        Trainer(broken, policy=make_policy(seed=0), run_dir=tmp_path / "kept").run()
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["notes.txt"]
+    _train(tmp_path / "run")  # no --run.overwrite needed
+    assert [r["iteration"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1]
+
+
+def test_a_failed_setup_of_a_resume_keeps_the_run(tmp_path, monkeypatch):
+    _train(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+
+    def no_envs(self, *args, **kwargs):
+        raise RuntimeError("no envs today")
+
+    monkeypatch.setattr(Trainer, "_make_vec_env", no_envs)
+    with pytest.raises(RuntimeError, match="no envs today"):
+        _train(tmp_path, iterations=2, resume=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert latest_checkpoint(tmp_path).name == "iter_000001"
+
+
+def test_a_run_without_a_checkpoint_is_not_offered_for_resume(tmp_path):
+    (tmp_path / "config.json").write_text("{}")  # a run stopped before its first checkpoint
+    with pytest.raises(RunFolderError, match=r"already holds a run \(config.json\); it has no "
+                                             r"checkpoint to resume .*--run.run-name NAME, or "
+                                             r"replace it with --run.overwrite"):
+        _train(tmp_path)

@@ -1,0 +1,56 @@
+"""What a run prints, and how: progress bars on a terminal, plain lines in a log file.
+
+Free of torch (``train.py`` may use it before the training stack is imported).
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def on_terminal() -> bool:
+    """Whether stdout and stderr are both terminals (an interactive run). Under a batch
+    scheduler, with ``> log 2>&1``, or piped, they are not: progress bars would write
+    every redraw into the file, so plain lines stand in for them."""
+    return all(stream is not None and hasattr(stream, "isatty") and stream.isatty()
+               for stream in (sys.stdout, sys.stderr))
+
+
+def quiet_dependency_bars() -> None:
+    """Turn off the progress bars of transformers ("Loading weights", the GGUF
+    conversion) and of huggingface_hub (downloads), where they are installed."""
+    try:
+        from transformers.utils import logging as transformers_logging
+    except ImportError:
+        pass
+    else:
+        transformers_logging.disable_progress_bar()
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+    except ImportError:
+        pass
+    else:
+        disable_progress_bars()
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as ``H:MM:SS`` (``M:SS`` under an hour), as tqdm writes times."""
+    total = int(round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def iteration_line(done: int, total: int, start: int, elapsed: float,
+                   metrics: dict[str, float]) -> str:
+    """The progress bar's figures after iteration ``done`` of ``total`` as one line:
+    success, return, seconds per iteration, time elapsed and left (the last two over the
+    iterations this process ran, from ``start``).
+
+    >>> iteration_line(3, 6, 0, 30.0, {"rollout/success": 0.25, "rollout/return": 0.5})
+    'iteration 3/6: success=0.25 ret=0.50 | 10.0 s/it, elapsed 0:30, left 0:30'
+    """
+    per_iteration = elapsed / max(done - start, 1)
+    return (f"iteration {done}/{total}: success={metrics['rollout/success']:.2f} "
+            f"ret={metrics['rollout/return']:.2f} | {per_iteration:.1f} s/it, elapsed "
+            f"{duration(elapsed)}, left {duration(per_iteration * (total - done))}")
