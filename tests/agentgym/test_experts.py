@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gymnasium as gym
 import pytest
 
 import agentgym  # noqa: F401  (registers the ids)
