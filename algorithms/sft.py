@@ -302,20 +302,24 @@ class SFTTrainer(Trainer):
         settings = self._settings(temperature=config.generation.eval_temperature,
                                   group_size=1, bootstrap=False)
         batches, offsets = [], []
-        for start in range(0, len(task_ids), chunk):
-            part = task_ids[start:start + chunk]
-            env = make_vector_env(config.env.env_id, len(part), group_size=1,
-                                  backend=config.env.backend,
-                                  num_workers=config.env.num_workers, **kwargs)
-            try:
-                batches.append(collect_rollout(
-                    env, self.engine, self.policy.tokenizer, settings, group_task_ids=part,
-                    seed=iteration_seed(config.run.seed, step, 2 + start)))
-                offsets.append(start)
-            except NoStepsError as error:
-                self._say(f"evaluation: {error}")
-            finally:
-                env.close()
+        with _tqdm(self.progress, total=len(task_ids), leave=False,
+                   desc="evaluation (episodes)") as bar:
+            for start in range(0, len(task_ids), chunk):
+                part = task_ids[start:start + chunk]
+                env = make_vector_env(config.env.env_id, len(part), group_size=1,
+                                      backend=config.env.backend,
+                                      num_workers=config.env.num_workers, **kwargs)
+                try:
+                    batches.append(collect_rollout(
+                        env, self.engine, self.policy.tokenizer, settings,
+                        group_task_ids=part,
+                        seed=iteration_seed(config.run.seed, step, 2 + start)))
+                    offsets.append(start)
+                except NoStepsError as error:
+                    self._say(f"evaluation: {error}")
+                finally:
+                    env.close()
+                bar.update(len(part))
         self.engine.release()
         if not batches:
             return {"eval/success": float("nan")}

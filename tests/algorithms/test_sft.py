@@ -267,6 +267,17 @@ def test_batches_cover_each_epoch_once_in_a_seeded_order():
     assert np.array_equal(batch_rows(7, 4, 3, 10, 4), rows[4])
 
 
+def test_the_command_line_selects_sft():
+    from algorithms.config import TrainConfig
+    from train import parse_config
+
+    config = parse_config(["--preset", "cpu-demo", "--algo", "sft", "--sft.perturb", "0.2",
+                           "--sft.epochs", "3", "--model.init-checkpoint", "runs/x"])
+    assert (config.algo, config.sft.perturb, config.sft.epochs) == ("sft", 0.2, 3)
+    assert config.model.init_checkpoint == "runs/x" and config.estimator is None
+    assert TrainConfig.from_dict(config.to_dict()) == config
+
+
 def test_sft_settings_are_validated(tmp_path):
     with pytest.raises(ConfigError, match="sft.perturb must be in"):
         sft_config(tmp_path, perturb=1.5)
