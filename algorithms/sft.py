@@ -180,6 +180,11 @@ class SFTTrainer(Trainer):
             wandb_project=config.run.wandb_project, config=config.to_dict(),
             truncate_after=self.start_iteration if config.run.resume else None)
 
+    def _sync_engine(self) -> None:
+        """Give the engine the current weights (no engine before the first evaluation)."""
+        if self.engine is not None:
+            super()._sync_engine()
+
     def _examples(self) -> list[SFTExample]:
         """The tokenized data: ``sft.data``, or expert episodes generated on the env."""
         config = self.config

@@ -22,6 +22,7 @@ from algorithms.sft import (  # noqa: E402
     collate,
     main,
     response_nll,
+    sft_steps,
 )
 from algorithms.sft_data import (  # noqa: E402
     ExpertStep,
@@ -257,6 +258,28 @@ def test_micro_batches_do_not_change_the_step(tmp_path, words):
         trainer.close()
     for name, weight in updated[0].items():
         assert torch.allclose(weight, updated[1][name], atol=1e-6), name
+
+
+def test_resume_continues_exactly(tmp_path, words):
+    config = sft_config(tmp_path, max_steps=4, lr=1e-2)
+    whole = tiny(words)
+    SFTTrainer(config, policy=whole, run_dir=tmp_path / "whole").run()
+    cut = replace(config, run={"save_every": 2})
+    first = SFTTrainer(cut, policy=tiny(words), run_dir=tmp_path / "cut")
+    first.setup()
+    per_epoch = sft_steps(cut, len(first.examples))[1]
+    for step in range(2):  # interrupted after the checkpoint of step 2
+        first.sft_step(batch_rows(0, step, per_epoch, len(first.examples), 4))
+    first.save(2, {})
+    first.close()
+    resumed = tiny(words)
+    trainer = SFTTrainer(replace(cut, run={"resume": True}), policy=resumed,
+                         run_dir=tmp_path / "cut")
+    trainer.run()
+    assert trainer.start_iteration == 2
+    for name, weight in whole.model.named_parameters():
+        assert torch.allclose(dict(resumed.model.named_parameters())[name], weight,
+                              atol=1e-6), name
 
 
 def test_batches_cover_each_epoch_once_in_a_seeded_order():
