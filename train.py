@@ -8,6 +8,8 @@ Examples::
     python train.py --preset alfworld-1.5b --algo gigpo
     python train.py --preset alfworld-7b-lora --resume
     python train.py --preset cpu-demo --eval-only --checkpoint runs/cpu-demo-gigpo-seed0
+    python train.py --algo sft --sft.epochs 2        # supervised warm start (docs/sft.md)
+    python train.py --model.init-checkpoint runs/cpu-demo-sft-seed0   # RL from it
     torchrun --nproc-per-node 2 train.py --preset alfworld-1.5b   # 2 GPUs, FSDP2
 
 ``--engine auto|hf|vllm|openai``, ``--resume``, ``--eval-only`` and ``--checkpoint PATH`` are short for
@@ -92,7 +94,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     ranks = distributed.init_from_environment(device=config.run.device,
                                               timeout_s=config.run.dist_timeout)
     try:
-        trainer = Trainer(config, ranks=ranks)
+        if config.algo == "sft" and not config.run.eval_only:
+            from algorithms.sft import SFTTrainer
+
+            trainer = SFTTrainer(config, ranks=ranks)
+        else:
+            trainer = Trainer(config, ranks=ranks)
         if not ranks.main:
             return trainer.run()
         print(f"[agentgym] preset={config.preset} algo={config.algo} env={config.env.env_id} "
@@ -108,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             raise Interrupted(trainer.run_dir, stop) from None
     finally:
         distributed.shutdown()
-    keys = [k for k in ("rollout/success", "rollout/return", "eval/success") if k in metrics]
+    keys = [k for k in ("rollout/success", "rollout/return", "sft/loss", "eval/success",
+                        "eval/format_error_rate") if k in metrics]
     summary = " ".join(f"{k}={metrics[k]:.3f}" for k in keys)
     print(f"[agentgym] done: {summary} (metrics: {trainer.run_dir / 'metrics.jsonl'})",
           flush=True)
@@ -179,6 +187,7 @@ def cli() -> None:
     from algorithms.engines import EngineUnavailableError
     from algorithms.launch import rank_prefix
     from algorithms.policy import PolicyLoadError
+    from algorithms.sft_data import SFTDataError
     from algorithms.termination import Terminated
 
     where = rank_prefix()
@@ -196,7 +205,8 @@ def cli() -> None:
         sys.exit(f"train.py: {where}error: this run needs the package {error.name!r}, which "
                  "is not installed (see README, Install)")
     except (ConfigError, CheckpointError, EngineUnavailableError, PolicyLoadError,
-            DistributedError, FileNotFoundError, gymnasium.error.Error) as error:
+            DistributedError, FileNotFoundError, SFTDataError,
+            gymnasium.error.Error) as error:
         sys.exit(f"train.py: {where}error: {error}")
     except Exception as error:
         peer = distributed_failure(error)

@@ -220,6 +220,19 @@ class TextEnv(gym.Env[str, str]):
         """The actions the env can execute now; ``()`` when actions are free-form."""
         return ()
 
+    def expert_action(self) -> str | None:
+        """The next action of the env's own expert in the current state (demonstrations
+        for supervised warm starts, ``python -m algorithms.sft make-data``).
+
+        An env declares an expert by overriding this; the default raises
+        :class:`NotImplementedError`. The expert may be privileged (it may read the hidden
+        goal or the true state). It returns ``None`` where it has no action: the episode
+        is over, or it cannot act from this state (an open-loop expert plan that an
+        earlier, different action left behind).
+        """
+        raise NotImplementedError(f"{type(self).__name__} declares no expert "
+                                  "(TextEnv.expert_action)")
+
     # ------------------------------------------------------------------ overridable
     def observation_anchor(self, observation: str) -> Hashable:
         """The ``"observation"`` anchor of ``observation`` (default: the text itself)."""

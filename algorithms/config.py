@@ -22,6 +22,10 @@ The learner is chosen by :attr:`TrainConfig.algo`:
 
 ``dr_grpo`` and ``gspo`` fix some learner settings and start others from their reference
 scripts' values (:data:`ALGO_SETTINGS`, applied by :func:`with_algo`; ``docs/estimators.md``).
+
+``sft`` is no RL learner: supervised fine-tuning on expert trajectories in the RL prompt
+layout (:class:`SFTConfig`, :mod:`algorithms.sft`), whose checkpoint an RL run starts
+from with ``--model.init-checkpoint``.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ class ConfigError(ValueError):
     """A setting that cannot work (``train.py`` prints it as one line and exits)."""
 
 
-Algo = Literal["gigpo", "grpo", "rloo", "reinforce_pp", "dr_grpo", "gspo", "ppo"]
+Algo = Literal["gigpo", "grpo", "rloo", "reinforce_pp", "dr_grpo", "gspo", "ppo", "sft"]
 Estimator = Literal["gigpo", "grpo", "rloo", "reinforce_pp", "gae"]
 
 ALGO_ESTIMATORS: dict[str, str] = {
@@ -120,6 +124,13 @@ class ModelConfig:
 
     trust_remote_code: bool = False
     """Allow model code from the checkpoint (only for models that need it)."""
+
+    init_checkpoint: str | None = None
+    """Start from this checkpoint (or run folder: its newest checkpoint), e.g. an ``--algo
+    sft`` warm start: its trained weights are loaded into the base model before training,
+    LoRA adapters merged in, so the policy and the KL reference both start as that model
+    (and, with ``lora_rank`` > 0, fresh adapters train on top). A checkpoint trained from
+    another base model is refused. See ``docs/sft.md``."""
 
 
 @dataclass(frozen=True)
@@ -615,6 +626,43 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
+class SFTConfig:
+    """Supervised warm start (``--algo sft``): cross-entropy on expert responses, in the
+    prompt layout of the RL stage (see ``docs/sft.md``)."""
+
+    data: str | None = None
+    """Expert trajectories, a JSONL file (format: :mod:`algorithms.sft_data`). ``None``:
+    ``episodes`` expert episodes are played on the training env (its declared expert,
+    ``TextEnv.expert_action``) and written to the run folder as ``sft_data.jsonl``."""
+
+    episodes: int = 256
+    """Expert episodes generated when ``data`` is ``None`` (the env's tasks in order,
+    cycled)."""
+
+    perturb: float = 0.0
+    """Share of generated steps where a random other admissible action (seeded by
+    ``run.seed``) is played and recorded instead of the expert's: an imperfect
+    demonstrator, for a weaker warm start. The expert acts again from the state reached."""
+
+    epochs: int = 1
+    """Passes over the data."""
+
+    max_steps: int | None = None
+    """Stop after this many optimizer steps (``None``: after ``epochs``)."""
+
+    lr: float = 1e-4
+    """AdamW learning rate (constant; weight decay and gradient clipping are
+    ``learner.weight_decay`` and ``learner.max_grad_norm``)."""
+
+    batch_size: int = 16
+    """Samples per optimizer step: steps in the ``window`` layout, trajectories in the
+    ``transcript`` layout. The loss is the mean over the batch's response tokens."""
+
+    micro_batch_size: int = 8
+    """Samples per forward/backward pass (gradient accumulation inside a batch)."""
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """A full training run."""
 
@@ -623,7 +671,8 @@ class TrainConfig:
     (episode advantages only), ``rloo`` (leave-one-out baseline), ``reinforce_pp``
     (REINFORCE++: group mean, then whitened over the batch), ``dr_grpo`` (GRPO without
     std, constant-length loss normalization), ``gspo`` (GRPO advantages, sequence-level
-    ratio loss) or ``ppo`` (critic + turn-level GAE). On the command line ``--algo`` also
+    ratio loss), ``ppo`` (critic + turn-level GAE) or ``sft`` (supervised warm start on expert
+    trajectories, :class:`SFTConfig`). On the command line ``--algo`` also
     sets the learner settings of :data:`ALGO_SETTINGS` (before other flags)."""
 
     preset: str = "custom"
@@ -638,11 +687,12 @@ class TrainConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
 
     @property
-    def estimator(self) -> Estimator:
-        """The advantage estimator ``algo`` selects."""
-        return ALGO_ESTIMATORS[self.algo]  # type: ignore[return-value]
+    def estimator(self) -> Estimator | None:
+        """The advantage estimator ``algo`` selects (``None`` for ``sft``)."""
+        return ALGO_ESTIMATORS.get(self.algo)  # type: ignore[return-value]
 
     @property
     def use_critic(self) -> bool:
@@ -677,6 +727,8 @@ class TrainConfig:
         if self.learner.epochs < 1:
             problems.append("learner.epochs must be >= 1")
         problems += self._recipe_problems()
+        if self.algo == "sft":
+            problems += self._sft_problems()
         if self.generation.temperature <= 0:
             problems.append("generation.temperature must be > 0 for training rollouts")
         if not 0 < self.generation.top_p <= 1:
@@ -792,6 +844,21 @@ class TrainConfig:
             problems.append("learner.overlong_penalty_factor must be >= 0")
         return problems
 
+    def _sft_problems(self) -> list[str]:
+        """Settings of the SFT warm start that cannot work."""
+        sft, problems = self.sft, []
+        if not 0 <= sft.perturb <= 1:
+            problems.append("sft.perturb must be in [0, 1]")
+        if sft.epochs < 1 or sft.episodes < 1 or sft.batch_size < 1 or sft.micro_batch_size < 1:
+            problems.append("sft.epochs, episodes, batch_size and micro_batch_size must be >= 1")
+        elif sft.micro_batch_size > sft.batch_size:
+            problems.append("sft.micro_batch_size must be <= batch_size")
+        if sft.max_steps is not None and sft.max_steps < 1:
+            problems.append("sft.max_steps must be >= 1 (or None)")
+        if not sft.lr > 0:
+            problems.append("sft.lr must be > 0")
+        return problems
+
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain JSON-able data (saved with the run)."""
         data = dataclasses.asdict(self)
@@ -806,6 +873,7 @@ class TrainConfig:
         sections = {
             "model": ModelConfig, "generation": GenerationConfig, "prompt": PromptConfig,
             "env": EnvConfig, "learner": LearnerConfig, "run": RunConfig,
+            "sft": SFTConfig,
         }
         kwargs: dict[str, Any] = {"algo": data["algo"], "preset": data.get("preset", "custom")}
         for name, section in sections.items():

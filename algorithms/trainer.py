@@ -336,6 +336,10 @@ class Trainer:
             model_config = dataclasses.replace(model_config, dtype="float32")
         self.policy = self._policy if self._policy is not None else \
             load_policy(model_config, self.device, seed=config.run.seed)
+        if config.model.init_checkpoint is not None:  # e.g. an SFT warm start
+            from algorithms.warm_start import apply_init_checkpoint
+
+            self.policy = apply_init_checkpoint(self.policy, model_config, seed=config.run.seed)
         self._say(f"policy: {self.policy.source}; "
                   f"{sum(p.numel() for p in self.policy.model.parameters()) / 1e6:.1f}M "
                   "parameters")
@@ -359,6 +363,8 @@ class Trainer:
         self._say(f"generation engine: {type(self.engine).__name__}")
         if checkpoint is not None:
             self._restore(checkpoint)
+        elif config.model.init_checkpoint is not None:
+            self._sync_engine()  # an engine that loaded the weights from disk
         if ranks.main:
             (self.run_dir / "config.json").write_text(
                 json.dumps(config.to_dict(), indent=2), encoding="utf-8")

@@ -133,6 +133,8 @@ class ALFWorldEnv(TextEnv):
         self._task_type = ""
         self._admissible: tuple[str, ...] = ()
         self._won = False
+        self._walkthrough: tuple[str, ...] = ()
+        self._expert_index: int | None = None
 
     # ------------------------------------------------------------------ data
     @property
@@ -189,6 +191,8 @@ class ALFWorldEnv(TextEnv):
             self._engine.load(record.game_file)
             self._loaded_task = task_id
         intro = self._engine.reset()
+        self._walkthrough = tuple(self._engine.walkthrough)
+        self._expert_index = 0
         self._task = task_of(intro)
         self._task_type = record.task_type
         self._read_engine()
@@ -196,8 +200,16 @@ class ALFWorldEnv(TextEnv):
 
     def _step_text(self, action: str) -> Transition:
         valid = action.strip() in self._admissible
+        expected = self.expert_action()
+        off_plan = expected is not None and action.strip() != expected
+        facts_before = self._plan_facts() if off_plan else ()
         feedback = self._engine.step(action)
         self._read_engine()
+        if self._expert_index is not None:
+            if not off_plan:
+                self._expert_index += 1
+            elif self._plan_facts() != facts_before:
+                self._expert_index = None  # the walkthrough cannot continue from here
         return Transition(
             observation=feedback,
             reward=self.success_reward if self._won else 0.0,
@@ -205,6 +217,22 @@ class ALFWorldEnv(TextEnv):
             valid_action=valid,
             info=self._extras(),
         )
+
+    def expert_action(self) -> str | None:
+        """The next command of the game's stored walkthrough (the expert plan the game
+        file carries: alfworld's for official games, the generator's for generated ones),
+        while the episode has followed it. A different action that left the true state
+        unchanged ("look", "inventory", an invalid command; the engine's ``checked`` marks,
+        which only record what was looked at, do not count) keeps the plan; one that
+        changed the state leaves it, and the expert then has no action (``None``), as after
+        the last command."""
+        if self._expert_index is None or self._expert_index >= len(self._walkthrough):
+            return None
+        return self._walkthrough[self._expert_index]
+
+    def _plan_facts(self) -> tuple[str, ...]:
+        """The state facts the walkthrough depends on (all but ``checked`` marks)."""
+        return tuple(f for f in self.state_facts() if not f.startswith("checked("))
 
     def _read_engine(self) -> None:
         self._admissible = tuple(c for c in self._engine.admissible_commands if c != HELP_COMMAND)

@@ -218,6 +218,16 @@ class WebShopEnv(TextEnv):
         search = (SEARCH_PLACEHOLDER,) if self._page.has_search_bar else ()
         return search + tuple(f"click[{c}]" for c in self._page.clickables)
 
+    def expert_action(self) -> str | None:
+        """The privileged oracle's next action (:func:`agentgym.webshop.oracle.oracle_action`:
+        search the instruction, page to the target, open it, click each goal option, buy);
+        ``None`` once the episode is over or when the target cannot be reached."""
+        from agentgym.webshop.oracle import oracle_action
+
+        if self._goal is None or self._terminated or self._truncated:
+            return None
+        return oracle_action(self)
+
     def state_key(self) -> Hashable:
         return (
             self._page.kind,

@@ -38,22 +38,32 @@ def _corpus() -> str:
                      "You open the last door and step outside. User Assistant"])
 
 
-def make_tokenizer(*, action_tokens: bool = False):
+def make_tokenizer(*, action_tokens: bool = False, extra_text: str = "",
+                   split_tags: bool = False):
     """A whitespace-split word-level tokenizer over the scripted env's and the prompt's
     words (decoding joins tokens with spaces, so tags survive a round trip).
 
     With ``action_tokens`` every door action (``"open red door"`` ...) is one added token,
-    so a one-token answer can be a whole action (the learning test).
+    so a one-token answer can be a whole action (the learning test). ``extra_text``'s
+    words join the vocabulary (another env's words; the default vocabulary is unchanged).
+    ``split_tags`` also cuts ``<tag>`` / ``</tag>`` off the words they touch, so that
+    ``go north</action>`` is three tokens (text written without spaces: SFT answers).
     """
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    words = sorted(set(_corpus().split()))
+    words = sorted(set(_corpus().split()) | set(extra_text.split()))
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
     for word in words:
         vocab.setdefault(word, len(vocab))
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if split_tags:
+        from tokenizers import Regex
+
+        core.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Split(Regex(r"</?[a-z]+>"), behavior="isolated")])
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]",
                                         unk_token="[UNK]", eos_token="[EOS]")
     if action_tokens:
@@ -77,9 +87,11 @@ def make_model(vocab_size: int, *, seed: int = 0, hidden: int = 32, layers: int 
 
 
 def make_policy(*, seed: int = 0, model_config: ModelConfig | None = None,
-                hidden: int = 32, action_tokens: bool = False) -> Policy:
+                hidden: int = 32, action_tokens: bool = False, extra_text: str = "",
+                split_tags: bool = False) -> Policy:
     """The tiny model and tokenizer wrapped like a loaded policy (LoRA per config)."""
-    tokenizer = make_tokenizer(action_tokens=action_tokens)
+    tokenizer = make_tokenizer(action_tokens=action_tokens, extra_text=extra_text,
+                               split_tags=split_tags)
     model = make_model(len(tokenizer), seed=seed, hidden=hidden)
     return wrap_model(model, tokenizer, model_config or ModelConfig(), source="tiny test model",
                       path="tiny", gguf_file=None)
