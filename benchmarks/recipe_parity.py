@@ -1,4 +1,4 @@
-"""Recipe parity: this project's GiGPO/GRPO advantages and actor loss against verl-agent's.
+"""Recipe parity: this project's group estimators and actor losses against verl-agent's.
 
 Run from the repository root::
 
@@ -15,18 +15,31 @@ verl-agent's ``mean_std_norm``; ``mean``: ``mean_norm``):
   ``core_gigpo.compute_step_discounted_returns`` on the env rewards, its
   ``EpisodeRewardManager`` (the episode's reward at the last response token),
   ``ray_trainer.apply_invalid_action_penalty``, ``ray_trainer.compute_advantage`` (GiGPO:
-  ``compute_gigpo_outcome_advantage``; GRPO: ``compute_grpo_outcome_advantage``); then,
+  ``compute_gigpo_outcome_advantage``; GRPO: ``compute_grpo_outcome_advantage``, Dr.GRPO's
+  with ``norm_adv_by_std_in_grpo=False``; RLOO: ``compute_rloo_outcome_advantage``;
+  REINFORCE++: ``compute_reinforce_plus_plus_baseline_outcome_advantage``); then,
   per micro-batch, ``core_algos.compute_policy_loss``, ``agg_loss`` of the entropies and
   of ``kl_penalty(..., "low_var_kl")``, combined and divided by the gradient-accumulation
-  steps as ``dp_actor.update_policy`` does; per-token entropies from
-  ``verl.utils.torch_functional.entropy_from_logits``. Settings: ``run_alfworld.sh`` over
-  ``ppo_trainer.yaml`` (gamma 0.95, step weight 1, penalty 0.1, clip 0.2, dual clip 3,
-  token-mean, entropy 0.001, low_var_kl 0.01).
-- this project: :meth:`Learner.rewards_and_penalties` and :meth:`Learner.advantages` on a
-  :class:`~algorithms.rollout.StepBatch`, :func:`algorithms.losses.policy_loss` with
-  :attr:`Learner.loss_recipe` and the weights of :meth:`Learner._micro_weights`, all from
-  ``LearnerConfig()`` (a learner object holding only its config: those methods read
-  nothing else).
+  steps as ``dp_actor.update_policy`` does (GSPO: ``compute_policy_loss_gspo`` in place
+  of ``compute_policy_loss``; Dr.GRPO: ``loss_agg_mode=seq-mean-token-sum-norm``);
+  per-token entropies from ``verl.utils.torch_functional.entropy_from_logits``. Settings:
+  ``examples/<algo>_trainer/run_alfworld.sh`` over ``ppo_trainer.yaml`` (gamma 0.95, step
+  weight 1, penalty 0.1, clip 0.2 -- GSPO 3e-4 / 4e-4 --, dual clip 3, token-mean,
+  entropy 0.001, low_var_kl 0.01). DAPO's parts: the overlong reward of
+  ``verl.workers.reward_manager.dapo.DAPORewardManager`` (a score function giving 0, so
+  that its reward is the punishment alone; ``max_resp_len`` 24, buffers and factors of
+  :data:`OVERLONG`) and the groups ``agent_system.multi_turn_rollout.utils.
+  filter_group_data`` keeps, one rollout at a time and inside a transcription of
+  ``dynamic_multi_turn_loop``'s while loop (:func:`verl_dynamic_loop`).
+- this project: :meth:`Learner.rewards_and_penalties`, :meth:`Learner.advantages` and
+  :meth:`Learner.overlong_penalties` on a :class:`~algorithms.rollout.StepBatch`,
+  :func:`algorithms.losses.policy_loss` with :attr:`Learner.loss_recipe` and the weights of
+  :meth:`Learner._micro_weights`, for each ``--algo`` with the config ``train.py`` builds
+  (:func:`~algorithms.config.with_algo` over ``TrainConfig()``, responses of at most 24
+  tokens; a learner object holding only its config: those methods read nothing else);
+  GSPO's policy term alone through :func:`algorithms.losses.gspo_policy_loss`; dynamic
+  sampling through :func:`~algorithms.dynamic_sampling.varied_group_rows` and
+  :func:`~algorithms.dynamic_sampling.sample_until_full` (the trainer's loop).
 
 Printed per term: the largest absolute difference over every token, seed and batch of
 the per-token advantages, the per-token loss (one token alone), the micro- and
@@ -35,13 +48,15 @@ mini-batch losses and their gradients with respect to the log-probs and the entr
 old, reference log-probs, entropies and logits are random; responses have 1 to 24
 tokens. Then each named option of ``LearnerConfig`` is turned on, one at a time, and
 compared with verl-agent's default and, where verl has the same setting, with verl run
-that way. The run exits 1 when a default term differs by more than 1e-6; its last line is
-``worst difference with defaults: X (term, normalization)``.
+that way. The run exits 1 when a term of any section (every ``--algo``'s defaults and
+DAPO's parts) differs by more than 1e-6; its last line is ``worst difference with
+defaults: X (term, normalization)``.
 
 Precision. verl-agent computes the step returns in float32 (its function casts the
 rewards to float32 and returns a float32 tensor), its episode scores and the penalty in
-float32 (the reward manager's tensor), and its entropy as ``logsumexp - sum(p * logits)``;
-this project computes the advantages in float64. So every term is measured twice:
+float32 (the reward manager's tensor; DAPO's overlong reward too), and its entropy as
+``logsumexp - sum(p * logits)``; this project computes the advantages in float64. So
+every term is measured twice:
 "counted" -- verl's functions run with their ``float32`` names read as ``float64``
 (:func:`in_float64`: the same code objects, other globals) and both losses in float64 --
 and "as run" -- verl exactly as it runs, the losses of both sides in float32 (the dtype
@@ -61,14 +76,16 @@ ray_trainer`` (home of ``apply_invalid_action_penalty`` and ``compute_advantage`
 the whole trainer, so these modules, imported by it but never used by the functions
 called here, are replaced by empty stand-ins when they are not installed (the run prints
 which): ``aiohttp``, ``cachetools``, ``openai`` (verl's async rollout server), ``datasets``
-(its RL dataset) and ``agent_system.environments.env_package.discovery.discoveryworld``
-(an env package that some verl-agent forks reference but do not ship). The reward
-manager gets a tokenizer stand-in whose ``decode`` returns "" (it decodes only to print
-examples, and ``num_examine=0`` prints none).
+(its RL dataset, which ``agent_system.multi_turn_rollout`` imports too) and
+``agent_system.environments.env_package.discovery.discoveryworld`` (an env package that
+some verl-agent forks reference but do not ship). The reward managers get a tokenizer
+stand-in whose ``decode`` and ``eos_token`` are "" (they decode only to print examples,
+and ``num_examine=0`` prints none).
 
 Accepted differences, not counted: a group with a single row gets its raw score from
-verl (``episode_norm_reward`` uses mean 0 and std 1 there) and 0 here (measured and
-printed); verl's ``adjust_batch`` duplicates random rows so that the batch divides among
+verl (``episode_norm_reward`` and the RLOO and REINFORCE++ functions use mean 0 there,
+and std 1 where they divide) and 0 here (measured and printed; for REINFORCE++ the raw
+score also moves the batch's whitening, so every row differs a little); verl's ``adjust_batch`` duplicates random rows so that the batch divides among
 data-parallel ranks (the duplicates join the group statistics) and ``balance_batch``
 reorders rows across ranks: sharding artefacts that are not exercised here.
 """
@@ -78,6 +95,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -95,7 +113,8 @@ import numpy as np
 import torch
 
 from algorithms import losses
-from algorithms.config import EnvConfig, LearnerConfig, TrainConfig
+from algorithms.config import EnvConfig, LearnerConfig, TrainConfig, replace, with_algo
+from algorithms.dynamic_sampling import sample_until_full, varied_group_rows
 from algorithms.learner import Learner
 from algorithms.rollout import StepBatch, intern_anchors
 
@@ -109,6 +128,22 @@ VOCAB = 32
 TOLERANCE = 1e-6
 NORMALIZATIONS = ("std", "mean")
 VERL_MODE = {"std": "mean_std_norm", "mean": "mean_norm"}
+ESTIMATORS = ("gigpo", "grpo", "rloo", "reinforce_pp")
+VERL_ESTIMATOR = {"gigpo": "gigpo", "grpo": "grpo", "rloo": "rloo",
+                  "reinforce_pp": "reinforce_plus_plus_baseline"}
+"""This project's group estimators and verl's ``algorithm.adv_estimator`` for each."""
+GSPO_CLIP = (3e-4, 4e-4)
+"""``clip_ratio_low``, ``clip_ratio_high`` of verl-agent's ``examples/gspo_trainer``."""
+OVERLONG = ((8, 1.0), (5, 0.3))
+"""``(buffer length, penalty factor)`` pairs of DAPO's overlong punishment compared, with
+the maximum response length :data:`RESPONSE_TOKENS` (responses of 1 to 24 tokens)."""
+DYNAMIC_MAX_ROLLOUTS = (1, 2, 10)
+"""``max_num_gen_batches`` values the dynamic-sampling loop is compared with (10: the
+DAPO and GiGPO-dynamic examples; 2: the second rollout is the last try, kept whole)."""
+PER_TOKEN_SAMPLE = 256
+"""Tokens per batch whose lone-token GSPO loss is compared (one call per token; this
+project's GSPO diagnostics index by a data-dependent mask, which ``torch.func.vmap``
+cannot batch)."""
 
 
 # --------------------------------------------------------------------------- batches
@@ -299,12 +334,20 @@ def single_row_group(rollout: Rollout) -> Rollout:
 # --------------------------------------------------------------------------- this project
 
 
-def our_config(algo: str = "gigpo", normalize: str = "std", **learner_changes: Any
+def our_config(algo: str = "gigpo", normalize: str | None = None, **learner_changes: Any
                ) -> TrainConfig:
-    """``TrainConfig(algo=algo)`` with ``LearnerConfig()``'s defaults, ``normalize`` and
-    ``learner_changes`` (validated like a run's config)."""
-    learner = dataclasses.replace(LearnerConfig(), normalize=normalize, **learner_changes)
-    return TrainConfig(algo=algo, learner=learner).validate()
+    """The config ``train.py --algo algo`` builds from ``TrainConfig()``: ``with_algo`` (the
+    algorithm's :data:`~algorithms.config.ALGO_SETTINGS`), then ``normalize`` (``None``:
+    the algorithm's) and ``learner_changes`` as flags would set them, validated like a
+    run's config. ``generation.max_new_tokens`` is :data:`RESPONSE_TOKENS`, the width verl
+    pads the responses to here (its ``max_response_length``: Dr.GRPO's loss divisor and
+    the overlong punishment's end)."""
+    changes = dict(learner_changes)
+    if normalize is not None:
+        changes["normalize"] = normalize
+    config = replace(with_algo(TrainConfig(), algo),
+                     generation={"max_new_tokens": RESPONSE_TOKENS}, learner=changes)
+    return config.validate()
 
 
 def our_learner(config: TrainConfig) -> Learner:
@@ -360,7 +403,8 @@ def mini_batches(n: int, mini_batch_size: int, micro_batch_size: int
 
 def run_loss(rollout: Rollout, token_advantages: torch.Tensor, micro_loss: MicroLoss,
              weight: Callable[[int, int], float], sizes: tuple[int, int],
-             dtype: torch.dtype, *, trim: bool) -> LossOutputs:
+             dtype: torch.dtype, *, trim: bool, per_token_positions: np.ndarray | None = None
+             ) -> LossOutputs:
     """One side's :class:`LossOutputs`.
 
     Args:
@@ -371,7 +415,11 @@ def run_loss(rollout: Rollout, token_advantages: torch.Tensor, micro_loss: Micro
         sizes: ``(mini_batch_size, micro_batch_size)`` in rows.
         dtype: float32 or float64 for every float input.
         trim: cut each micro-batch to its longest response (the learner does; verl
-            keeps the padded width).
+            keeps the padded width: a lone token is then a row of that width with one
+            unmasked token, which matters where verl divides by the width).
+        per_token_positions: flat indices, among the response tokens in row-major order,
+            of the tokens whose lone-token loss is computed (one call each; the others
+            stay 0); ``None``: every token, batched with ``torch.func.vmap``.
     """
     mask = torch.as_tensor(rollout.response_mask)
     log_probs = torch.tensor(rollout.log_probs, dtype=dtype, requires_grad=True)
@@ -399,19 +447,33 @@ def run_loss(rollout: Rollout, token_advantages: torch.Tensor, micro_loss: Micro
                                                             strict=True))
     flat_mask = mask.reshape(-1)
     per_token = torch.zeros(mask.numel(), dtype=dtype)
-    one = (lambda *tensors: micro_loss(*(t.reshape(1, 1) for t in tensors)))  # noqa: E731
+    pad = 0 if trim else mask.shape[1] - 1
+
+    def one(*tensors: torch.Tensor) -> torch.Tensor:
+        return micro_loss(*(torch.nn.functional.pad(t.reshape(1, 1), (0, pad))
+                            for t in tensors))
+
     columns = [t.detach().reshape(-1)[flat_mask] for t in
-               (log_probs, old, advantages, mask, ref, entropies)]
-    per_token[flat_mask] = torch.func.vmap(one)(*columns)
+               (log_probs, old, advantages, mask.to(dtype), ref, entropies)]
+    values = torch.zeros(len(columns[0]), dtype=dtype)
+    if per_token_positions is None:
+        values = torch.func.vmap(one)(*columns)
+    else:
+        with torch.no_grad():
+            for position in per_token_positions.tolist():
+                values[position] = one(*(column[position] for column in columns))
+    per_token[flat_mask] = values
     return LossOutputs(per_token=per_token.reshape(mask.shape),
                        micro_losses=torch.stack(micro_values), mini_losses=minis.detach(),
                        grad_log_probs=grad_log_probs, grad_entropies=grad_entropies)
 
 
 def our_loss(rollout: Rollout, token_advantages: torch.Tensor, config: TrainConfig,
-             dtype: torch.dtype) -> LossOutputs:
+             dtype: torch.dtype, per_token_positions: np.ndarray | None = None
+             ) -> LossOutputs:
     """This project's loss terms: :func:`losses.policy_loss` with the learner's
-    :attr:`~Learner.loss_recipe`, weighted by :meth:`~Learner._micro_weights`."""
+    :attr:`~Learner.loss_recipe`, weighted by :meth:`~Learner._micro_weights`
+    (``per_token_positions``: see :func:`run_loss`)."""
     learner = our_learner(config)
     recipe = learner.loss_recipe
 
@@ -423,13 +485,75 @@ def our_loss(rollout: Rollout, token_advantages: torch.Tensor, config: TrainConf
         return learner._micro_weights(micro_tokens, mini_tokens, True)[0]
 
     sizes = (config.learner.mini_batch_size, config.learner.micro_batch_size)
-    return run_loss(rollout, token_advantages, micro_loss, weight, sizes, dtype, trim=True)
+    return run_loss(rollout, token_advantages, micro_loss, weight, sizes, dtype, trim=True,
+                    per_token_positions=per_token_positions)
 
 
 def our_token_advantages(rollout: Rollout, advantages: np.ndarray) -> torch.Tensor:
     """(N, R) float32 per-token advantages as the learner hands them to the loss
     (:func:`losses.broadcast_to_tokens`)."""
     return losses.broadcast_to_tokens(advantages, torch.as_tensor(rollout.batch.response_mask))
+
+
+def our_gspo_term(rollout: Rollout, token_advantages: torch.Tensor, dtype: torch.dtype
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`losses.gspo_policy_loss` on the whole batch at verl-agent's GSPO clip range:
+    ``(loss, gradient wrt the log-probs)``."""
+    log_probs = torch.tensor(rollout.log_probs, dtype=dtype, requires_grad=True)
+    loss = losses.gspo_policy_loss(
+        log_probs, torch.as_tensor(rollout.old_log_probs, dtype=dtype),
+        token_advantages.to(dtype), torch.as_tensor(rollout.response_mask),
+        clip_eps_low=GSPO_CLIP[0], clip_eps_high=GSPO_CLIP[1])[0]
+    (gradient,) = torch.autograd.grad(loss, log_probs)
+    return loss.detach(), gradient
+
+
+def our_overlong(rollout: Rollout, buffer: int, factor: float) -> np.ndarray:
+    """(N,) DAPO's overlong cost of each row, as :meth:`Learner.overlong_penalties` charges
+    it with ``overlong_buffer=buffer``, ``overlong_penalty_factor=factor``."""
+    config = our_config("grpo", overlong_buffer=buffer, overlong_penalty_factor=factor)
+    return our_learner(config).overlong_penalties(rollout.batch)
+
+
+def our_dynamic_sample(rollouts: Callable[[int], Rollout], num_groups: int,
+                       max_rollouts: int) -> list[np.ndarray]:
+    """Which rows of each rollout :func:`~algorithms.dynamic_sampling.sample_until_full`
+    (the trainer's dynamic sampling, ``--learner.dynamic-sampling``) keeps: one (N_r,)
+    bool array per rollout made. ``rollouts(r)`` is the ``r``-th rollout of the
+    iteration (group ids in ``[0, num_groups)``)."""
+    config = our_config("grpo", dynamic_sampling=True,
+                        dynamic_sampling_max_rollouts=max_rollouts)
+    made: list[StepBatch] = []
+
+    def rollout(index: int) -> StepBatch:
+        made.append(rollouts(index).batch)
+        return made[-1]
+
+    sample = sample_until_full(rollout, num_groups=num_groups, group_size=GROUP_SIZE,
+                               max_rollouts=config.learner.dynamic_sampling_max_rollouts,
+                               pad_id=0)
+    kept = np.unique(sample.batch.traj_ids)
+    return [np.isin(batch.traj_ids + index * num_groups * GROUP_SIZE, kept)
+            for index, batch in enumerate(made)]
+
+
+def verl_dynamic_loop(kept_rows: Callable[[StepBatch, bool], np.ndarray],
+                      rollouts: Callable[[int], Rollout], num_groups: int,
+                      max_rollouts: int) -> list[np.ndarray]:
+    """verl-agent's ``TrajectoryCollector.dynamic_multi_turn_loop`` around its filter:
+    roll out while fewer than ``train_batch_size * n`` trajectories are kept and fewer
+    than ``max_num_gen_batches`` rollouts were made, each rollout filtered by
+    ``kept_rows(batch, last_try)`` (``last_try``: this rollout reaches the cap). The loop
+    is transcribed (it needs an env manager and an actor to run); the filter is the
+    reference's. Returns the (N_r,) kept rows of each rollout made."""
+    kept: list[np.ndarray] = []
+    trajectories = 0
+    while trajectories < num_groups * GROUP_SIZE and len(kept) < max_rollouts:
+        batch = rollouts(len(kept)).batch
+        rows = kept_rows(batch, len(kept) + 1 == max_rollouts)
+        trajectories += int(np.unique(batch.traj_ids[rows]).size)
+        kept.append(rows)
+    return kept
 
 
 # --------------------------------------------------------------------------- verl-agent
@@ -501,14 +625,16 @@ def in_float64(function: Callable[..., Any]) -> Callable[..., Any]:
     their float32 rounding apart from a difference of rule.
 
     Raises:
-        RuntimeError: the function's module does not name numpy ``np`` and ``torch``.
+        RuntimeError: the function's module names neither numpy ``np`` nor ``torch``.
     """
     names = dict(function.__globals__)
-    if names.get("np") is not np or names.get("torch") is not torch:
-        raise RuntimeError(f"{function.__qualname__}: its module does not import numpy as "
-                           "np and torch as torch; cannot run it in float64")
-    names["np"] = _Float64Names(np, np.float64)
-    names["torch"] = _Float64Names(torch, torch.float64)
+    if names.get("np") is not np and names.get("torch") is not torch:
+        raise RuntimeError(f"{function.__qualname__}: its module imports neither numpy as "
+                           "np nor torch as torch; cannot run it in float64")
+    if names.get("np") is np:
+        names["np"] = _Float64Names(np, np.float64)
+    if names.get("torch") is torch:
+        names["torch"] = _Float64Names(torch, torch.float64)
     return types.FunctionType(function.__code__, names, function.__name__,
                               function.__defaults__, function.__closure__)
 
@@ -525,7 +651,9 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 
 class _NoTokenizer:
-    """The reward manager's tokenizer, used only to decode examples for printing."""
+    """The reward managers' tokenizer, used only to decode examples for printing."""
+
+    eos_token = ""
 
     def decode(self, ids: Any, **kwargs: Any) -> str:
         return ""
@@ -548,9 +676,15 @@ class VerlSettings:
             trainer always passes True; False calls the functions directly).
         enable_similarity: ``algorithm.gigpo.enable_similarity``.
         similarity_thresh: ``algorithm.gigpo.similarity_thresh``.
+        overlong_buffer: ``reward_model.overlong_buffer.len`` (0: off): the reward of
+            ``DAPORewardManager``'s overlong punishment (its score function giving 0)
+            added to the token-level scores, with ``max_resp_len`` :data:`RESPONSE_TOKENS`.
+        overlong_penalty_factor: ``reward_model.overlong_buffer.penalty_factor``.
         clip_ratio: ``actor.clip_ratio`` (low and high unless given).
+        clip_ratio_low: ``actor.clip_ratio_low``.
         clip_ratio_high: ``actor.clip_ratio_high``.
         clip_ratio_c: ``actor.clip_ratio_c`` (dual clip).
+        loss_mode: ``actor.policy_loss.loss_mode`` ("vanilla" or "gspo").
         loss_agg_mode: ``actor.loss_agg_mode``.
         entropy_coeff: ``actor.entropy_coeff``.
         kl_loss_coef: ``actor.kl_loss_coef`` (``use_kl_loss=True``).
@@ -565,13 +699,26 @@ class VerlSettings:
     cross_steps: bool = True
     enable_similarity: bool = False
     similarity_thresh: float = 0.95
+    overlong_buffer: int = 0
+    overlong_penalty_factor: float = 1.0
     clip_ratio: float = 0.2
+    clip_ratio_low: float | None = None
     clip_ratio_high: float | None = None
     clip_ratio_c: float = 3.0
+    loss_mode: str = "vanilla"
     loss_agg_mode: str = "token-mean"
     entropy_coeff: float = 0.001
     kl_loss_coef: float = 0.01
     kl_loss_type: str = "low_var_kl"
+
+
+def _clip_range(settings: VerlSettings) -> tuple[float, float]:
+    """``(clip_ratio_low, clip_ratio_high)`` as ``dp_actor`` reads them: each falls back
+    to ``clip_ratio``."""
+    low = settings.clip_ratio if settings.clip_ratio_low is None else settings.clip_ratio_low
+    high = (settings.clip_ratio if settings.clip_ratio_high is None
+            else settings.clip_ratio_high)
+    return low, high
 
 
 class VerlAgent:
@@ -604,6 +751,9 @@ class VerlAgent:
             self.core_gigpo = importlib.import_module("gigpo.core_gigpo")
             self.ray_trainer = importlib.import_module("verl.trainer.ppo.ray_trainer")
             rewards = importlib.import_module("agent_system.reward_manager")
+            self.dapo = importlib.import_module("verl.workers.reward_manager.dapo")
+            self.rollout_utils = importlib.import_module(
+                "agent_system.multi_turn_rollout.utils")
         except ImportError as error:
             raise SystemExit(f"cannot import verl-agent from {root}: {error} (see the "
                              "install command in benchmarks/recipe_parity.py)") from error
@@ -658,9 +808,9 @@ class VerlAgent:
 
         Args:
             rollout: the batch.
-            estimator: "gigpo" or "grpo".
+            estimator: one of :data:`ESTIMATORS` (verl's :data:`VERL_ESTIMATOR`).
             normalize: "std" (``mean_std_norm``; GRPO ``norm_adv_by_std_in_grpo``) or
-                "mean".
+                "mean" (RLOO and REINFORCE++ have no such setting).
             settings: verl's settings.
             float64: run verl's code with its float32 read as float64 (:func:`in_float64`,
                 torch's default dtype float64); ``False``: as verl runs it.
@@ -682,6 +832,10 @@ class VerlAgent:
             data.batch["response_mask"] = self.ray_trainer.compute_response_mask(data)
             data.batch["token_level_scores"] = run(type(self.reward_manager).__call__)(
                 self.reward_manager, data)
+            if settings.overlong_buffer:
+                data.batch["token_level_scores"] = data.batch["token_level_scores"] + \
+                    self._overlong_rewards(data, settings.overlong_buffer,
+                                           settings.overlong_penalty_factor, float64)
             if settings.use_invalid_action_penalty:
                 data, _ = run(self.ray_trainer.apply_invalid_action_penalty)(
                     data, invalid_action_penalty_coef=settings.invalid_action_penalty_coef)
@@ -691,7 +845,8 @@ class VerlAgent:
             out["scores"] = data.batch["token_level_rewards"].clone()
             if settings.cross_steps:
                 data = self.ray_trainer.compute_advantage(
-                    data, adv_estimator=self.ray_trainer.AdvantageEstimator(estimator),
+                    data, adv_estimator=self.ray_trainer.AdvantageEstimator(
+                        VERL_ESTIMATOR[estimator]),
                     gamma=settings.gamma, lam=1.0, num_repeat=1, multi_turn=False,
                     norm_adv_by_std_in_grpo=normalize == "std",
                     step_advantage_w=settings.step_advantage_w,
@@ -707,9 +862,9 @@ class VerlAgent:
     def _trajectory_stats(self, data: Any, estimator: str, normalize: str,
                           settings: VerlSettings) -> torch.Tensor:
         """verl's estimators with ``compute_mean_std_cross_steps=False`` (each
-        trajectory's first row counted once), which the trainer does not expose: GRPO
-        through ``compute_grpo_outcome_advantage``, GiGPO through the parts
-        ``compute_gigpo_outcome_advantage`` combines."""
+        trajectory's first row counted once), which the trainer does not expose: GRPO,
+        RLOO and REINFORCE++ through their ``core_algos`` functions, GiGPO through the
+        parts ``compute_gigpo_outcome_advantage`` combines."""
         scores = data.batch["token_level_rewards"]
         mask = data.batch["response_mask"]
         group = data.non_tensor_batch["uid"]
@@ -718,6 +873,12 @@ class VerlAgent:
             return self.core_algos.compute_grpo_outcome_advantage(
                 scores, mask, group, traj, norm_adv_by_std_in_grpo=normalize == "std",
                 compute_mean_std_cross_steps=False)[0]
+        if estimator == "rloo":
+            return self.core_algos.compute_rloo_outcome_advantage(
+                scores, mask, group, traj, compute_mean_std_cross_steps=False)[0]
+        if estimator == "reinforce_pp":
+            return self.core_algos.compute_reinforce_plus_plus_baseline_outcome_advantage(
+                scores, mask, group, traj, compute_mean_std_cross_steps=False)[0]
         gigpo = self.core_gigpo
         remove_std = normalize == "mean"
         episode = gigpo.episode_norm_reward(scores, mask, group, traj,
@@ -736,15 +897,16 @@ class VerlAgent:
         (before its division by the gradient-accumulation steps)."""
         algos = self.core_algos
 
+        policy_loss_fn = {"vanilla": algos.compute_policy_loss,
+                          "gspo": algos.compute_policy_loss_gspo}[settings.loss_mode]
+        low, high = _clip_range(settings)
+
         def loss(log_probs, old, advantages, mask, ref, entropies):
             mask = mask.to(torch.int64)  # verl's response mask: the attention mask's tail
-            pg_loss = algos.compute_policy_loss(
+            pg_loss = policy_loss_fn(
                 old_log_prob=old, log_prob=log_probs, advantages=advantages,
-                response_mask=mask, cliprange=settings.clip_ratio,
-                cliprange_low=settings.clip_ratio, cliprange_high=(
-                    settings.clip_ratio if settings.clip_ratio_high is None
-                    else settings.clip_ratio_high),
-                clip_ratio_c=settings.clip_ratio_c,
+                response_mask=mask, cliprange=settings.clip_ratio, cliprange_low=low,
+                cliprange_high=high, clip_ratio_c=settings.clip_ratio_c,
                 loss_agg_mode=settings.loss_agg_mode)[0]
             total = pg_loss
             if settings.entropy_coeff != 0:
@@ -760,15 +922,83 @@ class VerlAgent:
         return loss
 
     def loss(self, rollout: Rollout, token_advantages: torch.Tensor, sizes: tuple[int, int],
-             dtype: torch.dtype, settings: VerlSettings = VerlSettings()) -> LossOutputs:
+             dtype: torch.dtype, settings: VerlSettings = VerlSettings(),
+             per_token_positions: np.ndarray | None = None) -> LossOutputs:
         """verl's loss terms on ``rollout``: each micro-batch's loss divided by
         ``gradient_accumulation = ppo_mini_batch_size // ppo_micro_batch_size_per_gpu``
-        (one rank: the sizes in rows are the learner's)."""
+        (one rank: the sizes in rows are the learner's; ``per_token_positions``: see
+        :func:`run_loss`)."""
         mini, micro = sizes
         accumulation = mini // micro
         return run_loss(rollout, token_advantages, self.micro_loss(settings),
                         lambda micro_tokens, mini_tokens: 1.0 / accumulation, sizes, dtype,
-                        trim=False)
+                        trim=False, per_token_positions=per_token_positions)
+
+    def gspo_term(self, rollout: Rollout, token_advantages: torch.Tensor, dtype: torch.dtype
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``compute_policy_loss_gspo`` on the whole batch as ``dp_actor`` calls it with
+        the GSPO example's settings (``loss_agg_mode`` token-mean, which the function
+        ignores): ``(loss, gradient wrt the log-probs)``."""
+        log_probs = torch.tensor(rollout.log_probs, dtype=dtype, requires_grad=True)
+        loss = self.core_algos.compute_policy_loss_gspo(
+            old_log_prob=torch.as_tensor(rollout.old_log_probs, dtype=dtype),
+            log_prob=log_probs, advantages=token_advantages.to(dtype),
+            response_mask=torch.as_tensor(rollout.batch.response_mask), cliprange=0.2,
+            cliprange_low=GSPO_CLIP[0], cliprange_high=GSPO_CLIP[1], clip_ratio_c=3.0,
+            loss_agg_mode="token-mean")[0]
+        (gradient,) = torch.autograd.grad(loss, log_probs)
+        return loss.detach(), gradient
+
+    # ---------------------------------------------------------------- DAPO's parts
+    def _overlong_rewards(self, data: Any, buffer: int, factor: float, float64: bool
+                          ) -> torch.Tensor:
+        """(N, R) ``DAPORewardManager.__call__``'s reward tensor with a score function that
+        gives 0: each row's overlong reward at its last response token."""
+        manager = self.dapo.DAPORewardManager(
+            tokenizer=_NoTokenizer(), num_examine=0,
+            compute_score=lambda **kwargs: 0.0, max_resp_len=RESPONSE_TOKENS,
+            overlong_buffer_cfg=types.SimpleNamespace(enable=True, len=buffer,
+                                                      penalty_factor=factor, log=False))
+        n = len(data)
+        data.non_tensor_batch.setdefault(
+            "reward_model", np.array([{"ground_truth": ""}] * n, dtype=object))
+        run = in_float64 if float64 else (lambda function: function)
+        with default_dtype(torch.float64 if float64 else torch.float32):
+            return run(type(manager).__call__)(manager, data)
+
+    def overlong(self, rollout: Rollout, buffer: int, factor: float, *, float64: bool
+                 ) -> np.ndarray:
+        """(N,) each row's overlong cost: minus the sum of its row of
+        :meth:`_overlong_rewards`."""
+        data = self._data(rollout, VerlSettings(), float64)
+        rewards = self._overlong_rewards(data, buffer, factor, float64)
+        return -rewards.sum(dim=-1).double().numpy()
+
+    def kept_rows(self, batch: StepBatch, last_try: bool, *, float64: bool = False
+                  ) -> np.ndarray:
+        """(N,) the rows of the trajectories ``agent_system.multi_turn_rollout.utils.
+        filter_group_data`` keeps (environment ``g * n + m`` is member ``m`` of group
+        ``g``; episode rewards summed step by step in float32 as the rollout loop keeps
+        them, float64 with ``float64``)."""
+        trajectories = int(batch.traj_ids.max()) + 1
+        dtype = np.float64 if float64 else np.float32
+        episode = np.zeros(trajectories, dtype=dtype)
+        for traj, reward in zip(batch.traj_ids.tolist(), batch.env_rewards.astype(dtype),
+                                strict=True):
+            episode[traj] += reward
+        steps = np.bincount(batch.traj_ids, minlength=trajectories)
+        batch_list = [[{"uid": f"group-{traj // GROUP_SIZE}"}] * int(steps[traj])
+                      for traj in range(trajectories)]
+        config = types.SimpleNamespace(
+            data=types.SimpleNamespace(train_batch_size=trajectories // GROUP_SIZE),
+            env=types.SimpleNamespace(rollout=types.SimpleNamespace(n=GROUP_SIZE)))
+        success = np.zeros(trajectories, dtype=bool)
+        success[batch.traj_ids] = batch.success
+        kept = self.rollout_utils.filter_group_data(
+            batch_list=batch_list, episode_rewards=episode, episode_lengths=steps,
+            success={"success_rate": success}, traj_uid=np.arange(trajectories),
+            tool_callings=np.zeros(trajectories), config=config, last_try=last_try)[4]
+        return np.isin(batch.traj_ids, kept)
 
     def entropy(self, logits: torch.Tensor) -> torch.Tensor:
         """``verl.utils.torch_functional.entropy_from_logits``: (..., V) -> (...)."""
@@ -791,9 +1021,18 @@ class RuleTranscription:
     mean 0 and std 1 for a group of one; step groups of equal anchors within a group
     (or, with similarity, each row joins the first cluster, in row order, whose first
     anchor has a ``difflib`` ratio >= the threshold), a step group of one scoring 0;
-    PPO-clip with dual clip ``min(loss, -A * c)`` where A < 0; k3 KL clamped to
-    [-10, 10]; token-mean or sequence means; each micro-batch's loss divided by
-    ``mini // micro``.
+    RLOO ``n / (n - 1) * (x - mean)`` over the group's ``n`` members (a group of one: the
+    raw score); REINFORCE++ ``x - mean`` (mean 0 for a group of one), then whitened over
+    every response token of the batch, ``(v - mu) / sqrt(var + 1e-8)``, ``var`` with
+    Bessel's correction over the token count; DAPO's overlong cost
+    ``max(0, (len - (L_max - L)) / L * f)`` subtracted from the row's episode score;
+    PPO-clip with dual clip ``min(loss, -A * c)`` where A < 0; GSPO: each response's
+    ratio ``exp(mean of its log-ratios)`` for every token (gradient of the token's own
+    log-prob), clipped, no dual clip, its term averaged per response then over responses;
+    k3 KL clamped to [-10, 10]; token-mean, sequence means, or the sum over the
+    micro-batch divided by its padded width; each micro-batch's loss divided by
+    ``mini // micro``; dynamic sampling keeps a group unless its trajectories' returns
+    are all equal (everything on the last try).
     """
 
     stubbed: tuple[str, ...] = ()
@@ -821,19 +1060,55 @@ class RuleTranscription:
             scores[rows] = sum(rewards[row] for row in rows)
         returns -= penalty
         scores -= penalty
+        if settings.overlong_buffer:
+            scores -= self.overlong(rollout, settings.overlong_buffer,
+                                    settings.overlong_penalty_factor, float64=True)
         first = np.zeros(len(batch), dtype=bool)
         first[[rows[0] for rows in rows_of.values()]] = True
         counted = np.ones(len(batch), dtype=bool) if settings.cross_steps else first
-        episode = self._normalized(scores, batch.group_ids.tolist(), normalize, counted,
-                                   single_mean=0.0)
-        advantages = episode
+        groups = batch.group_ids.tolist()
+        mask = torch.as_tensor(rollout.response_mask, dtype=torch.float64)
+        if estimator == "rloo":
+            advantages = self._leave_one_out(scores, groups, counted)
+        elif estimator == "reinforce_pp":
+            centered = self._normalized(scores, groups, "mean", counted, single_mean=0.0)
+            advantages = self._whitened_over_tokens(centered, rollout.response_mask.sum(1))
+        else:
+            advantages = self._normalized(scores, groups, normalize, counted,
+                                          single_mean=0.0)
         if estimator == "gigpo":
             step = self._normalized(returns, self._step_groups(batch, settings), normalize,
                                     np.ones(len(batch), dtype=bool), single_mean=None)
-            advantages = episode + settings.step_advantage_w * step
-        mask = torch.as_tensor(rollout.response_mask, dtype=torch.float64)
+            advantages = advantages + settings.step_advantage_w * step
         return {"advantages": torch.as_tensor(advantages)[:, None] * mask,
                 "step_rewards": torch.as_tensor(returns)}
+
+    @staticmethod
+    def _leave_one_out(values: np.ndarray, keys: Sequence[Any], counted: np.ndarray
+                       ) -> np.ndarray:
+        """``x - mean of the others = n / (n - 1) * (x - mean)`` within groups of equal
+        ``keys`` (``n`` counted rows); a group of one keeps its value."""
+        members: dict[Any, list[float]] = {}
+        for key, value, count in zip(keys, values.tolist(), counted.tolist(), strict=True):
+            if count:
+                members.setdefault(key, []).append(value)
+        out = values.astype(np.float64)
+        for row, key in enumerate(keys):
+            group = members[key]
+            if len(group) > 1:
+                others = (sum(group) - values[row]) / (len(group) - 1)
+                out[row] = values[row] - others
+        return out
+
+    @staticmethod
+    def _whitened_over_tokens(values: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """Each row's value given to each of its ``tokens`` response tokens, whitened over
+        all of them: mean, unbiased variance (token count - 1), ``/ sqrt(var + 1e-8)``."""
+        spread = [value for value, count in zip(values.tolist(), tokens.tolist(), strict=True)
+                  for _ in range(count)]
+        mean = sum(spread) / len(spread)
+        variance = sum((v - mean) ** 2 for v in spread) / (len(spread) - 1)
+        return (values - mean) / math.sqrt(variance + 1e-8)
 
     @staticmethod
     def _normalized(values: np.ndarray, keys: Sequence[Any], normalize: str,
@@ -878,34 +1153,88 @@ class RuleTranscription:
         return keys
 
     def loss(self, rollout: Rollout, token_advantages: torch.Tensor, sizes: tuple[int, int],
-             dtype: torch.dtype, settings: VerlSettings = VerlSettings()) -> LossOutputs:
+             dtype: torch.dtype, settings: VerlSettings = VerlSettings(),
+             per_token_positions: np.ndarray | None = None) -> LossOutputs:
         """Same contract as :meth:`VerlAgent.loss`."""
-        high = settings.clip_ratio if settings.clip_ratio_high is None else settings.clip_ratio_high
+        low, high = _clip_range(settings)
 
-        def aggregate(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str) -> torch.Tensor:
             mask = mask.to(values.dtype)
-            if settings.loss_agg_mode == "token-mean":
+            if mode == "token-mean":
                 return (values * mask).sum() / mask.sum()
+            if mode == "seq-mean-token-sum-norm":
+                return (values * mask).sum() / mask.shape[-1]
             sums = (values * mask).sum(-1)
-            if settings.loss_agg_mode == "seq-mean-token-mean":
+            if mode == "seq-mean-token-mean":
                 sums = sums / mask.sum(-1)
             return sums.mean()
 
         def micro_loss(log_probs, old, advantages, mask, ref, entropies):
-            ratio = torch.exp(log_probs - old)
-            clipped = torch.clamp(ratio, 1 - settings.clip_ratio, 1 + high)
-            per_token = torch.maximum(-advantages * ratio, -advantages * clipped)
-            bounded = torch.minimum(per_token, -advantages * settings.clip_ratio_c)
-            per_token = torch.where(advantages < 0, bounded, per_token)
+            mode = settings.loss_agg_mode
+            if settings.loss_mode == "gspo":
+                per_token = self._gspo_per_token(log_probs, old, advantages, mask, low, high)
+                policy = aggregate(per_token, mask, "seq-mean-token-mean")
+            else:
+                ratio = torch.exp(log_probs - old)
+                clipped = torch.clamp(ratio, 1 - low, 1 + high)
+                per_token = torch.maximum(-advantages * ratio, -advantages * clipped)
+                bounded = torch.minimum(per_token, -advantages * settings.clip_ratio_c)
+                per_token = torch.where(advantages < 0, bounded, per_token)
+                policy = aggregate(per_token, mask, mode)
             log_ratio = ref - log_probs
             kl = torch.clamp(torch.exp(log_ratio) - log_ratio - 1, -10, 10)
-            return (aggregate(per_token, mask) - settings.entropy_coeff
-                    * aggregate(entropies, mask) + settings.kl_loss_coef * aggregate(kl, mask))
+            return (policy - settings.entropy_coeff * aggregate(entropies, mask, mode)
+                    + settings.kl_loss_coef * aggregate(kl, mask, mode))
 
         accumulation = sizes[0] // sizes[1]
         return run_loss(rollout, token_advantages, micro_loss,
                         lambda micro_tokens, mini_tokens: 1.0 / accumulation, sizes, dtype,
-                        trim=False)
+                        trim=False, per_token_positions=per_token_positions)
+
+    @staticmethod
+    def _gspo_per_token(log_probs: torch.Tensor, old: torch.Tensor, advantages: torch.Tensor,
+                        mask: torch.Tensor, low: float, high: float) -> torch.Tensor:
+        """(B, T) GSPO's clipped term of each token: the response's mean log-ratio as the
+        value (clamped above at 10), the token's own log-prob as the gradient."""
+        mask = mask.to(log_probs.dtype)
+        mean_log_ratio = ((log_probs - old) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        log_ratio = log_probs - log_probs.detach() + mean_log_ratio.detach()[:, None]
+        ratio = torch.exp(torch.clamp(log_ratio, max=10.0))
+        return torch.maximum(-advantages * ratio,
+                             -advantages * torch.clamp(ratio, 1 - low, 1 + high))
+
+    def gspo_term(self, rollout: Rollout, token_advantages: torch.Tensor, dtype: torch.dtype
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Same contract as :meth:`VerlAgent.gspo_term`."""
+        log_probs = torch.tensor(rollout.log_probs, dtype=dtype, requires_grad=True)
+        mask = torch.as_tensor(rollout.response_mask, dtype=dtype)
+        per_token = self._gspo_per_token(
+            log_probs, torch.as_tensor(rollout.old_log_probs, dtype=dtype),
+            token_advantages.to(dtype), mask, *GSPO_CLIP)
+        loss = ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
+        (gradient,) = torch.autograd.grad(loss, log_probs)
+        return loss.detach(), gradient
+
+    def overlong(self, rollout: Rollout, buffer: int, factor: float, *, float64: bool
+                 ) -> np.ndarray:
+        """Same contract as :meth:`VerlAgent.overlong` (always float64)."""
+        lengths = rollout.response_mask.sum(1)
+        expected = RESPONSE_TOKENS - buffer
+        return np.array([max(0.0, (length - expected) / buffer * factor)
+                         for length in lengths.tolist()])
+
+    def kept_rows(self, batch: StepBatch, last_try: bool, *, float64: bool = False
+                  ) -> np.ndarray:
+        """Same contract as :meth:`VerlAgent.kept_rows`."""
+        if last_try:
+            return np.ones(len(batch), dtype=bool)
+        returns: dict[int, dict[int, float]] = {}
+        for group, traj, reward in zip(batch.group_ids.tolist(), batch.traj_ids.tolist(),
+                                       batch.env_rewards.tolist(), strict=True):
+            trajectories = returns.setdefault(group, {})
+            trajectories[traj] = trajectories.get(traj, 0.0) + reward
+        varied = {group: len(set(values.values())) > 1 for group, values in returns.items()}
+        return np.array([varied[group] for group in batch.group_ids.tolist()])
 
     def entropy(self, logits: torch.Tensor) -> torch.Tensor:
         """``-sum(p * log p)`` over the last dim."""
@@ -915,15 +1244,50 @@ class RuleTranscription:
 
 # --------------------------------------------------------------------------- comparisons
 
-Reference = Any  # VerlAgent or RuleTranscription: advantages(), loss(), entropy()
+Reference = Any  # VerlAgent or RuleTranscription (same methods)
 
-DEFAULT_TERMS = (
-    "step returns R_t", "gigpo advantages", "grpo advantages", "per-token loss",
-    "micro-batch loss", "mini-batch loss", "gradient wrt log-probs",
-    "gradient wrt entropies", "entropy from logits", "entropy gradient wrt logits",
-)
 COUNTED = "float64"
 AS_RUN = "float32"
+LOSS_TERMS = ("per-token loss", "micro-batch loss", "mini-batch loss",
+              "gradient wrt log-probs", "gradient wrt entropies")
+
+
+@dataclass(frozen=True)
+class Section:
+    """One block of the defaults table: an algorithm's terms (or DAPO's parts).
+
+    Attributes:
+        title: the heading (this project's side vs verl-agent's).
+        terms: the terms, named as the report and the worst line name them (unique across
+            sections).
+    """
+
+    title: str
+    terms: tuple[str, ...]
+
+
+SECTIONS = (
+    Section("gigpo, grpo: LearnerConfig() vs gigpo_trainer (grpo_trainer)/run_alfworld.sh",
+            ("step returns R_t", "gigpo advantages", "grpo advantages", *LOSS_TERMS,
+             "entropy from logits", "entropy gradient wrt logits")),
+    Section("rloo: --algo rloo vs rloo_trainer/run_alfworld.sh (adv_estimator=rloo; the "
+            "loss is gigpo's)", ("rloo advantages",)),
+    Section("reinforce_pp: --algo reinforce_pp vs adv_estimator=reinforce_plus_plus_baseline "
+            "(the loss is gigpo's)", ("reinforce_pp advantages",)),
+    Section("dr_grpo: --algo dr_grpo vs grpo with norm_adv_by_std_in_grpo=False, "
+            "loss_agg_mode=seq-mean-token-sum-norm (mean only)",
+            ("dr_grpo advantages", *(f"dr_grpo {term}" for term in LOSS_TERMS))),
+    Section(f"gspo: --algo gspo vs gspo_trainer/run_alfworld.sh (loss_mode=gspo, clip "
+            f"{GSPO_CLIP[0]:g}/{GSPO_CLIP[1]:g}; per-token loss: {PER_TOKEN_SAMPLE} tokens "
+            "a batch)",
+            ("gspo advantages", "gspo policy term", "gspo policy term gradient",
+             *(f"gspo {term}" for term in LOSS_TERMS))),
+    Section("DAPO's parts (no normalization involved: both columns alike): overlong cost vs "
+            "DAPORewardManager, dynamic sampling vs filter_group_data",
+            ("overlong penalty", "dynamic sampling kept rows", "dynamic sampling rollouts")),
+)
+DEFAULT_TERMS = tuple(term for section in SECTIONS for term in section.terms)
+"""Every term of every section, counted in the worst line."""
 
 
 @dataclass(frozen=True)
@@ -936,6 +1300,7 @@ class Option:
         affects: "advantages" or "loss" (what to compare).
         verl: verl-agent's settings that do the same, or None where verl has none.
         verl_name: how the report names those settings.
+        estimators: the estimators compared (advantage options).
     """
 
     name: str
@@ -943,6 +1308,7 @@ class Option:
     affects: str
     verl: VerlSettings | None = None
     verl_name: str = ""
+    estimators: tuple[str, ...] = ESTIMATORS
 
 
 OPTIONS = (
@@ -956,7 +1322,14 @@ OPTIONS = (
            "the same, compute_mean_std_cross_steps=False"),
     Option("similarity_threshold=0.95", {"similarity_threshold": 0.95}, "advantages",
            VerlSettings(enable_similarity=True, similarity_thresh=0.95),
-           "enable_similarity=True, similarity_thresh=0.95"),
+           "enable_similarity=True, similarity_thresh=0.95", estimators=("gigpo",)),
+    Option(f"overlong_buffer={OVERLONG[0][0]} (factor {OVERLONG[0][1]:g})",
+           {"overlong_buffer": OVERLONG[0][0], "overlong_penalty_factor": OVERLONG[0][1]},
+           "advantages",
+           VerlSettings(overlong_buffer=OVERLONG[0][0],
+                        overlong_penalty_factor=OVERLONG[0][1]),
+           "DAPORewardManager's overlong reward added to the token-level scores",
+           estimators=("grpo", "rloo", "reinforce_pp")),
     Option("dual_clip=None", {"dual_clip": None}, "loss", VerlSettings(clip_ratio_c=1e30),
            "clip_ratio_c=1e30 (verl has no off switch)"),
     Option("loss_aggregation='seq-mean-token-mean'",
@@ -973,20 +1346,31 @@ OPTIONS = (
            "entropy_coeff=0"),
 )
 
+DR_GRPO_VERL = VerlSettings(loss_agg_mode="seq-mean-token-sum-norm")
+"""verl's settings for Dr.GRPO's loss (its advantages: GRPO with ``normalize="mean"``)."""
+GSPO_VERL = VerlSettings(loss_mode="gspo", clip_ratio_low=GSPO_CLIP[0],
+                         clip_ratio_high=GSPO_CLIP[1])
+"""``examples/gspo_trainer/run_alfworld.sh`` over ``ppo_trainer.yaml``."""
+
 
 def _max_abs(a: Any, b: Any) -> float:
-    a = a.detach().double().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
-    b = b.detach().double().numpy() if isinstance(b, torch.Tensor) else np.asarray(b)
+    a = (a.detach().double().numpy() if isinstance(a, torch.Tensor)
+         else np.asarray(a, dtype=np.float64))
+    b = (b.detach().double().numpy() if isinstance(b, torch.Tensor)
+         else np.asarray(b, dtype=np.float64))
     return float(np.max(np.abs(a - b))) if a.size else 0.0
 
 
-def _loss_differences(ours: LossOutputs, theirs: LossOutputs) -> dict[str, float]:
+def _loss_differences(ours: LossOutputs, theirs: LossOutputs, prefix: str = ""
+                      ) -> dict[str, float]:
     return {
-        "per-token loss": _max_abs(ours.per_token, theirs.per_token),
-        "micro-batch loss": _max_abs(ours.micro_losses, theirs.micro_losses),
-        "mini-batch loss": _max_abs(ours.mini_losses, theirs.mini_losses),
-        "gradient wrt log-probs": _max_abs(ours.grad_log_probs, theirs.grad_log_probs),
-        "gradient wrt entropies": _max_abs(ours.grad_entropies, theirs.grad_entropies),
+        f"{prefix}per-token loss": _max_abs(ours.per_token, theirs.per_token),
+        f"{prefix}micro-batch loss": _max_abs(ours.micro_losses, theirs.micro_losses),
+        f"{prefix}mini-batch loss": _max_abs(ours.mini_losses, theirs.mini_losses),
+        f"{prefix}gradient wrt log-probs": _max_abs(ours.grad_log_probs,
+                                                    theirs.grad_log_probs),
+        f"{prefix}gradient wrt entropies": _max_abs(ours.grad_entropies,
+                                                    theirs.grad_entropies),
     }
 
 
@@ -1011,7 +1395,8 @@ class Report:
     Attributes:
         defaults: term -> (normalization, precision) -> largest difference.
         options: option name -> comparison label -> term -> largest difference.
-        single_row: normalization -> (difference on the single row, largest elsewhere).
+        single_row: "estimator, normalization" -> (difference on the single row, largest
+            elsewhere).
         rows: rows per seed; tokens: response tokens per seed.
     """
 
@@ -1040,49 +1425,103 @@ class Report:
         return worst, where
 
 
+PRECISIONS = ((COUNTED, True, torch.float64), (AS_RUN, False, torch.float32))
+"""``(column, verl's advantages in float64, dtype of both losses)``."""
+
+
 def compare(reference: Reference, seeds: Sequence[int], num_groups: int,
             *, with_options: bool = True, progress: Callable[[str], None] | None = None
             ) -> Report:
     """Run both pipelines on every seed's batch and collect the differences."""
     report = Report()
-    config_sizes = (LearnerConfig().mini_batch_size, LearnerConfig().micro_batch_size)
+    sizes = (LearnerConfig().mini_batch_size, LearnerConfig().micro_batch_size)
     for seed in seeds:
         rollout = make_rollout(seed, num_groups)
         report.rows.append(len(rollout.batch))
         report.tokens.append(int(rollout.response_mask.sum()))
-        mask = rollout.response_mask
+        if progress:
+            progress(f"seed {seed}: advantages")
+        _compare_advantages(reference, rollout, report)
         for normalize in NORMALIZATIONS:
             if progress:
-                progress(f"seed {seed}, {normalize}")
-            for precision, float64 in ((COUNTED, True), (AS_RUN, False)):
-                column = (normalize, precision)
-                for estimator in ("gigpo", "grpo"):
-                    config = our_config(estimator, normalize)
-                    theirs = reference.advantages(rollout, estimator, normalize,
-                                                  float64=float64)
-                    ours = our_advantages(rollout, config)[:, None] * mask
-                    report.record(f"{estimator} advantages", column,
-                                  _max_abs(ours, theirs["advantages"]))
-                    if estimator == "gigpo":
-                        report.record("step returns R_t", column,
-                                      _max_abs(our_step_returns(rollout, config),
-                                               theirs["step_rewards"]))
-            config = our_config("gigpo", normalize)
-            tokens = our_token_advantages(rollout, our_advantages(rollout, config))
-            for precision, dtype in ((COUNTED, torch.float64), (AS_RUN, torch.float32)):
-                ours = our_loss(rollout, tokens, config, dtype)
-                theirs = reference.loss(rollout, tokens, config_sizes, dtype)
-                for term, value in _loss_differences(ours, theirs).items():
-                    report.record(term, (normalize, precision), value)
-        for precision, dtype in ((COUNTED, torch.float64), (AS_RUN, torch.float32)):
+                progress(f"seed {seed}: losses, {normalize}")
+            _compare_losses(reference, rollout, normalize, report, sizes)
+        for precision, _, dtype in PRECISIONS:
             values = _entropy_differences(reference, rollout, dtype)
             for normalize in NORMALIZATIONS:
                 for term, value in values.items():
                     report.record(term, (normalize, precision), value)
+        if progress:
+            progress(f"seed {seed}: DAPO's parts")
+        _compare_dapo(reference, rollout, seed, num_groups, report)
         if with_options:
-            _compare_options(reference, rollout, report, config_sizes)
+            if progress:
+                progress(f"seed {seed}: options")
+            _compare_options(reference, rollout, report, sizes)
         _compare_single_row(reference, rollout, report)
     return report
+
+
+def _compare_advantages(reference: Reference, rollout: Rollout, report: Report) -> None:
+    """Every estimator's advantages through :meth:`Learner.advantages`, with the config of
+    each ``--algo``, against verl's trainer; verl's RLOO and REINFORCE++ have no
+    normalization setting, so they run once per precision."""
+    mask = rollout.response_mask
+    for precision, float64, _ in PRECISIONS:
+        for estimator in ESTIMATORS:
+            theirs: dict[str, torch.Tensor] | None = None
+            for normalize in NORMALIZATIONS:
+                column = (normalize, precision)
+                if theirs is None or estimator in ("gigpo", "grpo"):
+                    theirs = reference.advantages(rollout, estimator, normalize,
+                                                  float64=float64)
+                config = our_config(estimator, normalize)
+                ours = our_advantages(rollout, config)[:, None] * mask
+                report.record(f"{estimator} advantages", column,
+                              _max_abs(ours, theirs["advantages"]))
+                if estimator == "gigpo":
+                    report.record("step returns R_t", column,
+                                  _max_abs(our_step_returns(rollout, config),
+                                           theirs["step_rewards"]))
+                if estimator == "grpo":  # the estimator of dr_grpo and gspo
+                    algos = ("dr_grpo", "gspo") if normalize == "mean" else ("gspo",)
+                    for algo in algos:
+                        ours = our_advantages(rollout, our_config(algo, normalize))
+                        report.record(f"{algo} advantages", column,
+                                      _max_abs(ours[:, None] * mask, theirs["advantages"]))
+
+
+def _per_token_sample(rollout: Rollout) -> np.ndarray:
+    """:data:`PER_TOKEN_SAMPLE` response tokens spread evenly over the batch (flat
+    indices among the response tokens)."""
+    total = int(rollout.response_mask.sum())
+    return np.unique(np.linspace(0, total - 1, min(PER_TOKEN_SAMPLE, total)).astype(int))
+
+
+def _compare_losses(reference: Reference, rollout: Rollout, normalize: str, report: Report,
+                    sizes: tuple[int, int]) -> None:
+    """The actor loss of gigpo (the defaults), dr_grpo (``normalize="mean"`` only) and
+    gspo, each with the per-token advantages its own config gives, and GSPO's policy
+    term alone."""
+    algos = ("gigpo", "dr_grpo", "gspo") if normalize == "mean" else ("gigpo", "gspo")
+    for algo in algos:
+        config = our_config(algo, normalize)
+        tokens = our_token_advantages(rollout, our_advantages(rollout, config))
+        settings = {"gigpo": VerlSettings(), "dr_grpo": DR_GRPO_VERL, "gspo": GSPO_VERL}[algo]
+        positions = _per_token_sample(rollout) if algo == "gspo" else None
+        prefix = "" if algo == "gigpo" else f"{algo} "
+        for precision, _, dtype in PRECISIONS:
+            column = (normalize, precision)
+            ours = our_loss(rollout, tokens, config, dtype, positions)
+            theirs = reference.loss(rollout, tokens, sizes, dtype, settings, positions)
+            for term, value in _loss_differences(ours, theirs, prefix).items():
+                report.record(term, column, value)
+            if algo == "gspo":
+                our_term, our_gradient = our_gspo_term(rollout, tokens, dtype)
+                their_term, their_gradient = reference.gspo_term(rollout, tokens, dtype)
+                report.record("gspo policy term", column, _max_abs(our_term, their_term))
+                report.record("gspo policy term gradient", column,
+                              _max_abs(our_gradient, their_gradient))
 
 
 def _entropy_differences(reference: Reference, rollout: Rollout, dtype: torch.dtype
@@ -1098,6 +1537,48 @@ def _entropy_differences(reference: Reference, rollout: Rollout, dtype: torch.dt
             "entropy gradient wrt logits": _max_abs(our_grad, their_grad)}
 
 
+def _compare_dapo(reference: Reference, rollout: Rollout, seed: int, num_groups: int,
+                  report: Report) -> None:
+    """DAPO's overlong cost (each of :data:`OVERLONG`), the groups dynamic sampling keeps
+    of this batch, and the rollouts it makes and keeps for each of
+    :data:`DYNAMIC_MAX_ROLLOUTS` (the iteration's later rollouts: fresh batches of seeds
+    ``10_000 + 100 * seed + r``). Recorded in both normalization columns."""
+    made: dict[int, Rollout] = {0: rollout}
+
+    def rollouts(index: int) -> Rollout:
+        if index not in made:
+            made[index] = make_rollout(10_000 + 100 * seed + index, num_groups)
+        return made[index]
+
+    batch = rollout.batch
+    ours_kept = varied_group_rows(batch.env_rewards, batch.traj_ids, batch.group_ids)
+    for precision, float64, _ in PRECISIONS:
+        values = {
+            "overlong penalty": max(
+                _max_abs(our_overlong(rollout, buffer, factor),
+                         reference.overlong(rollout, buffer, factor, float64=float64))
+                for buffer, factor in OVERLONG),
+            "dynamic sampling kept rows": _max_abs(
+                ours_kept, reference.kept_rows(batch, False, float64=float64)),
+        }
+        worst_loop = 0.0
+        for max_rollouts in DYNAMIC_MAX_ROLLOUTS:
+            ours = our_dynamic_sample(rollouts, num_groups, max_rollouts)
+            theirs = verl_dynamic_loop(
+                functools.partial(reference.kept_rows, float64=float64),
+                rollouts, num_groups, max_rollouts)
+            for index in range(max(len(ours), len(theirs))):
+                rows = len(rollouts(index).batch)
+                none = np.zeros(rows, dtype=bool)
+                worst_loop = max(worst_loop, _max_abs(
+                    ours[index] if index < len(ours) else none,
+                    theirs[index] if index < len(theirs) else none))
+        values["dynamic sampling rollouts"] = worst_loop
+        for normalize in NORMALIZATIONS:
+            for term, value in values.items():
+                report.record(term, (normalize, precision), float(value))
+
+
 def _compare_options(reference: Reference, rollout: Rollout, report: Report,
                      sizes: tuple[int, int]) -> None:
     """Each option against verl's default and against verl set the same way (float64)."""
@@ -1111,8 +1592,7 @@ def _compare_options(reference: Reference, rollout: Rollout, report: Report,
             if option.verl is not None:
                 targets.append((f"verl with {option.verl_name}", option.verl))
             if option.affects == "advantages":
-                estimators = ("gigpo",) if "similarity" in option.name else ("gigpo", "grpo")
-                for estimator in estimators:
+                for estimator in option.estimators:
                     config = our_config(estimator, normalize, **option.changes)
                     ours = our_advantages(rollout, config)[:, None] * mask
                     for label, settings in targets:
@@ -1132,21 +1612,32 @@ def _compare_options(reference: Reference, rollout: Rollout, report: Report,
                                                     "gradient wrt log-probs")})
 
 
+SINGLE_ROW_CASES = (("gigpo", "std"), ("gigpo", "mean"), ("rloo", "std"),
+                    ("reinforce_pp", "std"))
+"""``(estimator, normalization)`` pairs of the accepted single-row difference."""
+
+
 def _compare_single_row(reference: Reference, rollout: Rollout, report: Report) -> None:
-    """The accepted difference: a group of one row (float64, GiGPO)."""
+    """The accepted difference: a group of one row (float64)."""
     grown = single_row_group(rollout)
     mask = grown.response_mask
-    for normalize in NORMALIZATIONS:
-        ours = our_advantages(grown, our_config("gigpo", normalize))[:, None] * mask
-        theirs = reference.advantages(grown, "gigpo", normalize, float64=True)["advantages"]
+    for estimator, normalize in SINGLE_ROW_CASES:
+        ours = our_advantages(grown, our_config(estimator, normalize))[:, None] * mask
+        theirs = reference.advantages(grown, estimator, normalize,
+                                      float64=True)["advantages"]
         difference = np.abs(ours - theirs.double().numpy())
         single = float(difference[-1].max())
         elsewhere = float(difference[:-1].max())
-        before = report.single_row.get(normalize, (0.0, 0.0))
-        report.single_row[normalize] = (max(before[0], single), max(before[1], elsewhere))
+        label = f"{estimator}, {normalize}" if estimator == "gigpo" else estimator
+        before = report.single_row.get(label, (0.0, 0.0))
+        report.single_row[label] = (max(before[0], single), max(before[1], elsewhere))
 
 
 # --------------------------------------------------------------------------- report
+
+
+def _cell(value: float | None, width: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.1e}"
 
 
 def format_report(report: Report, reference: Reference, seconds: float) -> list[str]:
@@ -1163,18 +1654,21 @@ def format_report(report: Report, reference: Reference, seconds: float) -> list[
                      + ", ".join(reference.stubbed))
     lines += [
         "",
-        "defaults (LearnerConfig() vs run_alfworld.sh), largest |difference|",
-        f"  {'term':<30}{'std':>10}{'mean':>10}    {'std':>9}{'mean':>10}",
-        f"  {'':<30}{'counted (float64)':>20}    {'as run (float32)':>19}",
+        "defaults of each --algo, largest |difference| (-: the algorithm fixes the other "
+        "normalization)",
+        f"  {'term':<34}{'std':>10}{'mean':>10}    {'std':>9}{'mean':>10}",
+        f"  {'':<34}{'counted (float64)':>20}    {'as run (float32)':>19}",
     ]
-    for term in DEFAULT_TERMS:
-        cells = report.defaults.get(term)
-        if cells is None:
+    for section in SECTIONS:
+        shown = [term for term in section.terms if term in report.defaults]
+        if not shown:
             continue
-        row = [cells.get((n, p), float("nan")) for p in (COUNTED, AS_RUN)
-               for n in NORMALIZATIONS]
-        lines.append(f"  {term:<30}{row[0]:>10.1e}{row[1]:>10.1e}    {row[2]:>9.1e}"
-                     f"{row[3]:>10.1e}")
+        lines.append(f"  {section.title}")
+        for term in shown:
+            cells = report.defaults[term]
+            row = [cells.get((n, p)) for p in (COUNTED, AS_RUN) for n in NORMALIZATIONS]
+            lines.append(f"    {term:<32}{_cell(row[0], 10)}{_cell(row[1], 10)}    "
+                         f"{_cell(row[2], 9)}{_cell(row[3], 10)}")
     if report.options:
         lines += ["", "options, each alone (float64; both normalizations), largest "
                   "|difference|"]
@@ -1184,10 +1678,10 @@ def format_report(report: Report, reference: Reference, seconds: float) -> list[
                 shown = ", ".join(f"{term} {value:.1e}" for term, value in values.items())
                 lines.append(f"      vs {label}: {shown}")
     if report.single_row:
-        lines += ["", "accepted difference (not counted): a group of one row scores its raw "
+        lines += ["", "accepted difference (not counted): a group of one row keeps its raw "
                   "score in verl, 0 here"]
-        for normalize, (single, elsewhere) in report.single_row.items():
-            lines.append(f"  {normalize}: that row {single:.1e}, every other row "
+        for label, (single, elsewhere) in report.single_row.items():
+            lines.append(f"  {label}: that row {single:.1e}, every other row "
                          f"{elsewhere:.1e}")
     worst, where = report.worst()
     lines += ["", f"worst difference with defaults: {worst:.1e} ({where})"]
@@ -1199,7 +1693,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     more than :data:`TOLERANCE`)."""
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.recipe_parity",
-        description="Compare this project's GiGPO/GRPO advantages and actor loss with "
+        description="Compare this project's group estimators (gigpo, grpo, rloo, "
+                    "reinforce_pp, dr_grpo, gspo), actor losses and DAPO's parts with "
                     "verl-agent's functions on synthetic ALFWorld-shaped batches.")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--verl-agent", metavar="PATH", help="a verl-agent checkout")
