@@ -778,7 +778,8 @@ def step_groups(
         similarity_threshold: None (exact equality, the default) or a ratio in (0, 1):
             str anchors of one group whose ``difflib`` similarity ratio reaches the
             threshold share a step group (greedy clustering against each cluster's first
-            member, distinct anchors visited in sorted order). Cost: quadratic in the
+            member, anchors visited in row order as verl-agent's ``build_step_group``
+            does, so the clusters depend on the row order). Cost: quadratic in the
             number of distinct anchors per group and in their length, in Python.
 
     Returns:
