@@ -222,7 +222,9 @@ def _snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def test_weight_decay_moves_a_weight_the_loss_does_not_touch():
     policy = make_policy()
-    learner = Learner(policy, _config("grpo", lr=1e-3, weight_decay=0.01, entropy_coef=0.0),
+    # 0.05, not the default 0.01 (which is also torch's AdamW default): the configured
+    # value must reach the optimizer
+    learner = Learner(policy, _config("grpo", lr=1e-3, weight_decay=0.05, entropy_coef=0.0),
                       CPU)
     batch = learner.score(_update_batch())
     before = _snapshot(policy.model)
@@ -230,7 +232,7 @@ def test_weight_decay_moves_a_weight_the_loss_does_not_touch():
     assert stats["grad_norm"] == 0.0  # no term has a gradient
     after = _snapshot(policy.model)
     for name, weight in before.items():  # AdamW: w <- w * (1 - lr * decay)
-        torch.testing.assert_close(after[name], weight * (1 - 1e-3 * 0.01), rtol=0, atol=1e-9)
+        torch.testing.assert_close(after[name], weight * (1 - 1e-3 * 0.05), rtol=0, atol=1e-9)
     assert any(not torch.equal(after[n], before[n]) for n in before)
 
 
