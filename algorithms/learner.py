@@ -565,7 +565,8 @@ class Learner:
             mask = rows["response_mask"].float()
             weight = float(mask.sum().item()) / mini_tokens if real else 0.0
             scored = _score(self.scorer, rows, temperature=self.temperature,
-                            with_entropy=True, with_values=self.value_head is not None)
+                            with_entropy=True, entropy_grad=learner.entropy_coef > 0,
+                            with_values=self.value_head is not None)
             token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
             old_log_probs = rows.get("old_log_probs", scored.log_probs.detach())
             policy_loss, policy_stats = losses.ppo_clip_policy_loss(
