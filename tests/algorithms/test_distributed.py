@@ -397,18 +397,6 @@ def test_two_ranks_put_their_envs_on_an_existing_ray_cluster(tmp_path):
 
 
 # ---------------------------------------------------------------------- train.py itself
-@pytest.fixture(scope="module")
-def tiny_model_folder(tmp_path_factory) -> Path:
-    """The tiny Llama and its tokenizer saved as an HF folder (``--model.name-or-path``)."""
-    from tests.algorithms.tiny import make_policy
-
-    folder = tmp_path_factory.mktemp("tiny-model")
-    policy = make_policy()
-    policy.model.save_pretrained(folder)
-    policy.tokenizer.save_pretrained(folder)
-    return folder
-
-
 def _train_py(model: Path, run_dir: Path, *flags: str) -> list[str]:
     """``train.py`` on the cpu-demo env with the tiny model (as torchrun arguments)."""
     return ["train.py", "--model.name-or-path", str(model), "--run.output-dir",

@@ -115,16 +115,6 @@ def test_a_second_sigterm_stops_at_once(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------- train.py
-@pytest.fixture(scope="module")
-def tiny_model_folder(tmp_path_factory) -> Path:
-    """The tiny Llama and its tokenizer saved as an HF folder (``--model.name-or-path``)."""
-    folder = tmp_path_factory.mktemp("tiny-model")
-    policy = make_policy()
-    policy.model.save_pretrained(folder)
-    policy.tokenizer.save_pretrained(folder)
-    return folder
-
-
 def _run_until(command: list[str], marker: str, **kwargs) -> subprocess.Popen:
     """Start ``command`` (its own session); return once a line of its stdout holds
     ``marker``."""
