@@ -225,4 +225,9 @@ def test_env_tokens_change_no_loss_and_no_gradient():
         assert transcript_stats[key] == pytest.approx(window_stats[key], abs=1e-5), key
     assert transcript_stats["optimizer_steps"] == window_stats["optimizer_steps"] == 1
     assert transcript_stats["grad_norm"] > 0
-    torch.testing.assert_close(transcript_weights, window_weights, atol=1e-6, rtol=0)
+    # 5e-6 (was 1e-6 under the earlier loss): the two layouts sum a mini-batch's gradient
+    # from different micro-batches, and AdamW's first step divides each gradient by its own
+    # magnitude, so a weight whose gradient is ~1e-8 (AdamW's eps) moves by an amount that
+    # float rounding shifts: under verl-agent's recipe one weight of 22,016 differed by
+    # 1.5e-6 (relative 3.7e-5); the losses and gradient norm above still agree to 1e-5.
+    torch.testing.assert_close(transcript_weights, window_weights, atol=5e-6, rtol=0)
