@@ -7,12 +7,13 @@ freed space from coalescing and from being returned: measured on the ``cpu-demo`
 (SmolLM2-135M, 8 rows of ~160 tokens), a gradient-checkpointed forward pass held 0.33 GB
 of live memory in a 1.23 GB heap, and the heap grew with each micro-batch. glibc's
 ``malloc_trim`` returns every free page of its heaps to the system (``madvise``); called
-between passes, the resident memory of the next pass starts from what is live.
+before and after each forward pass of a micro-batch, the next pass starts from what is
+live. What remains is the fragmentation inside one pass (docs/memory.md).
 
 The alternative, a low fixed ``M_MMAP_THRESHOLD`` (each tensor of 1 MB or more its own
-mapping, unmapped when freed), kept the same pass at 1.3 GB but added 9-11 s of page
-faults per micro-batch to 18-20 s of compute on the 2-core development VM, so it is not
-used.
+mapping, unmapped when freed), kept an ALFWorld-length micro-batch (8 rows of ~330
+tokens) at 1.35 GB instead of 3.8 GB, but its page faults took the micro-batch from 40 s
+to 58 s on the 2-core development VM, so it is not used.
 """
 
 from __future__ import annotations
@@ -50,15 +51,23 @@ def release_freed_memory() -> bool:
     return bool(trim(0)) if trim is not None else False
 
 
-def release_before_each_call(module: Any) -> Any:
-    """Call :func:`release_freed_memory` before every forward pass of ``module`` (the
-    learner's scorer: the micro-batches of the scoring and update passes).
+def release_around_each_call(module: Any) -> list[Any]:
+    """Call :func:`release_freed_memory` before and after every forward pass of ``module``
+    (the learner's scorer: each micro-batch of the scoring and update passes).
+
+    After the forward pass, the pages its transient tensors freed go back before the
+    backward pass grows the heap again (measured on an ALFWorld-length update micro-batch,
+    8 rows of ~330 tokens: the forward pass peaked 2 GB above the live memory, the
+    backward pass 0.8 GB more on top of it without this release).
 
     Returns:
-        The hook's handle (``.remove()`` undoes it).
+        The hooks' handles (``.remove()`` undoes them).
     """
 
-    def release(_module: Any, _args: Any) -> None:  # None: the call's arguments unchanged
+    def before(_module: Any, _args: Any) -> None:  # None: the arguments unchanged
         release_freed_memory()
 
-    return module.register_forward_pre_hook(release)
+    def after(_module: Any, _args: Any, _output: Any) -> None:  # None: the output unchanged
+        release_freed_memory()
+
+    return [module.register_forward_pre_hook(before), module.register_forward_hook(after)]

@@ -65,7 +65,7 @@ from algorithms.distributed import SINGLE, Ranks, WeightMirror
 from algorithms.dynamic_sampling import sample_until_full
 from algorithms.engines import make_engine
 from algorithms.learner import Learner, warmup_factor
-from algorithms.memory import release_before_each_call, release_freed_memory
+from algorithms.memory import release_around_each_call, release_freed_memory
 from algorithms.metrics import (
     MetricsLogger,
     advantage_metrics,
@@ -357,11 +357,11 @@ class Trainer:
                 dtype=torch.bfloat16 if self.device.type == "cuda" and not on_host else None)
             engine_policy = dataclasses.replace(self.policy, model=self.mirror.model)
         self.learner = Learner(self.policy, config, self.device, ranks=ranks)
-        # freed heap pages go back to the system between micro-batches and phases, so
-        # that the next pass starts from live memory (algorithms.memory)
+        # freed heap pages go back to the system around each micro-batch's forward pass
+        # and each phase, so that the next pass starts from live memory (algorithms.memory)
         for scorer in (self.learner.scorer, self.learner.reference_scorer):
             if scorer is not None:
-                release_before_each_call(scorer)
+                release_around_each_call(scorer)
         max_len = config.prompt.max_prompt_tokens + config.generation.max_new_tokens
         self.engine = make_engine(config.generation, engine_policy, self.device,
                                   seed=config.run.seed + 1_000_003 * ranks.rank,

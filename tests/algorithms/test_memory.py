@@ -52,15 +52,16 @@ def test_release_is_a_no_op_without_glibc(monkeypatch):
         memory._malloc_trim.cache_clear()
 
 
-def test_release_runs_before_each_forward_pass(monkeypatch):
+def test_release_runs_before_and_after_each_forward_pass(monkeypatch):
     calls = []
     monkeypatch.setattr(memory, "release_freed_memory", lambda: calls.append(1) or True)
     layer = torch.nn.Linear(2, 2)
-    handle = memory.release_before_each_call(layer)
+    handles = memory.release_around_each_call(layer)
     inputs = torch.ones(1, 2)
     torch.testing.assert_close(layer(inputs), inputs @ layer.weight.T + layer.bias)
     layer(inputs)
-    assert len(calls) == 2
-    handle.remove()
-    layer(torch.ones(1, 2))
-    assert len(calls) == 2
+    assert len(calls) == 4
+    for handle in handles:
+        handle.remove()
+    layer(inputs)
+    assert len(calls) == 4
