@@ -69,7 +69,7 @@ none fits) and the rest of the rollout goes on.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -78,6 +78,15 @@ from algorithms.config import PromptConfig
 from algorithms.engines import FailedGeneration
 from algorithms.parsing import parse_action
 from algorithms.prompts import BuiltPrompt, PromptBuilder, PromptTooLongError
+
+_PER_ROW = "per_row"
+
+
+def per_row(**kwargs: Any) -> Any:
+    """A :class:`StepBatch` field with one entry per row: :meth:`StepBatch.select` and
+    :func:`concat_batches` carry every field declared this way (``kwargs``: as for
+    :func:`dataclasses.field`)."""
+    return field(metadata={_PER_ROW: True}, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -143,43 +152,43 @@ class StepBatch:
             row's prompt is the trajectory's transcript so far; see the module docstring).
     """
 
-    prompt_ids: np.ndarray
-    prompt_mask: np.ndarray
-    response_ids: np.ndarray
-    response_mask: np.ndarray
-    rewards: np.ndarray
-    env_rewards: np.ndarray
-    penalties: np.ndarray
-    invalid: np.ndarray
-    format_ok: np.ndarray
-    valid_action: np.ndarray
-    traj_ids: np.ndarray
-    group_ids: np.ndarray
-    anchors: tuple[Hashable, ...]
-    step_index: np.ndarray
-    last_step: np.ndarray
-    success: np.ndarray
-    truncated: np.ndarray
-    task_ids: tuple[str, ...]
-    task_types: tuple[str, ...]
-    actions: tuple[str, ...]
-    response_texts: tuple[str, ...]
-    prompt_cut: np.ndarray
-    env_error: np.ndarray
+    prompt_ids: np.ndarray = per_row()
+    prompt_mask: np.ndarray = per_row()
+    response_ids: np.ndarray = per_row()
+    response_mask: np.ndarray = per_row()
+    rewards: np.ndarray = per_row()
+    env_rewards: np.ndarray = per_row()
+    penalties: np.ndarray = per_row()
+    invalid: np.ndarray = per_row()
+    format_ok: np.ndarray = per_row()
+    valid_action: np.ndarray = per_row()
+    traj_ids: np.ndarray = per_row()
+    group_ids: np.ndarray = per_row()
+    anchors: tuple[Hashable, ...] = per_row()
+    step_index: np.ndarray = per_row()
+    last_step: np.ndarray = per_row()
+    success: np.ndarray = per_row()
+    truncated: np.ndarray = per_row()
+    task_ids: tuple[str, ...] = per_row()
+    task_types: tuple[str, ...] = per_row()
+    actions: tuple[str, ...] = per_row()
+    response_texts: tuple[str, ...] = per_row()
+    prompt_cut: np.ndarray = per_row()
+    env_error: np.ndarray = per_row()
     env_errors: int = 0
     env_error_steps: int = 0
     prompt_overflows: int = 0
-    observations: tuple[str, ...] = ()
-    tasks: tuple[str, ...] = ()
-    old_log_probs: np.ndarray | None = field(default=None, repr=False)
-    ref_log_probs: np.ndarray | None = field(default=None, repr=False)
-    values: np.ndarray | None = field(default=None, repr=False)
+    observations: tuple[str, ...] = per_row(default=())
+    tasks: tuple[str, ...] = per_row(default=())
+    old_log_probs: np.ndarray | None = per_row(default=None, repr=False)
+    ref_log_probs: np.ndarray | None = per_row(default=None, repr=False)
+    values: np.ndarray | None = per_row(default=None, repr=False)
     bootstrap_rows: np.ndarray | None = field(default=None, repr=False)
     bootstrap_prompt_ids: np.ndarray | None = field(default=None, repr=False)
     bootstrap_prompt_mask: np.ndarray | None = field(default=None, repr=False)
     bootstrap_values: np.ndarray | None = field(default=None, repr=False)
-    anchor_ids: np.ndarray | None = None
-    budget_cut: np.ndarray | None = None
+    anchor_ids: np.ndarray | None = per_row(default=None)
+    budget_cut: np.ndarray | None = per_row(default=None)
     layout: str = "window"
 
     def __len__(self) -> int:
@@ -236,13 +245,8 @@ class StepBatch:
         return replace(self, **changes)
 
 
-_ROW_FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "rewards",
-               "env_rewards", "penalties", "invalid", "format_ok", "valid_action", "traj_ids",
-               "group_ids", "anchors", "step_index", "last_step", "success", "truncated",
-               "env_error", "task_ids", "task_types", "actions", "response_texts",
-               "prompt_cut", "observations", "tasks", "old_log_probs", "ref_log_probs",
-               "values", "anchor_ids", "budget_cut")
-"""The :class:`StepBatch` fields with one entry per row."""
+_ROW_FIELDS = tuple(f.name for f in fields(StepBatch) if f.metadata.get(_PER_ROW))
+"""The :class:`StepBatch` fields with one entry per row (declared with :func:`per_row`)."""
 
 
 @dataclass(frozen=True)

@@ -376,6 +376,31 @@ def test_select_keeps_whole_trajectories_and_their_bootstrap_prompts():
         scored.select(np.array([2, 0, 1]))
 
 
+def test_every_field_with_one_entry_per_row_is_carried_by_select():
+    """A field of N entries must be declared ``per_row`` (else select() and
+    concat_batches() would silently drop it); a field declared so has N entries."""
+    from dataclasses import fields
+
+    from algorithms.rollout import StepBatch
+
+    batch = cut_rollout(make_tokenizer(), max_steps=2)
+    batch = batch.with_scores(values=np.zeros(len(batch), dtype=np.float32),
+                              old_log_probs=np.zeros(batch.response_ids.shape, np.float32),
+                              ref_log_probs=np.zeros(batch.response_ids.shape, np.float32))
+    declared = {f.name for f in fields(StepBatch) if f.metadata.get("per_row")}
+    sized = {f.name for f in fields(StepBatch)
+             if isinstance(getattr(batch, f.name), (np.ndarray, tuple))
+             and len(getattr(batch, f.name)) == len(batch)}
+    assert len(batch) != batch.bootstrap_rows.size  # the sizes tell rows apart
+    assert sized <= declared
+    unused = {name for name in declared - sized
+              if getattr(batch, name) is None or getattr(batch, name) == ()}
+    assert declared - sized == unused  # only fields this rollout left empty
+    part = batch.select(np.array([0, 1]))
+    for name in sized:
+        assert len(getattr(part, name)) == 2, name
+
+
 class _WordyEnv(ScriptedTextEnv):
     """Task ``doors-0005`` has a task text too long for any prompt; every task offers a
     long admissible-action list (most of it ``look`` aliases the env rejects)."""
