@@ -143,7 +143,7 @@ class GenerationConfig:
     every update. ``openai``: an OpenAI-compatible server at ``base_url`` (evaluation, or
     rollouts from a fleet; no training, since weights cannot reach the server). ``auto``:
     ``vllm`` where vLLM is installed, runs here and can load the policy's folder (it
-    sampled 7-11x faster than ``hf`` on CPU, README 'Benchmarks'), else ``hf``."""
+    sampled 7-11x faster than ``hf`` on CPU, docs/benchmarks.md), else ``hf``."""
 
     max_new_tokens: int = 512
     """Longest response, in tokens."""
@@ -985,7 +985,7 @@ def _cpu_demo() -> TrainConfig:
 
     LoRA keeps a checkpoint at 59 MB (adapters and their AdamW moments) instead of the
     full fine-tune's 1.6 GB, and the KL term to the base model (adapters off, so no second
-    copy) holds the policy's entropy up: measured over seeds 0-2 (README, Configuration),
+    copy) holds the policy's entropy up: measured over seeds 0-2 (docs/configuration.md),
     the full fine-tune (lr 2e-5, no KL) collapsed to 0.08 nats per token and ended at
     success 0 on two seeds. ``--model.lora-rank 0 --learner.lr 2e-5 --learner.kl-coef 0``
     is that full fine-tune.
@@ -998,7 +998,7 @@ def _cpu_demo() -> TrainConfig:
     (the GPU presets' and :class:`LearnerConfig`'s default): measured on seed 0, verl-agent's
     recipe collapsed the policy's entropy to 0.01 nats and success to 0, 0, 0.125, 0, 0.25,
     0 over iterations 2-6 (mean 0.075), against 0.125, 0.625, 0.25, 1, 0.875 (mean 0.575)
-    with this one (README, Configuration).
+    with this one (docs/configuration.md).
     """
     base = TrainConfig(preset="cpu-demo")
     return replace(

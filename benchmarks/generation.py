@@ -11,7 +11,7 @@ of the full model, after an Adam step that changed every weight; agreement: the 
 and the mean |log p_vLLM - log p_HF| over vLLM's top-20 next tokens of 8 prompts, against
 the float32 HF model.
 
-Usage (vLLM needs its own environment on CPU, see README 'vLLM on CPU')::
+Usage (vLLM needs its own environment on CPU, see docs/vllm-cpu.md)::
 
     OMP_NUM_THREADS=2 /work/venvs/vllm/bin/python -m benchmarks.generation
     python -m benchmarks.generation --engines hf      # without vLLM

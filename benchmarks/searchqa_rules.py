@@ -114,7 +114,7 @@ class FixedRetriever:
 
 
 def search_r1_score(transcript: str, gold: str) -> float:
-    """Search-R1's scorer as its README-documented quirk (measurement only, not the env's
+    """Search-R1's scorer with the quirk docs/envs/searchqa.md documents (measurement only, not the env's
     reward): the last ``<answer>`` block of the text, if the text holds at least two."""
     blocks = re.findall(r"<answer>(.*?)</answer>", transcript, re.DOTALL)
     return float(len(blocks) >= 2 and exact_match(blocks[-1].strip(), (gold,)))

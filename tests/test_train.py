@@ -50,7 +50,7 @@ def test_engine_alias_and_vllm_error_without_vllm(tmp_path, monkeypatch):
     from tests.algorithms.tiny import make_policy
 
     vllm_config = replace(scripted_config(), generation={"engine": "vllm"})
-    with pytest.raises(EngineUnavailableError, match="needs the vllm package.*vLLM on CPU"):
+    with pytest.raises(EngineUnavailableError, match="needs the vllm package.*docs/vllm-cpu.md"):
         Trainer(vllm_config, policy=make_policy(), run_dir=tmp_path).setup()
 
 

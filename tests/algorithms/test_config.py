@@ -55,7 +55,7 @@ def test_cpu_demo_is_small_and_simple():
     assert demo.prompt.response_prefix == "<action>"
     assert demo.run.iterations >= 2 and demo.generation.max_new_tokens <= 32
     # LoRA keeps checkpoints small; the KL to the base model (adapters off) keeps the
-    # policy from collapsing (README, Configuration)
+    # policy from collapsing (docs/configuration.md)
     assert demo.model.lora_rank == 16 and demo.model.lora_alpha == 32
     assert demo.learner.lr == 5e-4 and demo.learner.kl_coef == 0.2
 

@@ -152,7 +152,7 @@ def test_vllm_engine_without_the_package_is_a_clear_error():
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here")
     policy = make_policy()
-    with pytest.raises(EngineUnavailableError, match="needs the vllm package.*vLLM on CPU"):
+    with pytest.raises(EngineUnavailableError, match="needs the vllm package.*docs/vllm-cpu.md"):
         make_engine(GenerationConfig(engine="vllm"), policy, torch.device("cpu"), seed=0,
                     max_model_len=64)
 

