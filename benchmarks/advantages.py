@@ -7,7 +7,7 @@ Batches look like ALFWorld rollouts: groups of 8 trajectories from one initial s
 trajectories interleaved) and trajectory-major (what the trainer's rollout produces), a
 reward of 10 on success and -0.1 for invalid actions, and string anchors (observation
 texts) that collide across trajectories of a group as the agents revisit states.
-The loop baseline is ``algorithms/_reference.py`` (the readable spec the tests also use).
+The loop baseline is ``tests/algorithms/reference_advantages.py`` (the readable spec the tests use).
 Figures are ratios measured in the same run; absolute times depend on the machine.
 
 What bounds the speed-up (2-core Xeon, ~22k rows; the "floor" lines print the first two):
@@ -34,19 +34,19 @@ from collections.abc import Callable
 
 import numpy as np
 
-from algorithms._reference import (
-    ref_discounted_returns,
-    ref_gae_advantages,
-    ref_gigpo_advantages,
-    ref_grpo_advantages,
-    ref_step_groups,
-)
 from algorithms.advantages import (
     discounted_returns,
     gae_advantages,
     gigpo_advantages,
     grpo_advantages,
     step_groups,
+)
+from tests.algorithms.reference_advantages import (
+    ref_discounted_returns,
+    ref_gae_advantages,
+    ref_gigpo_advantages,
+    ref_grpo_advantages,
+    ref_step_groups,
 )
 
 GROUP_SIZE = 8

@@ -11,13 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms._reference import (
-    ref_discounted_returns,
-    ref_gae_advantages,
-    ref_gigpo_advantages,
-    ref_grpo_advantages,
-    ref_step_groups,
-)
 from algorithms.advantages import (
     discounted_returns,
     gae_advantages,
@@ -25,6 +18,13 @@ from algorithms.advantages import (
     gigpo_terms,
     grpo_advantages,
     step_groups,
+)
+from tests.algorithms.reference_advantages import (
+    ref_discounted_returns,
+    ref_gae_advantages,
+    ref_gigpo_advantages,
+    ref_grpo_advantages,
+    ref_step_groups,
 )
 
 EPS = 1e-6
