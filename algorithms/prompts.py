@@ -26,9 +26,10 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from algorithms.config import PromptConfig
+if TYPE_CHECKING:  # only annotations: config validation imports this module
+    from algorithms.config import PromptConfig
 
 _CUT_MARK = "[...] "
 

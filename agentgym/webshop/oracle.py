@@ -10,9 +10,13 @@ demonstrations.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agentgym.webshop import pages
-from agentgym.webshop.env import WebShopEnv
 from agentgym.webshop.reward import fuzzy_ratio, normalize_color
+
+if TYPE_CHECKING:  # annotations only: the env imports this module for its expert
+    from agentgym.webshop.env import WebShopEnv
 
 
 def oracle_option_values(env: WebShopEnv) -> dict[str, str]:

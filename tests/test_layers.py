@@ -1,0 +1,133 @@
+"""The import arrows point down (``train.py`` -> ``algorithms`` -> ``agentgym`` ->
+``retrieval``) and no modules import each other in a circle.
+
+Every import counts, those inside functions too (a lazy import still ties the two modules
+together), except those under ``if TYPE_CHECKING:`` (annotations only, never run). A
+module importing its own parent package is not an edge: Python runs the parent's
+``__init__`` first anyway.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[1]
+LAYERS = ("train", "algorithms", "agentgym", "retrieval")
+"""Top to bottom: each may import the ones after it, never one before it."""
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    found = {"train": REPO / "train.py"}
+    for package in LAYERS[1:]:
+        found.update({_module_name(path): path for path in (REPO / package).rglob("*.py")})
+    return found
+
+
+def imported_modules(source: str, name: str, *, is_package: bool,
+                     known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``source`` (module ``name``) imports at run time."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for statement in child.orelse:
+                    visit(statement)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                module = child.module or ""
+                if child.level:
+                    base = name.split(".")[: None if is_package else -1]
+                    base = base[: len(base) - child.level + 1]
+                    module = ".".join([*base, module] if module else base)
+                submodules = {f"{module}.{alias.name}" for alias in child.names} & known
+                found.update(submodules)
+                if len(submodules) < len(child.names):
+                    found.add(module)
+            visit(child)
+
+    visit(ast.parse(source))
+    return {module for module in found
+            if module in known and module != name and not name.startswith(module + ".")}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {name: imported_modules(path.read_text(), name, is_package=path.name == "__init__.py",
+                                   known=known)
+            for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return found
+
+
+def test_the_checker_sees_a_circle_and_ignores_type_checking_imports():
+    known = {"pkg", "pkg.a", "pkg.b"}
+    lazy = "def f():\n    from pkg import b\n"
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import A\n"
+    assert imported_modules(lazy, "pkg.a", is_package=False, known=known) == {"pkg.b"}
+    assert imported_modules(typed, "pkg.b", is_package=False, known=known) == set()
+    assert imported_modules("from . import b\n", "pkg.a", is_package=False,
+                            known=known) == {"pkg.b"}
+    assert imported_modules("from pkg import X\n", "pkg.a", is_package=False,
+                            known=known) == set()  # its own package
+    assert cycles({"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg": set()}) == [["pkg.a", "pkg.b"]]
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph()
+
+
+def test_no_module_imports_a_layer_above_its_own(graph):
+    upward = [f"{name} -> {target}" for name, targets in graph.items() for target in targets
+              if LAYERS.index(target.split(".")[0]) < LAYERS.index(name.split(".")[0])]
+    assert upward == []
+
+
+def test_no_modules_import_each_other_in_a_circle(graph):
+    assert len(graph) > 100  # every package was read
+    assert cycles(graph) == []
