@@ -136,6 +136,11 @@ class Transition:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+DEFAULT_INVALID_ACTION_PENALTY = 0.1
+"""The invalid-action penalty of GiGPO's recipes (verl-agent's ALFWorld and WebShop
+scripts), :attr:`TextEnv.invalid_action_penalty` unless an env declares another."""
+
+
 class TextEnv(gym.Env[str, str]):
     """Base class of AgentGym's text environments; see the module docstring for the contract.
 
@@ -148,7 +153,9 @@ class TextEnv(gym.Env[str, str]):
     * :attr:`task`, :attr:`success`, :meth:`admissible_actions`.
 
     They may override :meth:`observation_anchor` (what part of the text forms the
-    ``"observation"`` anchor) and :meth:`task_id_for_seed`.
+    ``"observation"`` anchor) and :meth:`task_id_for_seed`, and declare what an agent
+    loop needs to know about them: :attr:`invalid_action_penalty` and
+    :meth:`task_source` (read by ``algorithms/``, which names no env).
 
     Args:
         anchor: ``"observation"`` or ``"state"``.
@@ -158,6 +165,9 @@ class TextEnv(gym.Env[str, str]):
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+    invalid_action_penalty: ClassVar[float] = DEFAULT_INVALID_ACTION_PENALTY
+    """What an invalid action (or a badly formed answer) costs the agent in this env's
+    training recipe; a trainer charges it (the env's reward never includes it)."""
     observation_space: TextSpace = TextSpace()
     action_space: TextSpace = TextSpace()
 
@@ -232,6 +242,13 @@ class TextEnv(gym.Env[str, str]):
         """
         raise NotImplementedError(f"{type(self).__name__} declares no expert "
                                   "(TextEnv.expert_action)")
+
+    @classmethod
+    def task_source(cls, kwargs: dict[str, Any]) -> str | None:
+        """Where the tasks of an env built with ``kwargs`` come from, in a few words (a
+        trainer prints it when a run starts), read without building the env; ``None``
+        (the default): the env's own tasks, nothing to choose."""
+        return None
 
     # ------------------------------------------------------------------ overridable
     def observation_anchor(self, observation: str) -> Hashable:

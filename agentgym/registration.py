@@ -50,6 +50,43 @@ def register_envs() -> None:
         )
 
 
+def env_creator(env_id: str) -> Any:
+    """The class (or function) ``gym.make(env_id)`` builds the env with; its module is
+    imported, no env is built.
+
+    Raises:
+        gymnasium.error.Error: ``env_id`` is not registered.
+    """
+    from gymnasium.envs.registration import load_env_creator
+
+    entry_point = gym.spec(env_id).entry_point
+    return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+
+
+def invalid_action_penalty(env_id: str) -> float:
+    """The invalid-action penalty ``env_id``'s env declares
+    (:attr:`agentgym.core.TextEnv.invalid_action_penalty`); the default of GiGPO's recipes
+    for an id that is not registered or an env that declares none."""
+    from agentgym.core import DEFAULT_INVALID_ACTION_PENALTY
+
+    try:
+        creator = env_creator(env_id)
+    except gym.error.Error:
+        return DEFAULT_INVALID_ACTION_PENALTY
+    return float(getattr(creator, "invalid_action_penalty", DEFAULT_INVALID_ACTION_PENALTY))
+
+
+def task_source(env_id: str, kwargs: dict[str, Any]) -> str:
+    """One line saying where the tasks of ``gym.make(env_id, **kwargs)`` come from
+    (:meth:`agentgym.core.TextEnv.task_source`), read without building the env."""
+    try:
+        declared = getattr(env_creator(env_id), "task_source", None)
+    except gym.error.Error:  # not registered: nothing is declared
+        declared = None
+    source = declared(kwargs) if callable(declared) else None
+    return source if source is not None else f"{env_id}'s own tasks"
+
+
 def constructor_arguments(env_id: str) -> tuple[str, ...] | None:
     """The keyword arguments ``gym.make(env_id, ...)`` passes on to the env's class, read
     from its constructor's signature (the class's module is imported, no env is built).
@@ -63,10 +100,7 @@ def constructor_arguments(env_id: str) -> tuple[str, ...] | None:
     """
     import inspect
 
-    from gymnasium.envs.registration import load_env_creator
-
-    entry_point = gym.spec(env_id).entry_point
-    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    creator = env_creator(env_id)
     try:
         parameters = inspect.signature(creator).parameters.values()
     except (TypeError, ValueError):

@@ -67,14 +67,6 @@ ALGO_REQUIRED: dict[str, tuple[str, ...]] = {
     "dr_grpo": ("normalize", "loss_aggregation"), "gspo": ("policy_loss",)}
 """The :data:`ALGO_SETTINGS` that an ``algo`` cannot do without."""
 
-INVALID_ACTION_PENALTY_BY_ENV: dict[str, float] = {"AgentGym/SearchQA-v0": 0.01}
-"""Invalid-action penalty per env id where it differs from
-:attr:`EnvConfig.invalid_action_penalty`'s fallback (GiGPO recipes: 0.01 for Search-QA)."""
-
-DEFAULT_INVALID_ACTION_PENALTY = 0.1
-"""The invalid-action penalty of every env not in :data:`INVALID_ACTION_PENALTY_BY_ENV`."""
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     """The policy model."""
@@ -342,8 +334,8 @@ class EnvConfig:
     """Held-out episodes per evaluation."""
 
     invalid_action_penalty: float | None = None
-    """Reward subtracted on a step with a badly formatted or invalid action. ``None``: per
-    env (0.01 for Search-QA, else 0.1)."""
+    """Reward subtracted on a step with a badly formatted or invalid action. ``None``: the
+    env's own (``TextEnv.invalid_action_penalty``: 0.01 for Search-QA, else 0.1)."""
 
     def kwargs(self) -> dict[str, Any]:
         """The training env's constructor arguments."""
@@ -358,7 +350,9 @@ class EnvConfig:
         """The invalid-action penalty in effect."""
         if self.invalid_action_penalty is not None:
             return self.invalid_action_penalty
-        return INVALID_ACTION_PENALTY_BY_ENV.get(self.env_id, DEFAULT_INVALID_ACTION_PENALTY)
+        from agentgym.registration import invalid_action_penalty
+
+        return invalid_action_penalty(self.env_id)
 
 
 @dataclass(frozen=True)

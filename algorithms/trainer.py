@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentgym import registration
 from algorithms import distributed
 from algorithms.checkpoint import (
     WEIGHT_SECTIONS,
@@ -128,25 +129,6 @@ def eval_only_dir(config: TrainConfig) -> Path:
 def holds_run(run_dir: Path) -> list[str]:
     """The run files present in ``run_dir`` (empty: the folder holds no run)."""
     return [name for name in RUN_FILES if (Path(run_dir) / name).exists()]
-
-
-def task_source(env_id: str, kwargs: dict[str, Any]) -> str:
-    """One line saying where the env's tasks come from (printed when a run starts)."""
-    if env_id == "AgentGym/ALFWorld-v0":
-        from agentgym.alfworld.data import find_data_root
-
-        root = find_data_root(kwargs.get("data_path"))
-        return (f"official ALFWorld games in {root}" if root is not None else
-                "ALFWorld games generated from the alfworld package (no official data: "
-                "set $ALFWORLD_DATA or data_path for it)")
-    if env_id == "AgentGym/WebShop-v0":
-        data = kwargs.get("data")
-        return f"WebShop data in {data}" if data else "the generated WebShop catalog"
-    if env_id == "AgentGym/SearchQA-v0":
-        data = kwargs.get("data_path")
-        return (f"Search-QA questions from {data}" if data else
-                "the generated Search-QA knowledge base")
-    return f"{env_id}'s own tasks"
 
 
 def iteration_seed(seed: int, iteration: int, stream: int, attempt: int = 0,
@@ -311,7 +293,7 @@ class Trainer:
         config = self.config
         ranks = self.ranks
         kwargs = config.env.eval_kwargs() if config.run.eval_only else config.env.kwargs()
-        self._say(f"tasks: {task_source(config.env.env_id, kwargs)}")
+        self._say(f"tasks: {registration.task_source(config.env.env_id, kwargs)}")
         if ranks.distributed:
             self._say(f"torchrun: {ranks.world_size} ranks "
                       f"({'NCCL' if self.device.type == 'cuda' else 'gloo'}); rank 0 rolls "

@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentgym.core import DEFAULT_INVALID_ACTION_PENALTY
 from agentgym.keydoor import DIRECTIONS
 from agentgym.vector import make_vector_env
 from algorithms.advantages import (
@@ -57,7 +58,7 @@ from algorithms.advantages import (
     grpo_advantages,
     step_groups,
 )
-from algorithms.config import DEFAULT_INVALID_ACTION_PENALTY, LearnerConfig
+from algorithms.config import LearnerConfig
 from algorithms.losses import clipped_value_loss, ppo_clip_policy_loss
 from algorithms.metrics import step_group_metrics
 

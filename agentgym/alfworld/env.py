@@ -88,6 +88,14 @@ class ALFWorldEnv(TextEnv):
         ValueError: unknown split or task type.
     """
 
+    @classmethod
+    def task_source(cls, kwargs: dict[str, Any]) -> str:
+        root = find_data_root(kwargs.get("data_path"))
+        return (f"official ALFWorld games in {root}" if root is not None else
+                "ALFWorld games generated from the alfworld package (no official data: "
+                "set $ALFWORLD_DATA or data_path for it)")
+
+
     def __init__(
         self,
         *,

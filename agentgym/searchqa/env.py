@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agentgym.core import AnchorMode, TextEnv, Transition
 from agentgym.searchqa.cache import knowledge_base_files
@@ -146,6 +146,16 @@ class SearchQAEnv(TextEnv):
     Construction only checks arguments; questions are read on first use, the knowledge
     base is written and the index is built or loaded on first use too.
     """
+
+    invalid_action_penalty: ClassVar[float] = 0.01
+    """verl-agent's ``run_search.sh`` (``invalid_action_penalty_coef=0.01``)."""
+
+    @classmethod
+    def task_source(cls, kwargs: dict[str, Any]) -> str:
+        data = kwargs.get("data_path")
+        return (f"Search-QA questions from {data}" if data else
+                "the generated Search-QA knowledge base")
+
 
     def __init__(
         self,

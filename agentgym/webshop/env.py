@@ -107,6 +107,12 @@ class WebShopEnv(TextEnv):
         anchor, max_steps, render_mode: see :class:`~agentgym.core.TextEnv`.
     """
 
+    @classmethod
+    def task_source(cls, kwargs: dict[str, Any]) -> str:
+        data = kwargs.get("data")
+        return f"WebShop data in {data}" if data else "the generated WebShop catalog"
+
+
     def __init__(
         self,
         data: DataSource = None,

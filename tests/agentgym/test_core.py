@@ -86,6 +86,26 @@ def test_constructor_arguments_come_from_the_signature_without_building_the_env(
         constructor_arguments("AgentGym/Nope-v0")
 
 
+def test_envs_declare_their_penalty_and_task_source_without_being_built(monkeypatch):
+    from agentgym.registration import invalid_action_penalty, task_source
+
+    penalties = {env_id: invalid_action_penalty(env_id) for env_id in ENTRY_POINTS}
+    assert penalties.pop("AgentGym/SearchQA-v0") == 0.01  # verl-agent's run_search.sh
+    assert set(penalties.values()) == {0.1}
+    assert invalid_action_penalty("AgentGym/Nope-v0") == 0.1  # not registered
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.setenv("HOME", "/nonexistent")
+    assert task_source("AgentGym/ALFWorld-v0", {}).startswith(
+        "ALFWorld games generated from the alfworld package")
+    assert task_source("AgentGym/WebShop-v0", {"data": "/d"}) == "WebShop data in /d"
+    assert task_source("AgentGym/WebShop-v0", {}) == "the generated WebShop catalog"
+    assert task_source("AgentGym/SearchQA-v0", {"data_path": "/q.jsonl"}) == \
+        "Search-QA questions from /q.jsonl"
+    assert task_source("AgentGym/SearchQA-v0", {}) == "the generated Search-QA knowledge base"
+    assert task_source("AgentGym/KeyDoor-v0", {}) == "AgentGym/KeyDoor-v0's own tasks"
+    assert task_source("AgentGym/Nope-v0", {}) == "AgentGym/Nope-v0's own tasks"
+
+
 def test_import_agentgym_stays_light():
     code = (
         "import sys, agentgym, agentgym.vector; "
