@@ -39,6 +39,8 @@ from pathlib import Path
 TARGETS = {
     "algorithms/advantages.py": ["tests/algorithms/test_advantages.py",
                                  "tests/algorithms/test_recipe.py"],
+    "algorithms/advantage_kernels.py": ["tests/algorithms/test_advantages.py",
+                                        "tests/algorithms/test_estimators.py"],
     "algorithms/losses.py": ["tests/algorithms/test_losses.py",
                              "tests/algorithms/test_recipe.py"],
     "algorithms/learner.py": ["tests/algorithms/test_learner.py",
