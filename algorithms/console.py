@@ -6,6 +6,7 @@ Free of torch (``train.py`` may use it before the training stack is imported).
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 
 def on_terminal() -> bool:
@@ -14,6 +15,13 @@ def on_terminal() -> bool:
     every redraw into the file, so plain lines stand in for them."""
     return all(stream is not None and hasattr(stream, "isatty") and stream.isatty()
                for stream in (sys.stdout, sys.stderr))
+
+
+def progress_bar(show: bool, **kwargs: Any) -> Any:
+    """A tqdm progress bar (``kwargs`` are tqdm's), disabled when not ``show``."""
+    from tqdm.auto import tqdm
+
+    return tqdm(disable=not show, dynamic_ncols=True, **kwargs)
 
 
 def quiet_dependency_bars() -> None:

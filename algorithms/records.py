@@ -188,3 +188,14 @@ def write_records(path: Path, records: list[dict[str, Any]], header: dict[str, A
             archive.write((json.dumps(record) + "\n").encode("utf-8"))
     write_atomic(path, buffer.getvalue())
     return path
+
+
+def write_run_records(run_dir: Path, config: Any, split: str, iteration: int,
+                      records: list[dict[str, Any]], num_trajectories: int) -> None:
+    """Write a run's ``records/<split>/iter_XXXXXX.jsonl.gz`` (nothing when ``records`` is
+    empty), its header naming the run's algorithm and env."""
+    if not records:
+        return
+    write_records(records_path(run_dir, split, iteration), records,
+                  {"split": split, "iteration": iteration, "algo": config.algo,
+                   "env_id": config.env.env_id, "rollout_trajectories": num_trajectories})

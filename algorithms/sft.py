@@ -46,11 +46,14 @@ import numpy as np
 import torch
 
 from algorithms.config import ConfigError, TrainConfig, replace
+from algorithms.console import progress_bar
 from algorithms.engines import make_engine
 from algorithms.learner import Learner
 from algorithms.metrics import MetricsLogger, plot_curves, rollout_metrics
 from algorithms.policy import load_policy, model_identity, split_model
 from algorithms.rollout import NoStepsError, collect_rollout, concat_batches
+from algorithms.run_folder import prepare_run_folder
+from algorithms.seeds import iteration_seed
 from algorithms.sft_data import (
     SFTDataError,
     SFTExample,
@@ -59,7 +62,7 @@ from algorithms.sft_data import (
     read_trajectories,
     write_trajectories,
 )
-from algorithms.trainer import Trainer, _tqdm, iteration_seed
+from algorithms.trainer import Trainer
 from algorithms.warm_start import apply_init_checkpoint, base_fingerprint
 
 DATA_FILE = "sft_data.jsonl"
@@ -150,7 +153,7 @@ class SFTTrainer(Trainer):
         config = self.config
         if self.ranks.distributed:
             raise ConfigError("--algo sft runs in one process; start it without torchrun")
-        checkpoint = self.prepare_run_dir()
+        checkpoint = prepare_run_folder(config, self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if config.run.torch_threads is not None:
             torch.set_num_threads(config.run.torch_threads)
@@ -192,7 +195,7 @@ class SFTTrainer(Trainer):
             trajectories = read_trajectories(config.sft.data)
             where = config.sft.data
         else:
-            with _tqdm(self.progress, total=config.sft.episodes, leave=False,
+            with progress_bar(self.progress, total=config.sft.episodes, leave=False,
                        desc="expert episodes") as bar:
                 trajectories = expert_trajectories(
                     config.env.env_id, config.env.kwargs(), config.sft.episodes,
@@ -255,7 +258,7 @@ class SFTTrainer(Trainer):
             if config.run.eval_every and self.start_iteration == 0 and total > 0:
                 last = self.evaluate_policy(0)
                 self.logger.log(0, last)
-            with _tqdm(self.progress, total=total, initial=self.start_iteration,
+            with progress_bar(self.progress, total=total, initial=self.start_iteration,
                        desc="SFT (optimizer steps)") as bar:
                 for step in range(self.start_iteration, total):
                     rows = batch_rows(config.run.seed, step, per_epoch, len(self.examples),
@@ -307,7 +310,7 @@ class SFTTrainer(Trainer):
         settings = self._settings(temperature=config.generation.eval_temperature,
                                   group_size=1, bootstrap=False)
         batches, offsets = [], []
-        with _tqdm(self.progress, total=len(task_ids), leave=False,
+        with progress_bar(self.progress, total=len(task_ids), leave=False,
                    desc="evaluation (episodes)") as bar:
             for start in range(0, len(task_ids), chunk):
                 part = task_ids[start:start + chunk]

@@ -10,14 +10,10 @@
     runs/<run_name>/records/             rollout records (see algorithms.records)
     runs/<run_name>/eval/iter_XXXXXX.json  held-out results per task type
 
-A folder that already holds a run is never silently reused: a new run there is refused
-(:class:`RunFolderError`) unless ``run.overwrite``; ``run.resume`` needs a checkpoint
-there. ``run.eval_only`` writes to a folder of its own (:func:`eval_only_dir`).
-
-Every seed of iteration ``k`` is derived from ``(run.seed, k)``: the reset seed (so the
-task order), the sampling seeds and the mini-batch order. Resuming from the checkpoint
-after iteration ``k`` therefore replays iteration ``k + 1`` exactly as an uninterrupted
-run would.
+When a folder may be used, and what a failed setup leaves: :mod:`algorithms.run_folder`.
+Held-out evaluation: :mod:`algorithms.evaluation`. Every seed of iteration ``k`` is
+derived from ``(run.seed, k)`` (:mod:`algorithms.seeds`), so resuming from the checkpoint
+after iteration ``k`` replays iteration ``k + 1`` exactly as an uninterrupted run would.
 
 Under ``torchrun`` (:mod:`algorithms.distributed`) every rank runs a :class:`Trainer`:
 each rolls out its block of the task groups with its own envs and engine, the batches are
@@ -29,42 +25,36 @@ evaluation episodes are split between the ranks.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
-import math
-import shutil
 import time
-from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from agentgym import registration
 from algorithms import distributed
+from algorithms.build import (
+    VecEnvFactory,
+    load_run_policy,
+    make_run_engine,
+    vector_env_factory,
+    with_init_checkpoint,
+)
 from algorithms.checkpoint import (
-    WEIGHT_SECTIONS,
     CheckpointError,
-    check_model_identity,
-    checkpoint_meta,
-    checkpoint_size,
-    is_sharded,
-    latest_checkpoint,
-    load_checkpoint,
-    load_sharded_checkpoint,
-    resolve_checkpoint,
-    restore_rng_states,
-    save_checkpoint,
-    save_sharded_checkpoint,
 )
 from algorithms.config import ConfigError, TrainConfig
-from algorithms.console import iteration_line, on_terminal, quiet_dependency_bars
+from algorithms.console import (
+    iteration_line,
+    on_terminal,
+    progress_bar,
+    quiet_dependency_bars,
+)
 from algorithms.distributed import SINGLE, Ranks, WeightMirror
 from algorithms.dynamic_sampling import sample_until_full
-from algorithms.engines import make_engine
+from algorithms.evaluation import evaluate
 from algorithms.learner import Learner, warmup_factor
 from algorithms.memory import release_around_each_call, release_freed_memory
 from algorithms.metrics import (
@@ -74,16 +64,13 @@ from algorithms.metrics import (
     plot_curves,
     rollout_metrics,
     step_group_metrics,
-    trajectory_table,
 )
 from algorithms.policy import (
     Policy,
     check_model_source,
-    default_model_conversion,
-    load_policy,
     resolve_device,
 )
-from algorithms.records import records_path, trajectory_records, write_records
+from algorithms.records import trajectory_records, write_run_records
 from algorithms.rollout import (
     NoStepsError,
     RolloutSettings,
@@ -91,61 +78,10 @@ from algorithms.rollout import (
     collect_rollout,
     concat_batches,
 )
+from algorithms.run_checkpoint import restore_run_checkpoint, save_run_checkpoint
+from algorithms.run_folder import default_run_dir, discard_new_run, prepare_run_folder
+from algorithms.seeds import iteration_seed
 from algorithms.termination import Terminated, TermSignal
-
-RUN_FILES = ("config.json", "metrics.jsonl", "tensorboard", "curves.png", "checkpoints",
-             "records", "eval", "wandb")
-"""What a run writes in its folder (``run.overwrite`` deletes these, nothing else)."""
-
-
-class RunFolderError(ConfigError):
-    """A run folder that cannot be used as asked (reuse without overwrite, nothing to
-    resume)."""
-
-
-def default_run_dir(config: TrainConfig) -> Path:
-    """``output_dir/run_name``, the name defaulting to ``<preset>-<algo>-seed<seed>``;
-    for ``eval_only`` without a ``run_name``, :func:`eval_only_dir`."""
-    run = config.run
-    if run.eval_only and run.run_name is None:
-        return eval_only_dir(config)
-    name = run.run_name or f"{config.preset}-{config.algo}-seed{run.seed}"
-    return Path(run.output_dir) / name
-
-
-def eval_only_dir(config: TrainConfig) -> Path:
-    """Where ``--eval-only`` writes: ``<run>/eval/<checkpoint>-<split>`` for a checkpoint
-    of ``<run>``, or ``output_dir/initial-<preset>/eval/initial-<split>`` for the
-    untrained model. ``<split>`` is the evaluation env's ``split`` (``default`` when it
-    sets none)."""
-    split = str(config.env.eval_kwargs().get("split", "default"))
-    if config.run.checkpoint is None:
-        base = Path(config.run.output_dir) / f"initial-{config.preset}"
-        return base / "eval" / f"initial-{split}"
-    folder = resolve_checkpoint(Path(config.run.checkpoint))
-    return folder.parent.parent / "eval" / f"{folder.name}-{split}"
-
-
-def holds_run(run_dir: Path) -> list[str]:
-    """The run files present in ``run_dir`` (empty: the folder holds no run)."""
-    return [name for name in RUN_FILES if (Path(run_dir) / name).exists()]
-
-
-def iteration_seed(seed: int, iteration: int, stream: int, attempt: int = 0,
-                   round_: int = 0) -> int:
-    """A 31-bit seed for ``stream`` of ``iteration`` (independent of every other pair);
-    ``attempt`` > 0 gives a retry of that stream a seed of its own, and ``round_`` > 0 a
-    further rollout of dynamic sampling."""
-    entropy = [seed, iteration, stream] + ([attempt, round_] if round_ else
-                                           [attempt] if attempt else [])
-    state = np.random.SeedSequence(entropy).generate_state(1)[0]
-    return int(state) & 0x7FFFFFFF
-
-
-def _tqdm(progress: bool, **kwargs: Any) -> Any:
-    from tqdm.auto import tqdm
-
-    return tqdm(disable=not progress, dynamic_ncols=True, **kwargs)
 
 
 class Trainer:
@@ -153,12 +89,17 @@ class Trainer:
 
     Args:
         config: the resolved config.
-        policy: an already loaded policy (tests); by default loaded from ``config.model``.
+        policy: an already loaded policy; by default loaded from ``config.model``.
+        engine: a generation engine (anything with the engine protocol of
+            :mod:`algorithms.engines`); by default built from ``config.generation``.
+        make_vec_env: ``(env kwargs, num_envs, group_size) -> vector env``; by default
+            :func:`~algorithms.build.vector_env_factory` of ``config.env``.
         run_dir: the run folder; by default ``run.output_dir / run_name``.
         ranks: this process's place in a torchrun job (default: one process).
     """
 
     def __init__(self, config: TrainConfig, *, policy: Policy | None = None,
+                 engine: Any = None, make_vec_env: VecEnvFactory | None = None,
                  run_dir: Path | None = None, ranks: Ranks = SINGLE):
         self.config = config.validate()
         self.ranks = ranks
@@ -167,7 +108,9 @@ class Trainer:
         self._policy = policy
         self.policy: Policy | None = None
         self.learner: Learner | None = None
-        self.engine: Any = None
+        self.engine: Any = engine
+        self.make_vec_env = make_vec_env if make_vec_env is not None else \
+            vector_env_factory(config.env)
         self.mirror: WeightMirror | None = None
         self.vec_env: Any = None
         self.logger: MetricsLogger | None = None
@@ -187,66 +130,15 @@ class Trainer:
         return self.progress and on_terminal()
 
     # ------------------------------------------------------------------ setup
-    def prepare_run_dir(self) -> Path | None:
-        """Check the run folder against the run's mode, before anything is loaded.
-
-        Returns:
-            The checkpoint to load: the newest of the run (resume), the one to evaluate
-            (eval-only), or ``None``.
-
-        Raises:
-            RunFolderError: a new run in a folder holding one (without
-                ``run.overwrite``), or a resume with nothing to resume.
-            ConfigError: a resume with settings that differ from the saved ones.
-            CheckpointError: the checkpoint to evaluate is missing or refused.
-        """
-        config = self.config
-        run = config.run
-        if run.eval_only:
-            checkpoint = resolve_checkpoint(Path(run.checkpoint)) if run.checkpoint else None
-        elif run.resume:
-            checkpoint = latest_checkpoint(self.run_dir)
-            if checkpoint is None:
-                raise RunFolderError(
-                    f"--resume: no checkpoint to resume in {self.run_dir} (no "
-                    "checkpoints/latest there); check --run.run-name / --run.output-dir, "
-                    "or start the run without --resume")
-            saved = self.run_dir / "config.json"
-            if saved.exists():
-                stored = TrainConfig.from_dict(json.loads(saved.read_text(encoding="utf-8")))
-                changed = _config_changes(stored.to_dict(), config.to_dict())
-                if changed:
-                    raise ConfigError(
-                        f"--run.resume with a config that differs from {saved} "
-                        f"({'; '.join(changed)}); resume with the same settings (only run.* "
-                        "may change)")
-        else:
-            checkpoint = None
-        present = holds_run(self.run_dir)
-        if present and not run.resume:
-            if not run.overwrite:
-                hint = ("evaluate into another folder with --run.run-name NAME" if run.eval_only
-                        else "continue it with --resume, or pick another folder with "
-                        "--run.run-name NAME" if latest_checkpoint(self.run_dir) is not None
-                        else "it has no checkpoint to resume (it stopped before its first "
-                        "one); pick another folder with --run.run-name NAME")
-                raise RunFolderError(
-                    f"{self.run_dir} already holds a run ({', '.join(present)}); {hint}, or "
-                    "replace it with --run.overwrite")
-            for name in present:
-                path = self.run_dir / name
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
-        return checkpoint
-
     def _prepare_on_rank0(self) -> Path | None:
-        """:meth:`prepare_run_dir` decided by rank 0 alone (only it touches the folder);
+        """:func:`~algorithms.run_folder.prepare_run_folder` decided by rank 0 alone (only it touches the folder);
         every rank gets its answer, or raises its error."""
         if not self.ranks.distributed:
-            return self.prepare_run_dir()
+            return prepare_run_folder(self.config, self.run_dir)
         answer: tuple[str, str] | Path | None = None
         if self.ranks.main:
             try:
-                answer = self.prepare_run_dir()
+                answer = prepare_run_folder(self.config, self.run_dir)
             except (ConfigError, CheckpointError) as error:
                 answer = (type(error).__name__, str(error))
         answer = distributed.broadcast_object(answer, self.ranks)
@@ -260,7 +152,7 @@ class Trainer:
         engine and envs; restore a checkpoint if asked.
 
         A setup that fails in a new run leaves no run files behind (see
-        :meth:`_discard_new_run`), so the same command can be tried again."""
+        :func:`~algorithms.run_folder.discard_new_run`), so the same command can be tried again."""
         config = self.config
         if self._policy is None:  # one line now, not after minutes of retries
             check_model_source(config.model.name_or_path)
@@ -271,22 +163,10 @@ class Trainer:
             self._build(checkpoint)
         except BaseException:
             self.close()
-            if not config.run.resume:
-                self._discard_new_run()
+            if not config.run.resume and self.ranks.main:
+                discard_new_run(self.run_dir)
             raise
 
-    def _discard_new_run(self) -> None:
-        """Delete the run files a failed setup of a new run wrote (rank 0), and the run
-        folder when that leaves it empty. :meth:`prepare_run_dir` left none there before
-        (it refuses a folder holding a run, or empties it with ``run.overwrite``), so
-        every file removed is this setup's."""
-        if not self.ranks.main:
-            return
-        for name in holds_run(self.run_dir):
-            path = self.run_dir / name
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink()
-        with contextlib.suppress(OSError):  # not empty: something of the user's is there
-            self.run_dir.rmdir()
 
     def _build(self, checkpoint: Path | None) -> None:
         """:meth:`setup` after the run folder was checked."""
@@ -305,49 +185,21 @@ class Trainer:
             quiet_dependency_bars()
         if config.run.torch_threads is not None:
             torch.set_num_threads(config.run.torch_threads)
-        if self._policy is None:
-            convert_to = default_model_conversion() if config.model.name_or_path is None \
-                else None
-            self._say(f"loading the policy ({config.model.name_or_path or 'default model'}) "
-                      f"on {self.device}" + (
-                          "" if convert_to is None else
-                          f"; converting the default GGUF model to HF format first (once, "
-                          f"tens of seconds on a CPU; then loaded from {convert_to})"))
-        model_config = config.model
-        if ranks.distributed and self.device.type == "cuda" and model_config.dtype == "auto":
-            # FSDP2 mixed precision: float32 master weights, bfloat16 compute
-            model_config = dataclasses.replace(model_config, dtype="float32")
-        self.policy = self._policy if self._policy is not None else \
-            load_policy(model_config, self.device, seed=config.run.seed)
-        if config.model.init_checkpoint is not None:  # e.g. an SFT warm start
-            from algorithms.warm_start import apply_init_checkpoint
-
-            self.policy = apply_init_checkpoint(self.policy, model_config, seed=config.run.seed)
+        policy = self._policy if self._policy is not None else \
+            load_run_policy(config, self.device, ranks, self._say)
+        self.policy = with_init_checkpoint(policy, config, self.device, ranks)
         self._say(f"policy: {self.policy.source}; "
                   f"{sum(p.numel() for p in self.policy.model.parameters()) / 1e6:.1f}M "
                   "parameters")
         self.policy.model.to(self.device)
-        engine_policy = self.policy
-        if ranks.distributed:
-            # the engine samples from a full copy, refreshed from the shards (distributed)
-            from algorithms.engines import resolve_engine
-
-            on_host = resolve_engine(config.generation, self.policy) != "hf"
-            # on a GPU the HF engine's copy samples in bfloat16, like FSDP2's compute
-            self.mirror = WeightMirror(
-                self.policy.model, torch.device("cpu") if on_host else self.device,
-                dtype=torch.bfloat16 if self.device.type == "cuda" and not on_host else None)
-            engine_policy = dataclasses.replace(self.policy, model=self.mirror.model)
         self.learner = Learner(self.policy, config, self.device, ranks=ranks)
         # freed heap pages go back to the system around each micro-batch's forward pass
         # and each phase, so that the next pass starts from live memory (algorithms.memory)
         for scorer in (self.learner.scorer, self.learner.reference_scorer):
             if scorer is not None:
                 release_around_each_call(scorer)
-        max_len = config.prompt.max_prompt_tokens + config.generation.max_new_tokens
-        self.engine = make_engine(config.generation, engine_policy, self.device,
-                                  seed=config.run.seed + 1_000_003 * ranks.rank,
-                                  max_model_len=max_len)
+        if self.engine is None:
+            self.engine, self.mirror = make_run_engine(config, self.policy, self.device, ranks)
         self._say(f"generation engine: {type(self.engine).__name__}")
         if checkpoint is not None:
             self._restore(checkpoint)
@@ -360,9 +212,9 @@ class Trainer:
             self._say(f"building {self.group_count * config.env.group_size} "
                       f"{config.env.env_id} envs ({config.env.backend} backend"
                       f"{', per rank' if ranks.distributed else ''})")
-            self.vec_env = self._make_vec_env(config.env.kwargs(),
-                                              self.group_count * config.env.group_size,
-                                              config.env.group_size)
+            self.vec_env = self.make_vec_env(config.env.kwargs(),
+                                             self.group_count * config.env.group_size,
+                                             config.env.group_size)
         if ranks.main:
             self.logger = MetricsLogger(
                 self.run_dir, tensorboard=config.run.tensorboard, wandb=config.run.wandb,
@@ -370,31 +222,13 @@ class Trainer:
                 truncate_after=self.start_iteration if config.run.resume else None)
 
     def _restore(self, checkpoint: Path) -> None:
-        """Load ``checkpoint`` (either format, any number of ranks it was saved from)."""
-        config = self.config
-        optimizer = config.run.resume
-        folder = resolve_checkpoint(checkpoint)
-        # before any tensor is read: adapters on another base model, or other adapters
-        check_model_identity(folder, checkpoint_meta(folder).get("model"),
-                             self.learner.model_identity)
-        sharded = is_sharded(folder)
-        if sharded:
-            payload = load_sharded_checkpoint(folder, self.learner.sharded_state(
-                optimizer=optimizer), optimizer=optimizer)
-        else:
-            payload = load_checkpoint(folder, map_location=self.device, optimizer=optimizer)
-        try:
-            if sharded:
-                self.learner.load_sharded_state(payload["learner"])
-            else:
-                self.learner.load_trainable_state(payload["learner"])
-        except (ValueError, RuntimeError) as error:  # names or shapes that do not fit
-            raise CheckpointError(f"{folder} does not fit this run's model: {error}") from None
-        if payload["rng"] is not None:
-            restore_rng_states(payload["rng"])
+        """Load ``checkpoint`` (:func:`~algorithms.run_checkpoint.restore_run_checkpoint`)
+        and give the engine its weights."""
+        payload = restore_run_checkpoint(self.learner, checkpoint, device=self.device,
+                                         optimizer=self.config.run.resume)
         self.start_iteration = int(payload["iteration"])
         self._sync_engine()
-        verb = "resumed" if config.run.resume else "evaluating"
+        verb = "resumed" if self.config.run.resume else "evaluating"
         saved = payload["meta"].get("world_size", 1)
         self._say(f"{verb} {self.run_dir} at iteration {self.start_iteration} from "
                   f"checkpoint {payload['path']}"
@@ -412,18 +246,6 @@ class Trainer:
     def _say(self, message: str) -> None:
         if self.progress:
             print(f"[agentgym] {message}", flush=True)
-
-    def _make_vec_env(self, kwargs: dict[str, Any], num_envs: int, group_size: int) -> Any:
-        from agentgym.vector import make_vector_env
-
-        env = self.config.env
-        if env.backend == "ray" and env.ray_address is not None:
-            from agentgym.vector.ray_backend import connect_ray
-
-            connect_ray(env.ray_address)
-        return make_vector_env(env.env_id, num_envs, group_size=group_size,
-                               backend=env.backend, num_workers=env.num_workers,
-                               step_timeout=env.step_timeout, **kwargs)
 
     def _sample(self, iteration: int) -> tuple[StepBatch, StepBatch, dict[str, float]]:
         """``(rollout, batch, metrics)``: the iteration's rollout, the part of it to train
@@ -458,7 +280,7 @@ class Trainer:
         while True:
             seed = iteration_seed(config.run.seed, iteration, 0, attempt, round_)
             try:
-                with _tqdm(self.bars, total=config.env.max_steps, leave=False,
+                with progress_bar(self.bars, total=config.env.max_steps, leave=False,
                            desc=f"iter {iteration + 1} rollout"
                            f"{f' {round_ + 1}' if round_ else ''} (turns)") as bar:
                     mine: StepBatch | str = collect_rollout(
@@ -525,7 +347,7 @@ class Trainer:
         stats: dict[str, float] = {}
         if len(batch):
             with phase("log_probs"):
-                with _tqdm(progress, total=learner.score_passes(batch), leave=False,
+                with progress_bar(progress, total=learner.score_passes(batch), leave=False,
                            desc=f"iter {iteration + 1} log-probs (micro-batches)") as bar:
                     batch = learner.score(
                         batch, progress=bar,
@@ -536,7 +358,7 @@ class Trainer:
                 lr = config.learner.lr * warmup_factor(iteration, config.run.iterations,
                                                        config.learner.lr_warmup_ratio)
                 learner.set_policy_lr(lr)
-                with _tqdm(progress, total=learner.micro_batches_per_update(batch),
+                with progress_bar(progress, total=learner.micro_batches_per_update(batch),
                            leave=False,
                            desc=f"iter {iteration + 1} update (micro-batches)") as bar:
                     stats = learner.update(batch, signals,
@@ -570,94 +392,23 @@ class Trainer:
         self.last_batch = batch
         if not self.ranks.main:
             return metrics
-        self._write_records("train", iteration + 1, trajectory_records(
+        write_run_records(self.run_dir, config, "train", iteration + 1, trajectory_records(
             rollout, self.policy.tokenizer, iteration=iteration + 1, split="train",
             limit=config.run.record_trajectories, trained=batch, signals=signals),
             num_trajectories=rollout.num_trajectories)
         return metrics
 
-    def _write_records(self, split: str, iteration: int, records: list[dict[str, Any]],
-                       num_trajectories: int) -> None:
-        if not records:
-            return
-        write_records(records_path(self.run_dir, split, iteration), records,
-                      {"split": split, "iteration": iteration, "algo": self.config.algo,
-                       "env_id": self.config.env.env_id,
-                       "rollout_trajectories": num_trajectories})
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, iteration: int) -> dict[str, float]:
-        """Play ``env.eval_episodes`` held-out tasks once each; write per-task-type results.
-
-        Tasks are the first ``eval_episodes`` ids of the evaluation env (built with
-        ``env.eval_kwargs()``), played with ``generation.eval_temperature``. Episodes
-        that ended on an env error are listed (``env_error``) and counted
-        (``env_errors``) but left out of success, return and length, as in
-        :mod:`algorithms.metrics`.
-        """
-        import gymnasium as gym
-
-        import agentgym  # noqa: F401  (registers the ids)
-
+        """Play ``env.eval_episodes`` held-out tasks once each; write per-task-type
+        results (:func:`algorithms.evaluation.evaluate`)."""
         config = self.config
-        probe = gym.make(config.env.env_id, **config.env.eval_kwargs())
-        try:
-            task_ids = list(probe.unwrapped.task_ids)[: config.env.eval_episodes]
-        finally:
-            probe.close()
-        if not task_ids:
-            raise RuntimeError(f"the evaluation env {config.env.env_id} has no tasks")
-        chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))
-        # chunks are dealt to the ranks in turn; each rank plays its own
-        starts = list(range(0, len(task_ids), chunk))[self.ranks.rank::self.ranks.world_size]
-        parts: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]] = []
-        settings = self._settings(temperature=config.generation.eval_temperature, group_size=1,
-                                  bootstrap=False)
-        eval_env = self._make_vec_env(config.env.eval_kwargs(), chunk, 1) if starts else None
-        try:
-            with _tqdm(self.bars, total=len(task_ids), leave=False,
-                       desc="evaluation (episodes)") as bar:
-                for start in starts:
-                    part = task_ids[start: start + chunk]
-                    part = part + [part[-1]] * (chunk - len(part))
-                    keep = min(chunk, len(task_ids) - start)
-                    try:
-                        batch = collect_rollout(eval_env, self.engine, self.policy.tokenizer,
-                                                settings, group_task_ids=part,
-                                                seed=iteration_seed(config.run.seed,
-                                                                    iteration, 2 + start))
-                    except NoStepsError as error:  # every episode of the chunk crashed
-                        self._say(f"evaluation: {error}")
-                        batch = None
-                    chunk_batches = [(batch, part[:keep])]
-                    parts.append((start, _eval_rows(chunk_batches), _eval_records(
-                        chunk_batches, self.policy.tokenizer, iteration,
-                        config.run.record_trajectories, offset=start)))
-                    bar.update(keep)
-        finally:
-            if eval_env is not None:
-                eval_env.close()
-            self.engine.release()
-        gathered = sorted((item for rank_parts in
-                           distributed.all_gather_objects(parts, self.ranks)
-                           for item in rank_parts), key=lambda item: item[0])
-        results = _eval_summary([row for _, rows, _ in gathered for row in rows])
-        metrics = {"eval/success": _nan(results["success"]),
-                   "eval/return": _nan(results["return"]),
-                   "eval/episode_length": _nan(results["episode_length"]),
-                   "eval/env_errors": float(results["env_errors"])}
-        for task_type, row in results["per_task_type"].items():
-            metrics[f"eval/success/{task_type}"] = row["success"]
-        if not self.ranks.main:
-            return metrics
-        records = [record for _, _, chunk_records in gathered for record in chunk_records]
-        self._write_records("eval", iteration, records[: config.run.record_trajectories],
-                            num_trajectories=len(task_ids))
-        out = self.run_dir / "eval"
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"iter_{iteration:06d}.json").write_text(json.dumps(results, indent=2),
-                                                        encoding="utf-8")
-        return metrics
+        settings = self._settings(temperature=config.generation.eval_temperature,
+                                  group_size=1, bootstrap=False)
+        return evaluate(config, self.engine, self.policy.tokenizer, settings,
+                        self.make_vec_env, iteration=iteration, ranks=self.ranks,
+                        run_dir=self.run_dir, bars=self.bars, say=self._say)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, float]:
@@ -688,7 +439,7 @@ class Trainer:
         started = time.perf_counter()
         saved: Path | None = None  # the checkpoint of the last completed iteration, if any
         term.loop_started()
-        with _tqdm(self.bars, total=config.run.iterations, initial=self.start_iteration,
+        with progress_bar(self.bars, total=config.run.iterations, initial=self.start_iteration,
                    desc="training (iterations)") as bar:
             for iteration in range(self.start_iteration, config.run.iterations):
                 # every rank stops before the same iteration (a rank that saw no SIGTERM
@@ -725,44 +476,11 @@ class Trainer:
         return any(distributed.all_gather_objects(flag, self.ranks))
 
     def save(self, iteration: int, metrics: dict[str, float]) -> Path:
-        """Write an atomic checkpoint after ``iteration`` completed iterations.
-
-        Metrics without a value (NaN: say success when every episode crashed) are
-        stored as ``null``, so that ``meta.json`` stays valid JSON.
-        """
-        finite = {key: value if not isinstance(value, float) or math.isfinite(value) else None
-                  for key, value in metrics.items()}
-        score = finite.get("eval/success")
-        # every rank computes the identity (its hash gathers sharded weights: a collective)
-        meta = {"config": self.config.to_dict(), "metrics": finite,
-                "model": self.learner.model_identity}
-        keep = self.config.run.keep_checkpoints
-        if self.ranks.distributed:
-            state = self.learner.sharded_state(optimizer=self.config.run.save_optimizer)
-            path = save_sharded_checkpoint(self.run_dir, iteration, state["weights"],
-                                           state["optimizer"], meta, ranks=self.ranks,
-                                           keep=keep, score=score)
-            if self.ranks.main:
-                sizes = json.loads((path / "meta.json").read_text(encoding="utf-8"))["sizes"]
-                optimizer = sum(v for k, v in sizes.items() if "/optimizer/" in k)
-                self._say(f"checkpoint {path}: {_megabytes(checkpoint_size(path))} "
-                          f"(sharded by {self.ranks.world_size} ranks; optimizer state "
-                          f"{_megabytes(optimizer)})")
-            return path
-        state = self.learner.trainable_state()
-        if not self.config.run.save_optimizer:
-            state = {key: value for key, value in state.items() if key in WEIGHT_SECTIONS}
-        path = save_checkpoint(self.run_dir, iteration, state, meta, keep=keep, score=score)
-        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
-        sizes = meta["sizes"]
-        optimizer = sizes.get("optimizer.safetensors", 0)
-        kept = ("kept in the newest checkpoint only" if optimizer else
-                "not saved: --run.no-save-optimizer")
-        weights = "LoRA adapter weights" if self.policy.lora else "weights"
-        self._say(f"checkpoint {path}: {_megabytes(checkpoint_size(path))} "
-                  f"({weights} {_megabytes(sizes['weights.safetensors'])} in "
-                  f"{'/'.join(meta['weights_dtype'])}, optimizer state "
-                  f"{_megabytes(optimizer)}, {kept})")
+        """Write an atomic checkpoint after ``iteration`` completed iterations
+        (:func:`~algorithms.run_checkpoint.save_run_checkpoint`) and say what it holds."""
+        path, message = save_run_checkpoint(self.learner, self.config, self.run_dir,
+                                            iteration, metrics, self.ranks)
+        self._say(message)
         return path
 
     def close(self) -> None:
@@ -778,101 +496,4 @@ class Trainer:
             self.engine = None
 
 
-def _megabytes(size: int) -> str:
-    return f"{size / 1e6:.1f} MB"
 
-
-def _eval_records(batches: list[tuple[StepBatch | None, list[str]]], tokenizer: Any,
-                  iteration: int, limit: int, offset: int = 0) -> list[dict[str, Any]]:
-    """Records of the first ``limit`` evaluation episodes, numbered across chunks from
-    ``offset`` (the first chunk's first episode)."""
-    records: list[dict[str, Any]] = []
-    for batch, tasks in batches:
-        if batch is not None and len(records) < limit:
-            # the chunk's first len(tasks) trajectories are its own (the rest repeat)
-            part = trajectory_records(batch, tokenizer, iteration=iteration, split="eval",
-                                      limit=min(limit - len(records), len(tasks)))
-            for record in part:
-                record["traj_id"] += offset
-                record["group"] = record["traj_id"]
-            records += part
-        offset += len(tasks)
-    return records
-
-
-def _config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """``"section.field: saved X, now Y"`` for each setting outside ``run`` that differs."""
-    changes = []
-    for name in sorted(set(saved) | set(current)):
-        if name == "run":
-            continue
-        old, new = saved.get(name), current.get(name)
-        if isinstance(old, dict) and isinstance(new, dict):
-            changes += [f"{name}.{key}: saved {old.get(key)!r}, now {new.get(key)!r}"
-                        for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
-        elif old != new:
-            changes.append(f"{name}: saved {old!r}, now {new!r}")
-    return changes
-
-
-def _crashed_eval_row(task_id: str) -> dict[str, Any]:
-    """The row of an evaluation episode that failed in its reset or first step."""
-    return {"task_id": task_id, "task_type": "", "success": False, "return": 0.0,
-            "length": 0, "env_error": True}
-
-
-def _nan(value: float | None) -> float:
-    return float("nan") if value is None else float(value)
-
-
-def _mean_or_none(values: list[float]) -> float | None:
-    return float(np.mean(values)) if values else None
-
-
-def _eval_rows(batches: list[tuple[StepBatch | None, list[str]]]) -> list[dict[str, Any]]:
-    """One row per evaluation episode of ``batches``, which pairs each chunk's batch
-    (``None``: no env of the chunk made a step) with the task ids of its first
-    trajectories (the others repeat a task to fill the chunk)."""
-    rows: list[dict[str, Any]] = []
-    for batch, tasks in batches:
-        if batch is None:
-            rows += [_crashed_eval_row(task_id) for task_id in tasks]
-            continue
-        table = trajectory_table(batch)
-        found = {int(t): i for i, t in enumerate(table["traj_ids"])}
-        first = {int(t): i for i, t in reversed(list(enumerate(batch.traj_ids)))}
-        for traj, task_id in enumerate(tasks):
-            index = found.get(traj)
-            if index is None:  # failed in its reset or first step: no steps, no outcome
-                rows.append(_crashed_eval_row(task_id))
-                continue
-            rows.append({"task_id": batch.task_ids[first[traj]],
-                         "task_type": str(table["task_types"][index]) or "all",
-                         "success": bool(table["success"][index]),
-                         "return": float(table["returns"][index]),
-                         "length": int(table["lengths"][index]),
-                         "env_error": bool(table["env_error"][index])})
-    return rows
-
-
-def _eval_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Success, return and length over the episodes that ended, overall and per task
-    type, with the rows themselves (``tasks``)."""
-    ended = [r for r in rows if not r["env_error"]]
-    per_type: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in ended:
-        per_type[row["task_type"]].append(row)
-    return {
-        "episodes": len(rows),
-        "env_errors": len(rows) - len(ended),
-        "success": _mean_or_none([r["success"] for r in ended]),
-        "return": _mean_or_none([r["return"] for r in ended]),
-        "episode_length": _mean_or_none([r["length"] for r in ended]),
-        "per_task_type": {
-            task_type: {"episodes": len(group),
-                        "success": float(np.mean([r["success"] for r in group])),
-                        "return": float(np.mean([r["return"] for r in group]))}
-            for task_type, group in sorted(per_type.items())
-        },
-        "tasks": rows,
-    }

@@ -172,7 +172,7 @@ def test_the_run_says_its_task_source_first(tmp_path, monkeypatch, capsys):
 
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setattr("algorithms.trainer.load_policy", interrupt)
+    monkeypatch.setattr("algorithms.build.load_policy", interrupt)
     monkeypatch.setattr("sys.argv", ["train.py", "--run.output-dir", str(tmp_path),
                                      "--run.run-name", "demo",
                                      "--env.env-id", "AgentGym/ALFWorld-v0",
@@ -253,7 +253,7 @@ def test_setup_errors_come_before_the_model_loads_and_leave_no_run(tmp_path, mon
     def no_loading(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr("algorithms.trainer.load_policy", no_loading)
+    monkeypatch.setattr("algorithms.build.load_policy", no_loading)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["train.py", "--run.output-dir", str(tmp_path / "runs"),
                                      *args])
@@ -299,7 +299,7 @@ def test_alfworld_data_with_another_env_says_which_flags_train_alfworld(tmp_path
         raise KeyboardInterrupt
 
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
-    monkeypatch.setattr("algorithms.trainer.load_policy", interrupt)
+    monkeypatch.setattr("algorithms.build.load_policy", interrupt)
     monkeypatch.setattr("sys.argv", ["train.py", "--preset", "cpu-demo", "--run.output-dir",
                                      str(tmp_path), "--run.run-name", "demo"])
     with pytest.raises(SystemExit):
@@ -327,7 +327,7 @@ def test_the_conversion_message_only_when_it_converts(tmp_path, monkeypatch, cap
     from tests.algorithms.tiny import make_policy
 
     monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("algorithms.trainer.load_policy", lambda *a, **k: make_policy())
+    monkeypatch.setattr("algorithms.build.load_policy", lambda *a, **k: make_policy())
     config = scripted_config("grpo", iterations=1, progress=True)
 
     def loading_line(run: str) -> str:

@@ -11,14 +11,16 @@ pytest.importorskip("transformers")
 from algorithms.checkpoint import CheckpointError, latest_checkpoint  # noqa: E402
 from algorithms.config import ConfigError, replace  # noqa: E402
 from algorithms.metrics import read_metrics  # noqa: E402
-from algorithms.trainer import RunFolderError, Trainer, default_run_dir  # noqa: E402
+from algorithms.run_folder import RunFolderError, default_run_dir  # noqa: E402
+from algorithms.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
 
-def _train(run_dir, **run):
+def _train(run_dir, make_vec_env=None, **run):
     config = scripted_config("grpo", **{"iterations": 1, **run})
-    trainer = Trainer(config, policy=make_policy(seed=0), run_dir=run_dir)
+    trainer = Trainer(config, policy=make_policy(seed=0), run_dir=run_dir,
+                      make_vec_env=make_vec_env)
     trainer.run()
     return trainer
 
@@ -134,16 +136,15 @@ def test_a_failed_setup_of_a_new_run_leaves_nothing_that_blocks_a_retry(tmp_path
     assert [r["iteration"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl")] == [1]
 
 
-def test_a_failed_setup_of_a_resume_keeps_the_run(tmp_path, monkeypatch):
+def test_a_failed_setup_of_a_resume_keeps_the_run(tmp_path):
     _train(tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
 
-    def no_envs(self, *args, **kwargs):
+    def no_envs(*args, **kwargs):
         raise RuntimeError("no envs today")
 
-    monkeypatch.setattr(Trainer, "_make_vec_env", no_envs)
     with pytest.raises(RuntimeError, match="no envs today"):
-        _train(tmp_path, iterations=2, resume=True)
+        _train(tmp_path, no_envs, iterations=2, resume=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
     assert latest_checkpoint(tmp_path).name == "iter_000001"
 

@@ -18,6 +18,7 @@ import torch
 
 pytest.importorskip("transformers")
 
+from algorithms.build import vector_env_factory  # noqa: E402
 from algorithms.checkpoint import latest_checkpoint  # noqa: E402
 from algorithms.config import replace  # noqa: E402
 from algorithms.metrics import read_metrics  # noqa: E402
@@ -90,9 +91,15 @@ def test_an_iteration_that_outlasts_the_grace_stops_with_the_last_checkpoint(
 
 
 def test_sigterm_during_setup_stops_at_once_and_leaves_no_run(tmp_path, monkeypatch):
-    _sigterm_when(monkeypatch, "_make_vec_env")  # after the config was written
+    config = scripted_config("grpo", iterations=1)
+    real = vector_env_factory(config.env)
+
+    def make_vec_env(*args):  # built after the config was written
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args)
+
     with pytest.raises(Terminated, match="it came before training began"):
-        Trainer(scripted_config("grpo", iterations=1), policy=make_policy(seed=0),
+        Trainer(config, policy=make_policy(seed=0), make_vec_env=make_vec_env,
                 run_dir=tmp_path / "run").run()
     assert not (tmp_path / "run").exists()
 

@@ -144,7 +144,7 @@ def test_an_old_ppo_run_is_refused_with_the_field_to_set(tmp_path):
 
 
 def test_seeds_are_independent_per_iteration():
-    from algorithms.trainer import iteration_seed
+    from algorithms.seeds import iteration_seed
 
     seeds = {iteration_seed(0, i, s) for i in range(50) for s in range(3)}
     assert len(seeds) == 150 and all(0 <= s < 2**31 for s in seeds)
@@ -155,7 +155,7 @@ def test_step_timeout_reaches_the_vector_env(tmp_path):
     config = replace(scripted_config("grpo", iterations=1),
                      env={"backend": "subprocess", "num_workers": 1, "step_timeout": 7.5})
     trainer = Trainer(config, policy=make_policy(), run_dir=tmp_path)
-    vec_env = trainer._make_vec_env(config.env.kwargs(), num_envs=2, group_size=2)
+    vec_env = trainer.make_vec_env(config.env.kwargs(), num_envs=2, group_size=2)
     try:
         assert vec_env.step_timeout == 7.5
     finally:
@@ -209,11 +209,11 @@ def test_an_iteration_where_every_trajectory_crashes(tmp_path, algo):
 
 
 def test_evaluation_counts_crashed_episodes_apart():
-    from algorithms.trainer import _eval_rows, _eval_summary
+    from algorithms.evaluation import eval_rows, eval_summary
     from tests.algorithms.fakes import CUT_TASKS, cut_rollout
 
     def _eval_results(batches):
-        return _eval_summary(_eval_rows(batches))
+        return eval_summary(eval_rows(batches))
     from tests.algorithms.tiny import make_tokenizer
 
     tokenizer = make_tokenizer()
@@ -248,7 +248,7 @@ def test_evaluation_where_every_episode_crashes_at_once(tmp_path):
                       run_dir=tmp_path)
     trainer.setup()
     try:
-        trainer._make_vec_env = lambda kwargs, num_envs, group_size: TextVectorEnv(
+        trainer.make_vec_env = lambda kwargs, num_envs, group_size: TextVectorEnv(
             [lambda: StepFailingEnv(fail_at=0, num_rooms=2, hint=True, num_tasks=64)]
             * num_envs, group_size=group_size)
         metrics = trainer.evaluate(1)

@@ -1,0 +1,94 @@
+"""The parts a run is built from: the policy, the generation engine and the vector envs.
+
+:class:`~algorithms.trainer.Trainer` builds each with the functions here unless it is
+handed one (``policy=``, ``engine=``, ``make_vec_env=``): tests and other libraries pass
+their own parts instead of patching the trainer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from algorithms.config import EnvConfig, TrainConfig
+from algorithms.distributed import Ranks, WeightMirror
+from algorithms.engines import make_engine
+from algorithms.policy import Policy, default_model_conversion, load_policy
+
+VecEnvFactory = Callable[[dict[str, Any], int, int], Any]
+"""``(env kwargs, num_envs, group_size) -> vector env``."""
+
+
+def load_run_policy(config: TrainConfig, device: torch.device, ranks: Ranks,
+                    say: Callable[[str], None]) -> Policy:
+    """Load the policy of ``config.model`` on ``device`` (float32 master weights for FSDP2
+    mixed precision under torchrun on GPUs)."""
+    convert_to = default_model_conversion() if config.model.name_or_path is None else None
+    say(f"loading the policy ({config.model.name_or_path or 'default model'}) on {device}" + (
+        "" if convert_to is None else
+        f"; converting the default GGUF model to HF format first (once, tens of seconds on "
+        f"a CPU; then loaded from {convert_to})"))
+    return load_policy(run_model_config(config, device, ranks), device, seed=config.run.seed)
+
+
+def run_model_config(config: TrainConfig, device: torch.device, ranks: Ranks) -> Any:
+    """``config.model`` as this process loads it: under torchrun on GPUs, ``dtype="auto"``
+    means float32 master weights (FSDP2 computes in bfloat16)."""
+    model = config.model
+    if ranks.distributed and device.type == "cuda" and model.dtype == "auto":
+        return dataclasses.replace(model, dtype="float32")
+    return model
+
+
+def with_init_checkpoint(policy: Policy, config: TrainConfig, device: torch.device,
+                         ranks: Ranks) -> Policy:
+    """``policy`` with ``model.init_checkpoint``'s weights loaded, e.g. an SFT warm start
+    (unchanged without one)."""
+    if config.model.init_checkpoint is None:
+        return policy
+    from algorithms.warm_start import apply_init_checkpoint
+
+    return apply_init_checkpoint(policy, run_model_config(config, device, ranks),
+                                 seed=config.run.seed)
+
+
+def make_run_engine(config: TrainConfig, policy: Policy, device: torch.device,
+                    ranks: Ranks) -> tuple[Any, WeightMirror | None]:
+    """The generation engine and, under torchrun, the full copy of the sharded policy it
+    samples from (refreshed after each update; on a GPU the HF engine's copy samples in
+    bfloat16, like FSDP2's compute). Sampling seeds differ per rank."""
+    mirror = None
+    engine_policy = policy
+    if ranks.distributed:
+        from algorithms.engines import resolve_engine
+
+        on_host = resolve_engine(config.generation, policy) != "hf"
+        mirror = WeightMirror(
+            policy.model, torch.device("cpu") if on_host else device,
+            dtype=torch.bfloat16 if device.type == "cuda" and not on_host else None)
+        engine_policy = dataclasses.replace(policy, model=mirror.model)
+    max_len = config.prompt.max_prompt_tokens + config.generation.max_new_tokens
+    engine = make_engine(config.generation, engine_policy, device,
+                         seed=config.run.seed + 1_000_003 * ranks.rank, max_model_len=max_len)
+    return engine, mirror
+
+
+def vector_env_factory(env: EnvConfig) -> VecEnvFactory:
+    """Builds ``env.env_id``'s vector envs with the configured backend, workers and step
+    timeout (connecting to ``env.ray_address``'s Ray cluster first when set)."""
+
+    def make(kwargs: dict[str, Any], num_envs: int, group_size: int) -> Any:
+        from agentgym.vector import make_vector_env
+
+        if env.backend == "ray" and env.ray_address is not None:
+            from agentgym.vector.ray_backend import connect_ray
+
+            connect_ray(env.ray_address)
+        return make_vector_env(env.env_id, num_envs, group_size=group_size,
+                               backend=env.backend, num_workers=env.num_workers,
+                               step_timeout=env.step_timeout, **kwargs)
+
+    return make
