@@ -16,10 +16,38 @@ import torch
 from algorithms.config import EnvConfig, TrainConfig
 from algorithms.distributed import Ranks, WeightMirror
 from algorithms.engines import make_engine
+from algorithms.learner import Learner
+from algorithms.memory import release_around_each_call
 from algorithms.policy import Policy, default_model_conversion, load_policy
 
 VecEnvFactory = Callable[[dict[str, Any], int, int], Any]
 """``(env kwargs, num_envs, group_size) -> vector env``."""
+
+
+def build_policy(config: TrainConfig, device: torch.device, ranks: Ranks,
+                 say: Callable[[str], None], policy: Policy | None = None) -> Policy:
+    """The run's policy on ``device``: ``policy`` when given, else loaded
+    (:func:`load_run_policy`), with ``model.init_checkpoint``'s weights
+    (:func:`with_init_checkpoint`); says what it is."""
+    if policy is None:
+        policy = load_run_policy(config, device, ranks, say)
+    policy = with_init_checkpoint(policy, config, device, ranks)
+    say(f"policy: {policy.source}; "
+        f"{sum(p.numel() for p in policy.model.parameters()) / 1e6:.1f}M parameters")
+    policy.model.to(device)
+    return policy
+
+
+def build_learner(policy: Policy, config: TrainConfig, device: torch.device,
+                  ranks: Ranks) -> Learner:
+    """The learner of ``policy``; freed heap pages go back to the system around each
+    micro-batch's forward pass (:mod:`algorithms.memory`), so that the next pass starts
+    from live memory."""
+    learner = Learner(policy, config, device, ranks=ranks)
+    for scorer in (learner.scorer, learner.reference_scorer):
+        if scorer is not None:
+            release_around_each_call(scorer)
+    return learner
 
 
 def load_run_policy(config: TrainConfig, device: torch.device, ranks: Ranks,

@@ -201,6 +201,44 @@ class MetricsLogger:
             self._wandb.finish()
 
 
+def iteration_metrics(rollout: StepBatch, sampling: dict[str, float], trained_rows: int,
+                      signals: Any, stats: dict[str, float], lr: float | None,
+                      timings: dict[str, float]) -> dict[str, float]:
+    """The metrics of one training iteration: the rollout's, the advantages' (and GiGPO's
+    step groups and terms when ``signals`` has them), the update's statistics
+    (``update/*``, with ``update/lr`` when an update ran), the phase times (``time/*``)
+    and the tokens per second of the rollout and of the update.
+
+    Args:
+        rollout: the whole rollout (every rollout with dynamic sampling).
+        sampling: dynamic sampling's counts (empty without it).
+        trained_rows: rows the update trained on (``update/steps``).
+        signals: the :class:`~algorithms.learner.Advantages` of the update, or ``None``
+            when the update was skipped.
+        stats: the update's statistics (empty when skipped).
+        lr: the policy learning rate of the update.
+        timings: seconds per phase, ``time/<phase>``.
+    """
+    metrics = rollout_metrics(rollout)
+    metrics.update(sampling)
+    metrics["update/steps"] = float(trained_rows)
+    if signals is not None:
+        metrics.update(advantage_metrics(signals.advantages))
+        if signals.step_group_ids is not None:
+            metrics.update(step_group_metrics(signals.step_group_ids))
+            metrics.update(gigpo_term_metrics(signals.episode, signals.step,
+                                              signals.step_group_ids))
+    metrics.update({f"update/{k}": v for k, v in stats.items()})
+    if stats:
+        metrics["update/lr"] = lr
+    metrics.update(timings)
+    generated = float(rollout.response_mask.sum())
+    metrics["throughput/rollout_tokens_per_s"] = generated / max(timings["time/rollout"], 1e-9)
+    metrics["throughput/update_tokens_per_s"] = stats.get("update_tokens", 0.0) / max(
+        timings["time/update"], 1e-9)
+    return metrics
+
+
 def read_metrics(path: Path) -> list[dict[str, float]]:
     """The records of a ``metrics.jsonl``."""
     path = Path(path)

@@ -16,8 +16,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from algorithms.checkpoint import latest_checkpoint, resolve_checkpoint
+from algorithms import distributed
+from algorithms.checkpoint import CheckpointError, latest_checkpoint, resolve_checkpoint
 from algorithms.config import ConfigError, TrainConfig
+from algorithms.distributed import Ranks
 
 RUN_FILES = ("config.json", "metrics.jsonl", "tensorboard", "curves.png", "checkpoints",
              "records", "eval", "wandb")
@@ -107,6 +109,24 @@ def prepare_run_folder(config: TrainConfig, run_dir: Path) -> Path | None:
             path = run_dir / name
             shutil.rmtree(path) if path.is_dir() else path.unlink()
     return checkpoint
+
+
+def prepare_on_rank0(config: TrainConfig, run_dir: Path, ranks: Ranks) -> Path | None:
+    """:func:`prepare_run_folder` decided by rank 0 alone (only it touches the folder);
+    every rank of a torchrun job gets its answer, or raises its error."""
+    if not ranks.distributed:
+        return prepare_run_folder(config, run_dir)
+    answer: tuple[str, str] | Path | None = None
+    if ranks.main:
+        try:
+            answer = prepare_run_folder(config, run_dir)
+        except (ConfigError, CheckpointError) as error:
+            answer = (type(error).__name__, str(error))
+    answer = distributed.broadcast_object(answer, ranks)
+    if isinstance(answer, tuple):
+        kind = CheckpointError if answer[0] == "CheckpointError" else ConfigError
+        raise kind(answer[1])
+    return answer
 
 
 def discard_new_run(run_dir: Path) -> None:

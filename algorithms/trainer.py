@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -37,15 +38,12 @@ from agentgym import registration
 from algorithms import distributed
 from algorithms.build import (
     VecEnvFactory,
-    load_run_policy,
+    build_learner,
+    build_policy,
     make_run_engine,
     vector_env_factory,
-    with_init_checkpoint,
 )
-from algorithms.checkpoint import (
-    CheckpointError,
-)
-from algorithms.config import ConfigError, TrainConfig
+from algorithms.config import TrainConfig
 from algorithms.console import (
     iteration_line,
     on_terminal,
@@ -53,17 +51,13 @@ from algorithms.console import (
     quiet_dependency_bars,
 )
 from algorithms.distributed import SINGLE, Ranks, WeightMirror
-from algorithms.dynamic_sampling import sample_until_full
 from algorithms.evaluation import evaluate
 from algorithms.learner import Learner, warmup_factor
-from algorithms.memory import release_around_each_call, release_freed_memory
+from algorithms.memory import release_freed_memory
 from algorithms.metrics import (
     MetricsLogger,
-    advantage_metrics,
-    gigpo_term_metrics,
+    iteration_metrics,
     plot_curves,
-    rollout_metrics,
-    step_group_metrics,
 )
 from algorithms.policy import (
     Policy,
@@ -72,16 +66,28 @@ from algorithms.policy import (
 )
 from algorithms.records import trajectory_records, write_run_records
 from algorithms.rollout import (
-    NoStepsError,
-    RolloutSettings,
     StepBatch,
-    collect_rollout,
-    concat_batches,
 )
 from algorithms.run_checkpoint import restore_run_checkpoint, save_run_checkpoint
-from algorithms.run_folder import default_run_dir, discard_new_run, prepare_run_folder
+from algorithms.run_folder import default_run_dir, discard_new_run, prepare_on_rank0
+from algorithms.sampling import Sampler, rollout_settings
 from algorithms.seeds import iteration_seed
 from algorithms.termination import Terminated, TermSignal
+
+UPDATE_PHASES = ("log_probs", "advantages", "update", "weight_sync")
+"""The timed phases of an iteration after its rollout (``time/<phase>``)."""
+
+
+@contextmanager
+def timed(phase: str, timings: dict[str, float]) -> Iterator[None]:
+    """Time the block as ``timings["time/<phase>"]``; freed heap pages go back to the
+    system before and after it (:mod:`algorithms.memory`), so each phase starts from
+    live memory."""
+    start = time.perf_counter()
+    release_freed_memory()
+    yield
+    release_freed_memory()
+    timings[f"time/{phase}"] = time.perf_counter() - start
 
 
 class Trainer:
@@ -113,6 +119,7 @@ class Trainer:
             vector_env_factory(config.env)
         self.mirror: WeightMirror | None = None
         self.vec_env: Any = None
+        self.sampler: Sampler | None = None
         self.logger: MetricsLogger | None = None
         self.start_iteration = 0
         self.group_first, self.group_count = distributed.group_block(
@@ -130,23 +137,6 @@ class Trainer:
         return self.progress and on_terminal()
 
     # ------------------------------------------------------------------ setup
-    def _prepare_on_rank0(self) -> Path | None:
-        """:func:`~algorithms.run_folder.prepare_run_folder` decided by rank 0 alone (only it touches the folder);
-        every rank gets its answer, or raises its error."""
-        if not self.ranks.distributed:
-            return prepare_run_folder(self.config, self.run_dir)
-        answer: tuple[str, str] | Path | None = None
-        if self.ranks.main:
-            try:
-                answer = prepare_run_folder(self.config, self.run_dir)
-            except (ConfigError, CheckpointError) as error:
-                answer = (type(error).__name__, str(error))
-        answer = distributed.broadcast_object(answer, self.ranks)
-        if isinstance(answer, tuple):
-            kind = CheckpointError if answer[0] == "CheckpointError" else ConfigError
-            raise kind(answer[1])
-        return answer
-
     def setup(self) -> None:
         """Check the model source and the run folder, load the model, build learner,
         engine and envs; restore a checkpoint if asked.
@@ -158,7 +148,7 @@ class Trainer:
             check_model_source(config.model.name_or_path)
         if config.use_critic and config.model.critic == "separate":
             check_model_source(config.model.critic_name_or_path)
-        checkpoint = self._prepare_on_rank0()
+        checkpoint = prepare_on_rank0(config, self.run_dir, self.ranks)
         try:
             self._build(checkpoint)
         except BaseException:
@@ -166,7 +156,6 @@ class Trainer:
             if not config.run.resume and self.ranks.main:
                 discard_new_run(self.run_dir)
             raise
-
 
     def _build(self, checkpoint: Path | None) -> None:
         """:meth:`setup` after the run folder was checked."""
@@ -185,19 +174,8 @@ class Trainer:
             quiet_dependency_bars()
         if config.run.torch_threads is not None:
             torch.set_num_threads(config.run.torch_threads)
-        policy = self._policy if self._policy is not None else \
-            load_run_policy(config, self.device, ranks, self._say)
-        self.policy = with_init_checkpoint(policy, config, self.device, ranks)
-        self._say(f"policy: {self.policy.source}; "
-                  f"{sum(p.numel() for p in self.policy.model.parameters()) / 1e6:.1f}M "
-                  "parameters")
-        self.policy.model.to(self.device)
-        self.learner = Learner(self.policy, config, self.device, ranks=ranks)
-        # freed heap pages go back to the system around each micro-batch's forward pass
-        # and each phase, so that the next pass starts from live memory (algorithms.memory)
-        for scorer in (self.learner.scorer, self.learner.reference_scorer):
-            if scorer is not None:
-                release_around_each_call(scorer)
+        self.policy = build_policy(config, self.device, ranks, self._say, self._policy)
+        self.learner = build_learner(self.policy, config, self.device, ranks)
         if self.engine is None:
             self.engine, self.mirror = make_run_engine(config, self.policy, self.device, ranks)
         self._say(f"generation engine: {type(self.engine).__name__}")
@@ -215,6 +193,10 @@ class Trainer:
             self.vec_env = self.make_vec_env(config.env.kwargs(),
                                              self.group_count * config.env.group_size,
                                              config.env.group_size)
+            # sampled at the temperature the learner scores at (Learner.temperature)
+            self.sampler = Sampler(config, self.vec_env, self.engine, self.policy.tokenizer,
+                                   self.learner.temperature, ranks, self.group_first,
+                                   self.bars, self._say)
         if ranks.main:
             self.logger = MetricsLogger(
                 self.run_dir, tensorboard=config.run.tensorboard, wandb=config.run.wandb,
@@ -247,72 +229,6 @@ class Trainer:
         if self.progress:
             print(f"[agentgym] {message}", flush=True)
 
-    def _sample(self, iteration: int) -> tuple[StepBatch, StepBatch, dict[str, float]]:
-        """``(rollout, batch, metrics)``: the iteration's rollout, the part of it to train
-        on, and dynamic sampling's counts (``learner.dynamic_sampling``: rollouts of fresh
-        groups until enough groups with varied returns are kept,
-        :mod:`algorithms.dynamic_sampling`; without it the rollout is the batch)."""
-        config = self.config
-        if not config.learner.dynamic_sampling:
-            rollout = self._rollout(iteration)
-            return rollout, rollout, {}
-        sample = sample_until_full(
-            lambda round_: self._rollout(iteration, round_),
-            num_groups=config.env.num_groups, group_size=config.env.group_size,
-            max_rollouts=config.learner.dynamic_sampling_max_rollouts,
-            pad_id=int(self.policy.tokenizer.pad_token_id))
-        return sample.sampled, sample.batch, {
-            "rollout/dynamic_sampling_rollouts": float(sample.rollouts),
-            "rollout/groups_sampled": float(sample.groups_sampled),
-            "rollout/groups_kept": float(sample.groups_kept)}
-
-    def _rollout(self, iteration: int, round_: int = 0) -> StepBatch:
-        """The iteration's training rollout (its ``round_``-th with dynamic sampling), tried
-        again (new reset seed) when no env made a single step, up to
-        ``run.rollout_retries`` times."""
-        config = self.config
-        retries = config.run.rollout_retries
-        # sampled at the temperature the learner scores at (Learner.temperature)
-        settings = self._settings(temperature=self.learner.temperature,
-                                  group_size=config.env.group_size,
-                                  bootstrap=config.bootstrap_truncated)
-        attempt = 0
-        while True:
-            seed = iteration_seed(config.run.seed, iteration, 0, attempt, round_)
-            try:
-                with progress_bar(self.bars, total=config.env.max_steps, leave=False,
-                           desc=f"iter {iteration + 1} rollout"
-                           f"{f' {round_ + 1}' if round_ else ''} (turns)") as bar:
-                    mine: StepBatch | str = collect_rollout(
-                        self.vec_env, self.engine, self.policy.tokenizer, settings,
-                        group_task_ids=None, seed=seed, progress=bar,
-                        group_offset=self.group_first)
-            except NoStepsError as error:
-                mine = str(error)
-            # every rank sees every block's outcome, so all decide alike
-            blocks = distributed.all_gather_objects((self.group_first, mine), self.ranks)
-            done = [(first, batch) for first, batch in blocks if not isinstance(batch, str)]
-            if done:
-                return concat_batches([b for _, b in done], [f for f, _ in done],
-                                      config.env.group_size,
-                                      int(self.policy.tokenizer.pad_token_id))
-            error = NoStepsError(blocks[0][1])
-            if attempt == retries:
-                raise error
-            attempt += 1
-            self._say(f"iteration {iteration + 1}: {error}; rollout again "
-                      f"({attempt}/{retries})")
-
-    def _settings(self, *, temperature: float, group_size: int,
-                  bootstrap: bool) -> RolloutSettings:
-        config = self.config
-        return RolloutSettings(group_size=group_size, max_steps=config.env.max_steps,
-                               temperature=temperature,
-                               max_new_tokens=config.generation.max_new_tokens,
-                               invalid_action_penalty=config.env.penalty(),
-                               prompt=config.prompt, keep_bootstrap_prompts=bootstrap,
-                               stop=config.stop_strings)
-
     # ------------------------------------------------------------------ one iteration
     def train_iteration(self, iteration: int) -> dict[str, float]:
         """Run iteration ``iteration`` (0-based); return its metrics.
@@ -320,83 +236,60 @@ class Trainer:
         Rollout metrics cover the whole rollout (every rollout with
         ``learner.dynamic_sampling``); the update uses
         :meth:`~algorithms.learner.Learner.training_batch` of it (of its kept groups with
-        dynamic sampling; ``update/steps`` rows),
-        and is skipped when that is empty (every trajectory ended on an env error).
-        ``last_batch`` is the batch trained on, scored (unscored and empty when the
-        update was skipped because every trajectory crashed).
+        dynamic sampling; ``update/steps`` rows), and is skipped when that is empty (every
+        trajectory ended on an env error). ``last_batch`` is the batch trained on, scored
+        (unscored and empty when the update was skipped because every trajectory crashed).
         """
-        config = self.config
-        learner = self.learner
         timings: dict[str, float] = {}
-        progress = self.bars
-
-        @contextmanager
-        def phase(name: str):
-            start = time.perf_counter()
-            release_freed_memory()  # what the step before freed (algorithms.memory)
-            yield
-            release_freed_memory()
-            timings[f"time/{name}"] = time.perf_counter() - start
-
-        with phase("rollout"):
-            rollout, sampled_batch, sampling = self._sample(iteration)
+        with timed("rollout", timings):
+            rollout, sampled, sampling = self.sampler.sample(iteration)
             self.engine.release()
         # GiGPO/GRPO leave out trajectories that ended on an env error (learner docstring).
-        batch = learner.training_batch(sampled_batch)
-        signals = None
-        stats: dict[str, float] = {}
+        batch = self.learner.training_batch(sampled)
+        signals, stats, lr = None, {}, None
         if len(batch):
-            with phase("log_probs"):
-                with progress_bar(progress, total=learner.score_passes(batch), leave=False,
-                           desc=f"iter {iteration + 1} log-probs (micro-batches)") as bar:
-                    batch = learner.score(
-                        batch, progress=bar,
-                        with_old_log_probs=not learner.single_pass(batch))
-            with phase("advantages"):
-                signals = learner.advantages(batch)
-            with phase("update"):
-                lr = config.learner.lr * warmup_factor(iteration, config.run.iterations,
-                                                       config.learner.lr_warmup_ratio)
-                learner.set_policy_lr(lr)
-                with progress_bar(progress, total=learner.micro_batches_per_update(batch),
-                           leave=False,
-                           desc=f"iter {iteration + 1} update (micro-batches)") as bar:
-                    stats = learner.update(batch, signals,
-                                           seed=iteration_seed(config.run.seed, iteration, 1),
-                                           progress=bar)
-            with phase("weight_sync"):
-                self._sync_engine()
+            batch, signals, stats, lr = self._update(iteration, batch, timings)
         else:
             self._say(f"iteration {iteration + 1}: every trajectory ended on an env error; "
                       "nothing to train on, the update is skipped")
-            for name in ("log_probs", "advantages", "update", "weight_sync"):
-                timings[f"time/{name}"] = 0.0
-        metrics = rollout_metrics(rollout)
-        metrics.update(sampling)
-        metrics["update/steps"] = float(len(batch))
-        if signals is not None:
-            metrics.update(advantage_metrics(signals.advantages))
-            if signals.step_group_ids is not None:
-                metrics.update(step_group_metrics(signals.step_group_ids))
-                metrics.update(gigpo_term_metrics(signals.episode, signals.step,
-                                                  signals.step_group_ids))
-        metrics.update({f"update/{k}": v for k, v in stats.items()})
-        if stats:
-            metrics["update/lr"] = lr
-        metrics.update(timings)
-        generated = float(rollout.response_mask.sum())
-        metrics["throughput/rollout_tokens_per_s"] = generated / max(timings["time/rollout"],
-                                                                     1e-9)
-        metrics["throughput/update_tokens_per_s"] = stats.get("update_tokens", 0.0) / max(
-            timings["time/update"], 1e-9)
+            timings.update({f"time/{name}": 0.0 for name in UPDATE_PHASES})
+        metrics = iteration_metrics(rollout, sampling, len(batch), signals, stats, lr, timings)
         self.last_batch = batch
-        if not self.ranks.main:
-            return metrics
-        write_run_records(self.run_dir, config, "train", iteration + 1, trajectory_records(
-            rollout, self.policy.tokenizer, iteration=iteration + 1, split="train",
-            limit=config.run.record_trajectories, trained=batch, signals=signals),
-            num_trajectories=rollout.num_trajectories)
+        if self.ranks.main:
+            write_run_records(self.run_dir, self.config, "train", iteration + 1,
+                              trajectory_records(rollout, self.policy.tokenizer,
+                                                 iteration=iteration + 1, split="train",
+                                                 limit=self.config.run.record_trajectories,
+                                                 trained=batch, signals=signals),
+                              num_trajectories=rollout.num_trajectories)
         return metrics
+
+    def _update(self, iteration: int, batch: StepBatch, timings: dict[str, float]
+                ) -> tuple[StepBatch, Any, dict[str, float], float]:
+        """Score ``batch``, compute its advantages, update the policy and give the engine
+        the new weights, each phase timed into ``timings``. Returns the scored batch, the
+        advantages, the update's statistics and its learning rate."""
+        config, learner, bars = self.config, self.learner, self.bars
+        prefix = f"iter {iteration + 1}"
+        with timed("log_probs", timings), progress_bar(
+                bars, total=learner.score_passes(batch), leave=False,
+                desc=f"{prefix} log-probs (micro-batches)") as bar:
+            batch = learner.score(batch, progress=bar,
+                                  with_old_log_probs=not learner.single_pass(batch))
+        with timed("advantages", timings):
+            signals = learner.advantages(batch)
+        with timed("update", timings):
+            lr = config.learner.lr * warmup_factor(iteration, config.run.iterations,
+                                                   config.learner.lr_warmup_ratio)
+            learner.set_policy_lr(lr)
+            with progress_bar(bars, total=learner.micro_batches_per_update(batch), leave=False,
+                              desc=f"{prefix} update (micro-batches)") as bar:
+                stats = learner.update(batch, signals,
+                                       seed=iteration_seed(config.run.seed, iteration, 1),
+                                       progress=bar)
+        with timed("weight_sync", timings):
+            self._sync_engine()
+        return batch, signals, stats, lr
 
 
     # ------------------------------------------------------------------ evaluation
@@ -404,8 +297,8 @@ class Trainer:
         """Play ``env.eval_episodes`` held-out tasks once each; write per-task-type
         results (:func:`algorithms.evaluation.evaluate`)."""
         config = self.config
-        settings = self._settings(temperature=config.generation.eval_temperature,
-                                  group_size=1, bootstrap=False)
+        settings = rollout_settings(config, temperature=config.generation.eval_temperature,
+                                    group_size=1, bootstrap=False)
         return evaluate(config, self.engine, self.policy.tokenizer, settings,
                         self.make_vec_env, iteration=iteration, ranks=self.ranks,
                         run_dir=self.run_dir, bars=self.bars, say=self._say)
@@ -439,8 +332,8 @@ class Trainer:
         started = time.perf_counter()
         saved: Path | None = None  # the checkpoint of the last completed iteration, if any
         term.loop_started()
-        with progress_bar(self.bars, total=config.run.iterations, initial=self.start_iteration,
-                   desc="training (iterations)") as bar:
+        with progress_bar(self.bars, total=config.run.iterations,
+                          initial=self.start_iteration, desc="training (iterations)") as bar:
             for iteration in range(self.start_iteration, config.run.iterations):
                 # every rank stops before the same iteration (a rank that saw no SIGTERM
                 # follows the others)

@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from algorithms import distributed
-from algorithms import trainer as trainer_module
+from algorithms import sampling as sampling_module
 from algorithms.config import replace
 from algorithms.launch import run_worker
 from algorithms.trainer import Trainer
@@ -31,9 +31,9 @@ NUM_GROUPS = 3
 
 
 def _record_rollouts(ranks: distributed.Ranks, out: Path) -> None:
-    """Wrap the trainer's ``collect_rollout`` to log which groups this rank rolled out."""
+    """Wrap the sampler's ``collect_rollout`` to log which groups this rank rolled out."""
     log: list[dict] = []
-    collect = trainer_module.collect_rollout
+    collect = sampling_module.collect_rollout
 
     def recording(*args, **kwargs):
         batch = collect(*args, **kwargs)
@@ -50,7 +50,7 @@ def _record_rollouts(ranks: distributed.Ranks, out: Path) -> None:
                                                                encoding="utf-8")
         return batch
 
-    trainer_module.collect_rollout = recording
+    sampling_module.collect_rollout = recording
 
 
 def _dump(trainer: Trainer, path: Path) -> None:

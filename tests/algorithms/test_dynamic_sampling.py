@@ -116,14 +116,14 @@ def test_sample_until_full_refuses_bad_sizes():
 
 def test_the_trainer_trains_on_the_kept_groups(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
-    import algorithms.trainer as trainer_module
+    import algorithms.sampling as sampling_module
     from algorithms.config import replace
     from algorithms.metrics import read_metrics
     from algorithms.trainer import Trainer
     from tests.algorithms.scripted_config import scripted_config
     from tests.algorithms.tiny import make_policy
 
-    real = trainer_module.collect_rollout
+    real = sampling_module.collect_rollout
     seeds: list[int] = []
 
     def scripted_returns(*args, **kwargs):
@@ -138,7 +138,7 @@ def test_the_trainer_trains_on_the_kept_groups(tmp_path, monkeypatch):
                                    rewards=rewards - batch.penalties,
                                    env_error=np.zeros(len(batch), bool))
 
-    monkeypatch.setattr(trainer_module, "collect_rollout", scripted_returns)
+    monkeypatch.setattr(sampling_module, "collect_rollout", scripted_returns)
     config = replace(scripted_config("grpo", iterations=1),
                      learner={"dynamic_sampling": True, "dynamic_sampling_max_rollouts": 3})
     trainer = Trainer(config, policy=make_policy(), run_dir=tmp_path)

@@ -261,11 +261,11 @@ def test_evaluation_where_every_episode_crashes_at_once(tmp_path):
 
 
 def test_a_rollout_without_steps_is_tried_again(tmp_path, monkeypatch):
-    import algorithms.trainer as trainer_module
+    import algorithms.sampling as sampling_module
     from algorithms.rollout import NoStepsError
 
     calls = []
-    real = trainer_module.collect_rollout
+    real = sampling_module.collect_rollout
 
     def flaky(*args, **kwargs):
         calls.append(kwargs["seed"])
@@ -273,7 +273,7 @@ def test_a_rollout_without_steps_is_tried_again(tmp_path, monkeypatch):
             raise NoStepsError("the rollout produced no steps: worker died")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "collect_rollout", flaky)
+    monkeypatch.setattr(sampling_module, "collect_rollout", flaky)
     trainer = Trainer(scripted_config("grpo", iterations=1), policy=make_policy(),
                       run_dir=tmp_path)
     trainer.run()
@@ -282,7 +282,7 @@ def test_a_rollout_without_steps_is_tried_again(tmp_path, monkeypatch):
 
 
 def test_rollout_retries_run_out(tmp_path, monkeypatch):
-    import algorithms.trainer as trainer_module
+    import algorithms.sampling as sampling_module
     from algorithms.rollout import NoStepsError
 
     calls = []
@@ -291,7 +291,7 @@ def test_rollout_retries_run_out(tmp_path, monkeypatch):
         calls.append(kwargs["seed"])
         raise NoStepsError("the rollout produced no steps: worker died")
 
-    monkeypatch.setattr(trainer_module, "collect_rollout", broken)
+    monkeypatch.setattr(sampling_module, "collect_rollout", broken)
     config = replace(scripted_config("grpo", iterations=1), run={"rollout_retries": 1})
     with pytest.raises(NoStepsError):
         Trainer(config, policy=make_policy(), run_dir=tmp_path).run()
