@@ -15,7 +15,7 @@ Loading never unpickles: tensors come from safetensors files (a flat name -> ten
 table, no code) and everything else from JSON, so a checkpoint from elsewhere cannot run
 anything. Folders written by an older version (``state.pt``, a pickle) are refused.
 
-Only trained weights are stored (``Learner.trainable_state``): with LoRA, the adapters
+Only trained weights are stored (:func:`algorithms.run_checkpoint.learner_state`): with LoRA, the adapters
 (and their optimizer state), not the base model they sit on. Such weights are right only
 on the same base model with the same adapter settings, so ``meta.json`` keeps the
 model's identity (:func:`algorithms.policy.model_identity`: a SHA-256 of the frozen

@@ -68,7 +68,6 @@ optimizer state and the batch -- which is what makes ``--resume`` exact.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -76,10 +75,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from algorithms import advantages as adv
 from algorithms import distributed, losses
 from algorithms.config import TrainConfig
 from algorithms.distributed import SINGLE, Ranks
+from algorithms.estimation import Advantages, estimate_advantages
 from algorithms.policy import (
     Policy,
     ScoredResponses,
@@ -93,28 +92,6 @@ from algorithms.policy import (
     split_model,
 )
 from algorithms.rollout import StepBatch, TranscriptView, transcript_view
-
-ZERO_ADVANTAGE_TOL = 1e-8
-"""Advantages with absolute value below this count as zero in the metrics."""
-
-
-@dataclass(frozen=True)
-class Advantages:
-    """Per-step learning signals.
-
-    Attributes:
-        advantages: (N,) float64 advantage per step.
-        returns: (N,) float64 critic targets (PPO), else ``None``.
-        step_group_ids: (N,) int64 GiGPO step-group ids, else ``None``.
-        episode: (N,) float64 GiGPO/GRPO episode term, else ``None``.
-        step: (N,) float64 GiGPO step term, else ``None``.
-    """
-
-    advantages: np.ndarray
-    returns: np.ndarray | None = None
-    step_group_ids: np.ndarray | None = None
-    episode: np.ndarray | None = None
-    step: np.ndarray | None = None
 
 
 def _tensor(array: np.ndarray, device: torch.device, dtype: torch.dtype = torch.long
@@ -194,22 +171,6 @@ def warmup_factor(iteration: int, iterations: int, ratio: float) -> float:
     if iteration >= warmup:
         return 1.0
     return iteration / max(1, warmup)
-
-
-def bootstrap_last_values(batch: StepBatch) -> np.ndarray:
-    """``last_values`` for :func:`~algorithms.advantages.gae_advantages` from a scored batch.
-
-    Returns:
-        (N,) float64: V(s_T) (``batch.bootstrap_values``) at the last row of each
-        trajectory cut by a step limit or an env error, NaN (terminated: no bootstrap) on
-        every other row, including the last rows of terminated trajectories.
-    """
-    if batch.bootstrap_rows is None or batch.bootstrap_values is None:
-        raise ValueError("the batch has no bootstrap values: collect the rollout with "
-                         "keep_bootstrap_prompts=True and score it with a critic")
-    last_values = np.full(len(batch), np.nan)
-    last_values[batch.bootstrap_rows] = batch.bootstrap_values
-    return last_values
 
 
 class Learner:
@@ -474,95 +435,9 @@ class Learner:
 
     # ------------------------------------------------------------------ phase 2
     def advantages(self, batch: StepBatch) -> Advantages:
-        """Per-step advantages from the configured estimator (see module docstring).
-
-        Raises:
-            ValueError: GAE without critic values; GiGPO or GRPO on a batch that still
-                holds env-error trajectories (take :meth:`training_batch` first).
-        """
-        learner = self.learner
-        estimator = self.config.estimator
-        if estimator == "gae":
-            if batch.values is None:
-                raise ValueError("GAE needs critic values: call score() first")
-            # A trajectory cut by a step limit or an env error bootstraps from V(s_T);
-            # terminated ones do not. With bootstrap_truncated off, every cut counts as a
-            # termination (the GiGPO reference).
-            last_values = (bootstrap_last_values(batch) if self.config.bootstrap_truncated
-                           else None)
-            overlong = self.overlong_penalties(batch)
-            rewards = batch.rewards if overlong is None else batch.rewards - overlong
-            advantages, returns = adv.gae_advantages(
-                rewards, batch.values.astype(np.float64), batch.traj_ids,
-                gamma=learner.gamma, lam=learner.gae_lambda, last_values=last_values)
-            if learner.whiten_gae and len(advantages) > 1:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-            return Advantages(advantages=advantages, returns=returns)
-        if batch.env_error.any():
-            raise ValueError(f"{estimator} cannot use trajectories that ended on an env "
-                             "error (their outcome is unknown): pass "
-                             "Learner.training_batch(batch)")
-        rewards, penalties = self.rewards_and_penalties(batch)
-        if estimator == "grpo":
-            values = adv.grpo_advantages(rewards, batch.traj_ids, batch.group_ids,
-                                         normalize=learner.normalize,
-                                         episode_stats=learner.episode_stats,
-                                         penalties=penalties)
-            return Advantages(advantages=values, episode=values)
-        if estimator == "rloo":
-            values = adv.rloo_advantages(rewards, batch.traj_ids, batch.group_ids,
-                                         episode_stats=learner.episode_stats,
-                                         penalties=penalties)
-            return Advantages(advantages=values, episode=values)
-        if estimator == "reinforce_pp":
-            # whitened over the batch's response tokens, as verl whitens its token matrix
-            values = adv.reinforce_pp_advantages(
-                rewards, batch.traj_ids, batch.group_ids, episode_stats=learner.episode_stats,
-                penalties=penalties, token_counts=batch.response_mask.sum(axis=1))
-            return Advantages(advantages=values)
-        # the rollout's dense anchor ids take GiGPO's integer path (same groups)
-        anchors = batch.anchor_ids if batch.anchor_ids is not None else batch.anchors
-        if learner.similarity_threshold is not None:
-            anchors = batch.anchors  # fuzzy grouping compares the anchor texts
-        terms = adv.gigpo_terms(rewards, batch.traj_ids, batch.group_ids, anchors,
-                                gamma=learner.gamma, normalize=learner.normalize,
-                                episode_stats=learner.episode_stats,
-                                similarity_threshold=learner.similarity_threshold,
-                                penalties=penalties)
-        return Advantages(advantages=terms.combined(learner.step_weight),
-                          step_group_ids=terms.step_group_ids, episode=terms.episode,
-                          step=terms.step)
-
-    def rewards_and_penalties(self, batch: StepBatch) -> tuple[np.ndarray, np.ndarray | None]:
-        """The step rewards the group estimators see, and the row penalties charged after
-        the returns (``learner.penalty_in_returns``).
-
-        The penalties are the invalid-action penalty plus, with ``learner.overlong_buffer``,
-        DAPO's overlong cost of the step's response (:meth:`overlong_penalties`).
-
-        Returns:
-            ``(rewards, penalties)``: with verl-agent's placement (the default), the env's
-            (N,) rewards and the (N,) penalties each row pays on its own; with the penalty
-            in the returns, the penalized (N,) rewards and ``None``.
-        """
-        overlong = self.overlong_penalties(batch)
-        if self.learner.penalty_in_returns:
-            return (batch.rewards if overlong is None else batch.rewards - overlong), None
-        if overlong is None:
-            return batch.env_rewards, batch.penalties
-        return batch.env_rewards, batch.penalties + overlong
-
-    def overlong_penalties(self, batch: StepBatch) -> np.ndarray | None:
-        """(N,) DAPO's soft overlong cost of each step's response
-        (:func:`~algorithms.advantages.overlong_penalties` with ``learner.overlong_buffer``
-        tokens before ``generation.max_new_tokens``), or ``None`` when it is off."""
-        if self.learner.overlong_buffer <= 0:
-            return None
-        return adv.overlong_penalties(
-            batch.response_mask.sum(axis=1),
-            max_response_length=self.config.generation.max_new_tokens,
-            buffer_length=self.learner.overlong_buffer,
-            penalty_factor=self.learner.overlong_penalty_factor)
+        """Per-step advantages of a scored batch from the configured estimator
+        (:func:`~algorithms.estimation.estimate_advantages`)."""
+        return estimate_advantages(batch, self.config)
 
     # ------------------------------------------------------------------ phase 3
     def micro_batches_per_update(self, batch: StepBatch | int) -> int:
@@ -736,118 +611,3 @@ class Learner:
         """:func:`~algorithms.policy.model_identity` of the policy, computed once (the
         frozen weights it hashes never change during a run)."""
         return model_identity(self.policy)
-
-    def trainable_state(self) -> dict[str, Any]:
-        """Everything training changes (for checkpoints): the weights that require a
-        gradient (with LoRA only the adapters, never the frozen base), the value head or
-        critic, and the optimizer states (which hold moments of those weights only)."""
-        state: dict[str, Any] = {
-            "model": {name: p.detach().cpu() for name, p in self.model.named_parameters()
-                      if p.requires_grad},
-            "optimizer": self.optimizer.state_dict(),
-        }
-        if self.value_head is not None:
-            state["value_head"] = self.value_head.state_dict()
-        if self.critic is not None:
-            state["critic"] = self.critic.state_dict()
-            state["critic_optimizer"] = self.critic_optimizer.state_dict()
-        return state
-
-    def load_trainable_state(self, state: dict[str, Any]) -> None:
-        """Inverse of :meth:`trainable_state`; optimizer states absent from ``state``
-        (a checkpoint loaded for evaluation only) are left as they are. A sharded learner
-        (torchrun) takes its shards of the full tensors: a one-process checkpoint resumes
-        on any number of ranks."""
-        trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
-        unknown = set(state["model"]) - {n for n, _ in self.model.named_parameters()}
-        if unknown:
-            raise ValueError(f"checkpoint has unknown weights: {sorted(unknown)[:5]}")
-        missing = trainable - set(state["model"])
-        if missing:
-            raise ValueError(f"checkpoint has no trained weights for: {sorted(missing)[:5]}")
-        if self.ranks.distributed:
-            self._load_full_state(state)
-            return
-        self.model.load_state_dict(state["model"], strict=False)
-        if "optimizer" in state:
-            self.optimizer.load_state_dict(state["optimizer"])
-        if self.value_head is not None:
-            self.value_head.load_state_dict(state["value_head"])
-        if self.critic is not None:
-            self.critic.load_state_dict(state["critic"])
-            if "critic_optimizer" in state:
-                self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-
-    def _optimizer_targets(self) -> list[tuple[nn.Module, torch.optim.Optimizer, list[str],
-                                               str, str]]:
-        """``(module, optimizer, parameter names in optimizer order, weights key,
-        optimizer key)`` of each trained module; names relative to ``module``."""
-        names = [f"model.{n}" for n, p in self.model.named_parameters() if p.requires_grad]
-        if self.value_head is not None:
-            names += [f"value_head.{n}" for n, _ in self.value_head.named_parameters()]
-        targets = [(self.scorer, self.optimizer, names, "scorer", "optimizer")]
-        if self.critic is not None:
-            targets.append((self.critic, self.critic_optimizer,
-                            [n for n, _ in self.critic.named_parameters()], "critic",
-                            "critic_optimizer"))
-        return targets
-
-    def _load_full_state(self, state: dict[str, Any]) -> None:
-        """:meth:`load_trainable_state` into sharded modules (full tensors in ``state``)."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        full = StateDictOptions(full_state_dict=True, strict=False)
-        weights = {f"model.{k}": v for k, v in state["model"].items()}
-        if self.value_head is not None:
-            weights.update({f"value_head.{k}": v for k, v in state["value_head"].items()})
-        sections = {"scorer": weights}
-        if self.critic is not None:
-            sections["critic"] = state["critic"]
-        for module, optimizer, names, weights_key, optimizer_key in self._optimizer_targets():
-            set_model_state_dict(module, sections[weights_key], options=full)
-            saved = state.get(optimizer_key)
-            if saved is not None:  # index-keyed (torch's format) -> parameter names
-                by_name = {
-                    "state": {names[int(i)]: value for i, value in saved["state"].items()},
-                    "param_groups": [{**group, "params": [names[int(i)] for i in
-                                                          group["params"]]}
-                                     for group in saved["param_groups"]]}
-                set_optimizer_state_dict(module, optimizer, by_name, options=full)
-
-    def sharded_state(self, *, optimizer: bool = True) -> dict[str, Any]:
-        """DCP state dicts of what training changes: ``{"weights": {"scorer": ...,
-        "critic": ...}, "optimizer": {...} or None}`` (sharded tensors under torchrun,
-        plain ones in one process; only trained weights, so LoRA saves its adapters)."""
-        from torch.distributed.checkpoint.state_dict import (
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
-
-        weights: dict[str, Any] = {}
-        optimizers: dict[str, Any] = {}
-        for module, optim, names, weights_key, optimizer_key in self._optimizer_targets():
-            trained = set(names)
-            weights[weights_key] = {k: v for k, v in get_model_state_dict(module).items()
-                                    if k in trained}
-            if optimizer:
-                optimizers[optimizer_key] = get_optimizer_state_dict(module, optim)
-        return {"weights": weights, "optimizer": optimizers if optimizer else None}
-
-    def load_sharded_state(self, state: dict[str, Any]) -> None:
-        """Inverse of :meth:`sharded_state` (a state it returned, filled by DCP)."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        partial = StateDictOptions(strict=False)
-        for module, optim, _, weights_key, optimizer_key in self._optimizer_targets():
-            set_model_state_dict(module, state["weights"][weights_key], options=partial)
-            if state.get("optimizer") is not None:
-                set_optimizer_state_dict(module, optim, state["optimizer"][optimizer_key],
-                                         options=partial)

@@ -31,8 +31,8 @@ verl-agent's ``mean_std_norm``; ``mean``: ``mean_norm``):
   :data:`OVERLONG`) and the groups ``agent_system.multi_turn_rollout.utils.
   filter_group_data`` keeps, one rollout at a time and inside a transcription of
   ``dynamic_multi_turn_loop``'s while loop (:func:`verl_dynamic_loop`).
-- this project: :meth:`Learner.rewards_and_penalties`, :meth:`Learner.advantages` and
-  :meth:`Learner.overlong_penalties` on a :class:`~algorithms.rollout.StepBatch`,
+- this project: :func:`~algorithms.estimation.rewards_and_penalties`, :meth:`Learner.advantages` and
+  :func:`~algorithms.estimation.overlong_costs` on a :class:`~algorithms.rollout.StepBatch`,
   :func:`algorithms.losses.policy_loss` with :attr:`Learner.loss_recipe` and the weights of
   :meth:`Learner._micro_weights`, for each ``--algo`` with the config ``train.py`` builds
   (:func:`~algorithms.config.with_algo` over ``TrainConfig()``, responses of at most 24
@@ -115,6 +115,7 @@ import torch
 from algorithms import losses
 from algorithms.config import EnvConfig, LearnerConfig, TrainConfig, replace, with_algo
 from algorithms.dynamic_sampling import sample_until_full, varied_group_rows
+from algorithms.estimation import overlong_costs, rewards_and_penalties
 from algorithms.learner import Learner
 from algorithms.rollout import StepBatch, intern_anchors
 
@@ -352,7 +353,7 @@ def our_config(algo: str = "gigpo", normalize: str | None = None, **learner_chan
 
 def our_learner(config: TrainConfig) -> Learner:
     """A :class:`Learner` that holds only ``config``: :meth:`Learner.advantages`,
-    :meth:`Learner.rewards_and_penalties`, :attr:`Learner.loss_recipe` and
+    :func:`~algorithms.estimation.rewards_and_penalties`, :attr:`Learner.loss_recipe` and
     :meth:`Learner._micro_weights` read nothing else (no model is needed)."""
     learner = Learner.__new__(Learner)
     learner.config = config
@@ -509,10 +510,10 @@ def our_gspo_term(rollout: Rollout, token_advantages: torch.Tensor, dtype: torch
 
 
 def our_overlong(rollout: Rollout, buffer: int, factor: float) -> np.ndarray:
-    """(N,) DAPO's overlong cost of each row, as :meth:`Learner.overlong_penalties` charges
-    it with ``overlong_buffer=buffer``, ``overlong_penalty_factor=factor``."""
+    """(N,) DAPO's overlong cost of each row, as
+    :func:`~algorithms.estimation.overlong_costs` charges it with ``overlong_buffer=buffer``, ``overlong_penalty_factor=factor``."""
     config = our_config("grpo", overlong_buffer=buffer, overlong_penalty_factor=factor)
-    return our_learner(config).overlong_penalties(rollout.batch)
+    return overlong_costs(rollout.batch, config)
 
 
 def our_dynamic_sample(rollouts: Callable[[int], Rollout], num_groups: int,
@@ -1376,11 +1377,10 @@ def _loss_differences(ours: LossOutputs, theirs: LossOutputs, prefix: str = ""
 
 def our_step_returns(rollout: Rollout, config: TrainConfig) -> np.ndarray:
     """(N,) the step returns GiGPO normalizes: :func:`~algorithms.advantages.gigpo_terms`
-    with the arguments :meth:`Learner.advantages` passes it."""
+    with the arguments :func:`~algorithms.estimation.estimate_advantages` passes it."""
     from algorithms import advantages as estimators
 
-    learner = our_learner(config)
-    rewards, penalties = learner.rewards_and_penalties(rollout.batch)
+    rewards, penalties = rewards_and_penalties(rollout.batch, config)
     settings = config.learner
     return estimators.gigpo_terms(
         rewards, rollout.batch.traj_ids, rollout.batch.group_ids, rollout.batch.anchor_ids,

@@ -24,7 +24,7 @@ from algorithms.checkpoint import (
 
 
 def _learner_state(seed: int = 0, dtype: torch.dtype = torch.float32) -> dict:
-    """A learner state as Learner.trainable_state returns it, with real AdamW state."""
+    """A learner state as run_checkpoint.learner_state returns it, with real AdamW state."""
     generator = torch.Generator().manual_seed(seed)
     weights = {"layer.weight": torch.randn(4, 3, generator=generator).to(dtype),
                "layer.bias": torch.randn(4, generator=generator).to(dtype)}

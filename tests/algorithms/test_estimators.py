@@ -319,17 +319,19 @@ def test_the_learner_charges_the_overlong_cost_on_the_rows_own_penalty(tiny_poli
     batch = dataclasses.replace(batch, response_mask=(np.arange(64)[None, :]
                                                       < tokens[:, None]).astype(np.int64),
                                 response_ids=np.ones((7, 64), dtype=np.int64))
+    from algorithms.estimation import overlong_costs, rewards_and_penalties
+
     learner = _learner(tiny_policy, "grpo", overlong_buffer=16, overlong_penalty_factor=1.0)
-    rewards, penalties = learner.rewards_and_penalties(batch)
+    rewards, penalties = rewards_and_penalties(batch, learner.config)
     np.testing.assert_array_equal(rewards, batch.env_rewards)
     np.testing.assert_allclose(penalties, batch.penalties + [1.0, 0.75, 0, 0, 0, 0, 0.5],
                                **TOL)
     in_returns = _learner(tiny_policy, "grpo", overlong_buffer=16, penalty_in_returns=True)
-    rewards, none = in_returns.rewards_and_penalties(batch)
+    rewards, none = rewards_and_penalties(batch, in_returns.config)
     assert none is None
     np.testing.assert_allclose(rewards, batch.rewards - [1.0, 0.75, 0, 0, 0, 0, 0.5], **TOL)
     off = _learner(tiny_policy, "grpo")
-    assert off.overlong_penalties(batch) is None
+    assert overlong_costs(batch, off.config) is None
 
 
 def test_the_learner_builds_the_gspo_and_dr_grpo_recipes(tiny_policy):
