@@ -45,6 +45,8 @@ TARGETS = {
                              "tests/algorithms/test_recipe.py"],
     "algorithms/learner.py": ["tests/algorithms/test_learner.py",
                               "tests/algorithms/test_recipe.py"],
+    "algorithms/estimation.py": ["tests/algorithms/test_estimators.py",
+                                 "tests/algorithms/test_recipe.py"],
     "algorithms/config.py": ["tests/algorithms/test_config.py",
                              "tests/algorithms/test_recipe.py"],
     "algorithms/rollout.py": ["tests/algorithms/test_rollout.py",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
@@ -143,25 +142,6 @@ def test_an_old_ppo_run_is_refused_with_the_field_to_set(tmp_path):
     trainer.close()
 
 
-def test_seeds_are_independent_per_iteration():
-    from algorithms.seeds import iteration_seed
-
-    seeds = {iteration_seed(0, i, s) for i in range(50) for s in range(3)}
-    assert len(seeds) == 150 and all(0 <= s < 2**31 for s in seeds)
-    assert np.unique([iteration_seed(1, 0, 0), iteration_seed(0, 1, 0)]).size == 2
-
-
-def test_step_timeout_reaches_the_vector_env(tmp_path):
-    config = replace(scripted_config("grpo", iterations=1),
-                     env={"backend": "subprocess", "num_workers": 1, "step_timeout": 7.5})
-    trainer = Trainer(config, policy=make_policy(), run_dir=tmp_path)
-    vec_env = trainer.make_vec_env(config.env.kwargs(), num_envs=2, group_size=2)
-    try:
-        assert vec_env.step_timeout == 7.5
-    finally:
-        vec_env.close()
-
-
 def _crashing_trainer(tmp_path, algo: str, fail_at: int) -> Trainer:
     """A trainer whose 4 scripted envs (2 rooms: no episode ends before step 1) all crash
     on step ``fail_at``."""
@@ -206,96 +186,6 @@ def test_an_iteration_where_every_trajectory_crashes(tmp_path, algo):
     assert all(r["trained"] == (algo == "ppo") for r in records)
     assert all((step["advantage"] is None) == (algo == "grpo")
                for r in records for step in r["steps"])
-
-
-def test_evaluation_counts_crashed_episodes_apart():
-    from algorithms.evaluation import eval_rows, eval_summary
-    from tests.algorithms.fakes import CUT_TASKS, cut_rollout
-
-    def _eval_results(batches):
-        return eval_summary(eval_rows(batches))
-    from tests.algorithms.tiny import make_tokenizer
-
-    tokenizer = make_tokenizer()
-    tasks = [CUT_TASKS[0]] * 2 + [CUT_TASKS[1]] * 2
-    # Trajectory 0 wins, 1 and 3 fail; 2 crashes on its step 1, or on its step 0 (no
-    # steps at all).
-    for fail_at in (1, 0):
-        results = _eval_results([(cut_rollout(tokenizer, fail_at=fail_at), tasks)])
-        assert results["episodes"] == 4 and results["env_errors"] == 1
-        assert [r["env_error"] for r in results["tasks"]] == [False, False, True, False]
-        assert [r["task_id"] for r in results["tasks"]] == tasks
-        assert results["success"] == pytest.approx(1 / 3)
-        assert results["per_task_type"]["all"]["episodes"] == 3
-    # Only the chunk's first trajectories are the requested tasks (the rest pad it).
-    results = _eval_results([(cut_rollout(tokenizer, fail_at=0), tasks[:3])])
-    assert results["episodes"] == 3 and results["env_errors"] == 1
-    assert results["success"] == pytest.approx(1 / 2)
-    batch = cut_rollout(tokenizer, fail_at=1)
-    all_crashed = dataclasses.replace(batch, env_error=np.ones(len(batch), dtype=bool))
-    crashed = _eval_results([(all_crashed, tasks)])
-    assert crashed["success"] is None and crashed["env_errors"] == 4
-    assert crashed["per_task_type"] == {}
-
-
-def test_evaluation_where_every_episode_crashes_at_once(tmp_path):
-    """A chunk of evaluation episodes that all fail in their first step (say their only
-    worker died) is counted as env errors; the evaluation, and so the run, goes on."""
-    from agentgym.vector import TextVectorEnv
-    from tests.algorithms.fakes import StepFailingEnv
-
-    trainer = Trainer(scripted_config("grpo", iterations=1), policy=make_policy(seed=1),
-                      run_dir=tmp_path)
-    trainer.setup()
-    try:
-        trainer.make_vec_env = lambda kwargs, num_envs, group_size: TextVectorEnv(
-            [lambda: StepFailingEnv(fail_at=0, num_rooms=2, hint=True, num_tasks=64)]
-            * num_envs, group_size=group_size)
-        metrics = trainer.evaluate(1)
-    finally:
-        trainer.close()
-    assert metrics["eval/env_errors"] == 4 and np.isnan(metrics["eval/success"])
-    results = json.loads((tmp_path / "eval" / "iter_000001.json").read_text())
-    assert results["episodes"] == 4 and results["env_errors"] == 4
-    assert results["success"] is None and all(r["env_error"] for r in results["tasks"])
-
-
-def test_a_rollout_without_steps_is_tried_again(tmp_path, monkeypatch):
-    import algorithms.sampling as sampling_module
-    from algorithms.rollout import NoStepsError
-
-    calls = []
-    real = sampling_module.collect_rollout
-
-    def flaky(*args, **kwargs):
-        calls.append(kwargs["seed"])
-        if len(calls) == 1:
-            raise NoStepsError("the rollout produced no steps: worker died")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(sampling_module, "collect_rollout", flaky)
-    trainer = Trainer(scripted_config("grpo", iterations=1), policy=make_policy(),
-                      run_dir=tmp_path)
-    trainer.run()
-    assert len(calls) == 2 and calls[0] != calls[1]  # a second try, with a new reset seed
-    assert read_metrics(tmp_path / "metrics.jsonl")[-1]["update/steps"] > 0
-
-
-def test_rollout_retries_run_out(tmp_path, monkeypatch):
-    import algorithms.sampling as sampling_module
-    from algorithms.rollout import NoStepsError
-
-    calls = []
-
-    def broken(*args, **kwargs):
-        calls.append(kwargs["seed"])
-        raise NoStepsError("the rollout produced no steps: worker died")
-
-    monkeypatch.setattr(sampling_module, "collect_rollout", broken)
-    config = replace(scripted_config("grpo", iterations=1), run={"rollout_retries": 1})
-    with pytest.raises(NoStepsError):
-        Trainer(config, policy=make_policy(), run_dir=tmp_path).run()
-    assert len(calls) == 2
 
 
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])

@@ -1,0 +1,67 @@
+"""Held-out evaluation (algorithms.evaluation): crashed episodes counted apart."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+from algorithms.trainer import Trainer  # noqa: E402
+from tests.algorithms.scripted_config import scripted_config  # noqa: E402
+from tests.algorithms.tiny import make_policy  # noqa: E402
+
+
+def test_evaluation_counts_crashed_episodes_apart():
+    from algorithms.evaluation import eval_rows, eval_summary
+    from tests.algorithms.fakes import CUT_TASKS, cut_rollout
+
+    def _eval_results(batches):
+        return eval_summary(eval_rows(batches))
+    from tests.algorithms.tiny import make_tokenizer
+
+    tokenizer = make_tokenizer()
+    tasks = [CUT_TASKS[0]] * 2 + [CUT_TASKS[1]] * 2
+    # Trajectory 0 wins, 1 and 3 fail; 2 crashes on its step 1, or on its step 0 (no
+    # steps at all).
+    for fail_at in (1, 0):
+        results = _eval_results([(cut_rollout(tokenizer, fail_at=fail_at), tasks)])
+        assert results["episodes"] == 4 and results["env_errors"] == 1
+        assert [r["env_error"] for r in results["tasks"]] == [False, False, True, False]
+        assert [r["task_id"] for r in results["tasks"]] == tasks
+        assert results["success"] == pytest.approx(1 / 3)
+        assert results["per_task_type"]["all"]["episodes"] == 3
+    # Only the chunk's first trajectories are the requested tasks (the rest pad it).
+    results = _eval_results([(cut_rollout(tokenizer, fail_at=0), tasks[:3])])
+    assert results["episodes"] == 3 and results["env_errors"] == 1
+    assert results["success"] == pytest.approx(1 / 2)
+    batch = cut_rollout(tokenizer, fail_at=1)
+    all_crashed = dataclasses.replace(batch, env_error=np.ones(len(batch), dtype=bool))
+    crashed = _eval_results([(all_crashed, tasks)])
+    assert crashed["success"] is None and crashed["env_errors"] == 4
+    assert crashed["per_task_type"] == {}
+
+
+def test_evaluation_where_every_episode_crashes_at_once(tmp_path):
+    """A chunk of evaluation episodes that all fail in their first step (say their only
+    worker died) is counted as env errors; the evaluation, and so the run, goes on."""
+    from agentgym.vector import TextVectorEnv
+    from tests.algorithms.fakes import StepFailingEnv
+
+    trainer = Trainer(scripted_config("grpo", iterations=1), policy=make_policy(seed=1),
+                      run_dir=tmp_path)
+    trainer.setup()
+    try:
+        trainer.make_vec_env = lambda kwargs, num_envs, group_size: TextVectorEnv(
+            [lambda: StepFailingEnv(fail_at=0, num_rooms=2, hint=True, num_tasks=64)]
+            * num_envs, group_size=group_size)
+        metrics = trainer.evaluate(1)
+    finally:
+        trainer.close()
+    assert metrics["eval/env_errors"] == 4 and np.isnan(metrics["eval/success"])
+    results = json.loads((tmp_path / "eval" / "iter_000001.json").read_text())
+    assert results["episodes"] == 4 and results["env_errors"] == 4
+    assert results["success"] is None and all(r["env_error"] for r in results["tasks"])
