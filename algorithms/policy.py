@@ -311,6 +311,19 @@ def attach_lora(model: Any, config: ModelConfig, *, seed: int = 0) -> Any:
         return get_peft_model(model, lora)
 
 
+def enable_activation_checkpointing(model: Any) -> None:
+    """Recompute activations in the backward pass (non-reentrant), KV cache off. Through
+    transformers' ``activation_checkpointing_enable`` where it exists (5.x: its old name
+    ``gradient_checkpointing_enable`` warns on every call), else the old name (4.x)."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+
+
 def wrap_model(model: Any, tokenizer: Any, config: ModelConfig, *, source: str,
                path: str, gguf_file: str | None, seed: int = 0) -> Policy:
     """Apply LoRA (its initialisation seeded with ``seed``, see :func:`attach_lora`) and
@@ -319,9 +332,7 @@ def wrap_model(model: Any, tokenizer: Any, config: ModelConfig, *, source: str,
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     if config.gradient_checkpointing:
-        model.gradient_checkpointing_enable(
-            gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
+        enable_activation_checkpointing(model)
     lora = config.lora_rank > 0
     if lora:
         model = attach_lora(model, config, seed=seed)

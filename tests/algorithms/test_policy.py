@@ -97,13 +97,15 @@ def test_model_sources_that_cannot_load_fail_at_once(tmp_path, monkeypatch):
     check_model_source("org/model")  # cached: transformers loads it offline
 
 
-def test_lora_does_not_warn(recwarn):
-    """PEFT reads a deprecated transformers property when it wraps a model; the
-    FutureWarning it raised on every run is not shown."""
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_lora_does_not_warn(recwarn, checkpointing):
+    """PEFT reads a deprecated transformers property when it wraps a model, and
+    transformers 5 renamed ``gradient_checkpointing_enable`` (the cpu-demo turns it on);
+    neither FutureWarning is shown on every run."""
     import warnings
 
     warnings.simplefilter("always")
-    make_policy(model_config=ModelConfig(lora_rank=4))
+    make_policy(model_config=ModelConfig(lora_rank=4, gradient_checkpointing=checkpointing))
     assert not [w for w in recwarn if issubclass(w.category, FutureWarning)], \
         [str(w.message) for w in recwarn]
 
