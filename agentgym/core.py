@@ -38,7 +38,7 @@ vector env documents).
 from __future__ import annotations
 
 import string
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -136,6 +136,31 @@ class Transition:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TagActions:
+    """How an agent's answer asks for an action of an env whose actions are tags of their
+    own (Search-QA: ``<search>query</search>`` or ``<answer>text</answer>``), instead of
+    an ``<action>`` tag around an action string. An env declares it
+    (:attr:`TextEnv.tag_actions`); the agent loop reads it to stop generation, parse the
+    answer and tell the model what to write, so it never names the env.
+
+    Attributes:
+        name: the answer format's id (``PromptConfig.env_style`` selects it by this name).
+        stop_strings: where a response ends (generation stops right after the first).
+        usage: what the model may write, as a clause: "either look something up with
+            <search>your query</search> or ...".
+        cut: ``text -> text`` up to the env's stop point.
+        read: ``text -> (tag, content)`` of the action the answer asks for under the
+            env's default rule, or ``None`` when it asks for none.
+    """
+
+    name: str
+    stop_strings: tuple[str, ...]
+    usage: str
+    cut: Callable[[str], str]
+    read: Callable[[str], tuple[str, str] | None]
+
+
 DEFAULT_INVALID_ACTION_PENALTY = 0.1
 """The invalid-action penalty of GiGPO's recipes (verl-agent's ALFWorld and WebShop
 scripts), :attr:`TextEnv.invalid_action_penalty` unless an env declares another."""
@@ -168,6 +193,9 @@ class TextEnv(gym.Env[str, str]):
     invalid_action_penalty: ClassVar[float] = DEFAULT_INVALID_ACTION_PENALTY
     """What an invalid action (or a badly formed answer) costs the agent in this env's
     training recipe; a trainer charges it (the env's reward never includes it)."""
+    tag_actions: ClassVar[TagActions | None] = None
+    """The env's own action tags, when its actions are written that way
+    (:class:`TagActions`); ``None``: actions are plain strings."""
     observation_space: TextSpace = TextSpace()
     action_space: TextSpace = TextSpace()
 

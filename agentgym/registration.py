@@ -25,6 +25,10 @@ ENTRY_POINTS = MappingProxyType(
 )
 """Every registered id and the class behind it."""
 
+TAG_ACTION_FORMATS = MappingProxyType({"searchqa": "agentgym.searchqa.tags:TAG_ACTIONS"})
+"""The answer formats of envs whose actions are tags of their own
+(:class:`agentgym.core.TagActions`), by name, each imported only when asked for."""
+
 
 def _make_vector_env(env_id: str, num_envs: int = 1, **kwargs: Any):
     """The vector entry point of every id: ``agentgym.vector.make_vector_env``.
@@ -85,6 +89,21 @@ def task_source(env_id: str, kwargs: dict[str, Any]) -> str:
         declared = None
     source = declared(kwargs) if callable(declared) else None
     return source if source is not None else f"{env_id}'s own tasks"
+
+
+def tag_actions(name: str) -> Any:
+    """The :class:`~agentgym.core.TagActions` answer format named ``name`` (its module is
+    imported now).
+
+    Raises:
+        KeyError: no format has that name.
+    """
+    from gymnasium.envs.registration import load_env_creator
+
+    if name not in TAG_ACTION_FORMATS:
+        raise KeyError(f"no answer format named {name!r}; known: "
+                       f"{', '.join(sorted(TAG_ACTION_FORMATS))}")
+    return load_env_creator(TAG_ACTION_FORMATS[name])
 
 
 def constructor_arguments(env_id: str) -> tuple[str, ...] | None:

@@ -245,9 +245,11 @@ class PromptConfig:
     action_tag: str = "action"
     """Tag that wraps the action: ``<action>...</action>``."""
 
-    env_style: Literal["default", "searchqa"] = "default"
-    """``searchqa``: the model answers ``<search>q</search>`` or ``<answer>a</answer>``
-    and that tag (not an ``<action>`` tag) is the action sent to the env."""
+    env_style: str = "default"
+    """``default``: the action inside ``<action_tag>``. Otherwise the name of the answer
+    format of an env whose actions are tags of their own, as the env declares it
+    (``agentgym.core.TagActions``; ``searchqa``: the model answers ``<search>q</search>``
+    or ``<answer>a</answer>`` and that tag is the action sent to the env)."""
 
     max_observation_tokens: int | None = None
     """Transcript layout: keep only the first this many tokens of the env's text appended
@@ -277,12 +279,15 @@ class PromptConfig:
 def default_stop_strings(prompt: PromptConfig) -> tuple[str, ...]:
     """The closing tags of ``prompt``'s action format: where a response ends by default.
 
-    ``searchqa``: ``</search>`` and ``</answer>`` (Search-R1 stops generation at both);
-    otherwise ``</{action_tag}>`` (the GiGPO prompts end an action at ``</action>``), none
-    when ``action_tag`` is empty (the whole answer is the action).
+    An env's tag-action format: the stop strings it declares (``searchqa``: ``</search>``
+    and ``</answer>``, where Search-R1 stops generation); otherwise ``</{action_tag}>``
+    (the GiGPO prompts end an action at ``</action>``), none when ``action_tag`` is empty
+    (the whole answer is the action).
     """
-    if prompt.env_style == "searchqa":
-        return ("</search>", "</answer>")
+    if prompt.env_style != "default":
+        from agentgym.registration import tag_actions
+
+        return tuple(tag_actions(prompt.env_style).stop_strings)
     return (f"</{prompt.action_tag}>",) if prompt.action_tag else ()
 
 
@@ -743,6 +748,14 @@ class TrainConfig:
                 load_template(self.prompt.template)
             except (OSError, ValueError) as error:
                 problems.append(f"prompt.template: {error}")
+        if self.prompt.env_style != "default":
+            from agentgym.registration import TAG_ACTION_FORMATS
+
+            if self.prompt.env_style not in TAG_ACTION_FORMATS:
+                problems.append(
+                    f"prompt.env_style must be 'default' or an env's tag-action format "
+                    f"({', '.join(sorted(TAG_ACTION_FORMATS))}), got "
+                    f"{self.prompt.env_style!r}")
         if self.env.step_timeout is not None:
             from agentgym.vector.backend import check_step_timeout
 

@@ -1,8 +1,9 @@
 """Turn a model's answer into the action sent to the env, with a format flag.
 
 A well-formed answer is ``<think>...</think><action>...</action>`` (or only the action tag
-when thinking is off; for Search-QA the action is a ``<search>...</search>`` or
-``<answer>...</answer>`` tag). A badly formed answer still yields a string for the env --
+when thinking is off; for an env whose actions are tags of their own, such as Search-QA's
+``<search>...</search>`` or ``<answer>...</answer>``, the action is that tag, read by the
+rule the env declares: :class:`agentgym.core.TagActions`). A badly formed answer still yields a string for the env --
 the learner charges the invalid-action penalty for the bad format -- so the episode goes
 on, as in the GiGPO reference.
 """
@@ -12,8 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from agentgym.searchqa.tags import cut_at_stop
-from agentgym.searchqa.tags import parse_action as parse_searchqa_action
+from agentgym.core import TagActions
+from agentgym.registration import tag_actions
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,16 @@ def parse_action(
     token budget ran out inside it), the action is the text after an unclosed
     ``<action_tag>`` if any, else the last non-empty line, and ``format_ok`` is ``False``.
 
-    ``style="searchqa"`` follows Search-R1's ``generation.py`` (the Search-QA env's default
-    ``action_rule``, :mod:`agentgym.searchqa.tags`, which this reuses): the response is cut right
-    after its first ``</search>``, else after its first ``</answer>``; the first match of
-    ``<(search|answer)>(.*?)</\\1>`` (case-sensitive) in that cut is the action, sent to the
-    env **with** its tags and its content stripped (the env reads the tag to tell a query
-    from an answer). Empty content is still an action (an empty search, an empty answer):
-    ``format_ok`` needs only the match and the think rule. No match: the stripped cut is
-    sent and ``format_ok`` is ``False``.
+    Any other ``style`` names the answer format of an env whose actions are tags of their
+    own (:func:`agentgym.registration.tag_actions`; ``"searchqa"``: Search-R1's
+    ``generation.py``, the Search-QA env's default ``action_rule``): the response is cut at
+    the format's stop point (Search-QA: right after its first ``</search>``, else after its
+    first ``</answer>``) and the action the format reads there (Search-QA: the first match
+    of ``<(search|answer)>(.*?)</\\1>``, case-sensitive) is sent to the env **with** its
+    tags and its content stripped (the env reads the tag to tell a query from an answer).
+    Empty content is still an action (an empty search, an empty answer): ``format_ok``
+    needs only the match and the think rule. No match: the stripped cut is sent and
+    ``format_ok`` is ``False``.
 
     An empty ``action_tag`` makes the whole answer (whitespace collapsed) the action;
     ``format_ok`` is then "not empty" (for tiny models that cannot learn a tag format).
@@ -63,15 +66,17 @@ def parse_action(
         text: the decoded response.
         think: whether a ``<think>`` block is required.
         action_tag: the tag that wraps the action (default style).
-        style: ``"default"`` or ``"searchqa"``.
+        style: ``"default"`` or the name of a tag-action format (``"searchqa"``).
 
     Returns:
         The :class:`ParsedAction`.
     """
-    if style == "searchqa":
-        return _parse_searchqa(text, think=think)
     if style != "default":
-        raise ValueError(f"unknown parsing style {style!r}")
+        try:
+            tags = tag_actions(style)
+        except KeyError:
+            raise ValueError(f"unknown parsing style {style!r}") from None
+        return _parse_tags(text, tags, think=think)
     if not action_tag:
         action = " ".join(text.split())
         return ParsedAction(action=action, format_ok=bool(action))
@@ -84,15 +89,15 @@ def parse_action(
     return ParsedAction(action=action, format_ok=bool(action) and think_ok)
 
 
-def _parse_searchqa(text: str, *, think: bool) -> ParsedAction:
-    # Search-R1's rule, the env's default (one definition: agentgym.searchqa.tags)
-    parsed = parse_searchqa_action(text, "search-r1")
-    cut = cut_at_stop(text)
-    if parsed.kind == "invalid":
+def _parse_tags(text: str, tags: TagActions, *, think: bool) -> ParsedAction:
+    # the env's own rule (one definition, declared by the env)
+    read = tags.read(text)
+    cut = tags.cut(text)
+    if read is None:
         return ParsedAction(action=cut.strip(), format_ok=False)
-    tag = parsed.kind
+    tag, content = read
     think_ok = _think_ok(cut, before=f"<{tag}>") if think else True
-    return ParsedAction(action=f"<{tag}>{parsed.content}</{tag}>", format_ok=think_ok)
+    return ParsedAction(action=f"<{tag}>{content}</{tag}>", format_ok=think_ok)
 
 
 def _think_ok(text: str, *, before: str) -> bool:

@@ -142,12 +142,11 @@ def render_template(template: str, *, task: str, history: Sequence[tuple[str, st
 
 def answer_instruction(config: PromptConfig) -> str:
     """The sentence telling the model how to answer."""
-    if config.env_style == "searchqa":
+    if config.env_style != "default":  # the env's own action tags, as it declares them
+        from agentgym.registration import tag_actions
+
         reason = "First reason step by step inside <think> </think>. " if config.think else ""
-        return (
-            f"{reason}Then either look something up with <search>your query</search> "
-            "or, when you know it, give the final answer as <answer>short answer</answer>."
-        )
+        return f"{reason}Then {tag_actions(config.env_style).usage}."
     if not config.action_tag:
         return "Reply with the next action only."
     tag = config.action_tag

@@ -281,13 +281,13 @@ def render_answer(task: str, step: ExpertStep, prompt: PromptConfig) -> str:
     """The whole answer the model should write for ``step`` (the response prefix
     included), in ``prompt``'s action format: ``<think>...</think><action>...</action>``,
     without the think block when ``prompt.think`` is off, the bare action when
-    ``action_tag`` is empty, and for ``env_style="searchqa"`` the action as given (it is
-    already a ``<search>`` / ``<answer>`` tag)."""
+    ``action_tag`` is empty, and for an env's tag-action format (``env_style="searchqa"``)
+    the action as given (it is already a ``<search>`` / ``<answer>`` tag)."""
     if step.response is not None:
         return step.response
     thought = step.thought if step.thought is not None else default_thought(task, step.action)
     think = f"<think>{thought}</think>\n" if prompt.think else ""
-    if prompt.env_style == "searchqa":
+    if prompt.env_style != "default":
         return think + step.action
     if not prompt.action_tag:
         return step.action

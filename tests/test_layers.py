@@ -131,3 +131,16 @@ def test_no_module_imports_a_layer_above_its_own(graph):
 def test_no_modules_import_each_other_in_a_circle(graph):
     assert len(graph) > 100  # every package was read
     assert cycles(graph) == []
+
+
+ENV_PACKAGES = ("alfworld", "webshop", "searchqa", "keydoor", "scripted", "sokoban",
+                "frozenlake")
+"""agentgym's env modules: ``algorithms`` reads what an env declares (``agentgym.core``,
+through ``agentgym.registration``) and never imports one."""
+
+
+def test_algorithms_imports_no_env_module(graph):
+    named = [f"{name} -> {target}" for name, targets in graph.items()
+             if name.split(".")[0] in ("train", "algorithms") for target in targets
+             if target.startswith("agentgym.") and target.split(".")[1] in ENV_PACKAGES]
+    assert named == []

@@ -62,7 +62,7 @@ from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agentgym.core import AnchorMode, TextEnv, Transition
+from agentgym.core import AnchorMode, TagActions, TextEnv, Transition
 from agentgym.searchqa.cache import knowledge_base_files
 from agentgym.searchqa.data import QAItem, load_qa
 from agentgym.searchqa.em import exact_match
@@ -70,6 +70,7 @@ from agentgym.searchqa.retrievers import check_spec, is_url, make_retriever
 from agentgym.searchqa.tags import (
     ACTION_RULES,
     DEFAULT_ACTION_RULE,
+    TAG_ACTIONS,
     ActionRule,
     parse_action,
 )
@@ -149,6 +150,8 @@ class SearchQAEnv(TextEnv):
 
     invalid_action_penalty: ClassVar[float] = 0.01
     """verl-agent's ``run_search.sh`` (``invalid_action_penalty_coef=0.01``)."""
+    tag_actions: ClassVar[TagActions | None] = TAG_ACTIONS
+    """``<search>`` / ``<answer>`` tags, read by Search-R1's rule."""
 
     @classmethod
     def task_source(cls, kwargs: dict[str, Any]) -> str:

@@ -44,6 +44,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from agentgym.core import TagActions
+
 ActionKind = Literal["search", "answer", "invalid"]
 ActionRule = Literal["search-r1", "verl-agent", "agentgym"]
 ACTION_RULES: tuple[ActionRule, ...] = ("search-r1", "verl-agent", "agentgym")
@@ -187,3 +189,18 @@ def _agentgym(text: str, thoughts: tuple[str, ...]) -> ParsedAction:
         problem = f"{tag_count} <search>/<answer> tags in one action; only the {kind} was executed"
         return ParsedAction(kind, content, False, problem, thoughts)
     return ParsedAction(kind, content, True, None, thoughts)
+
+
+def _read(text: str) -> tuple[str, str] | None:
+    """``(tag, content)`` of the action ``text`` asks for under the default rule."""
+    parsed = parse_action(text, DEFAULT_ACTION_RULE)
+    return None if parsed.kind == "invalid" else (parsed.kind, parsed.content)
+
+
+TAG_ACTIONS = TagActions(
+    name="searchqa", stop_strings=_STOPS,
+    usage=("either look something up with <search>your query</search> or, when you know "
+           "it, give the final answer as <answer>short answer</answer>"),
+    cut=cut_at_stop, read=_read)
+"""What the agent loop reads of this format (:class:`agentgym.core.TagActions`):
+Search-R1's stop strings and rule (:func:`cut_at_stop`, :func:`parse_action`)."""

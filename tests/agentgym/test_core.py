@@ -106,6 +106,23 @@ def test_envs_declare_their_penalty_and_task_source_without_being_built(monkeypa
     assert task_source("AgentGym/Nope-v0", {}) == "AgentGym/Nope-v0's own tasks"
 
 
+def test_an_env_with_tag_actions_declares_them():
+    from agentgym.registration import env_creator, tag_actions
+
+    declared = {env_id: env_creator(env_id).tag_actions for env_id in ENTRY_POINTS}
+    searchqa = declared.pop("AgentGym/SearchQA-v0")
+    assert searchqa is tag_actions("searchqa") and searchqa.name == "searchqa"
+    assert set(declared.values()) == {None}
+    assert searchqa.stop_strings == ("</search>", "</answer>")
+    # Search-R1's rule: cut after the first </search>; the first complete block is read
+    text = "<think>x</think><answer>a</answer> <search> q </search> tail </search>"
+    assert searchqa.cut(text) == "<think>x</think><answer>a</answer> <search> q </search>"
+    assert searchqa.read(text) == ("answer", "a")
+    assert searchqa.read("<SEARCH>q</SEARCH>") is None
+    with pytest.raises(KeyError, match="no answer format named 'nope'"):
+        tag_actions("nope")
+
+
 def test_import_agentgym_stays_light():
     code = (
         "import sys, agentgym, agentgym.vector; "

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from algorithms.config import PRESET_HELP, PRESETS, TrainConfig, replace
+from algorithms.config import PRESET_HELP, PRESETS, ConfigError, TrainConfig, replace
 
 
 def test_algo_selects_estimator_and_critic():
@@ -129,6 +129,9 @@ def test_stop_strings_default_to_the_env_styles_closing_tags():
     assert replace(TrainConfig(), prompt={"action_tag": ""}).stop_strings == ()
     assert replace(TrainConfig(), prompt={"env_style": "searchqa"}).stop_strings == \
         ("</search>", "</answer>")
+    with pytest.raises(ConfigError, match="prompt.env_style must be 'default' or an env's "
+                                          "tag-action format \\(searchqa\\), got 'nope'"):
+        replace(TrainConfig(), prompt={"env_style": "nope"}).validate()
     assert replace(TrainConfig(), generation={"stop": ("END",)}).stop_strings == ("END",)
     assert replace(TrainConfig(), generation={"stop": ()}).stop_strings == ()
 
