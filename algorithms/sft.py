@@ -53,6 +53,7 @@ from algorithms.metrics import MetricsLogger, plot_curves, rollout_metrics
 from algorithms.policy import load_policy, model_identity, split_model
 from algorithms.rollout import NoStepsError, collect_rollout, concat_batches
 from algorithms.run_folder import prepare_run_folder
+from algorithms.sampling import rollout_settings
 from algorithms.seeds import iteration_seed
 from algorithms.sft_data import (
     SFTDataError,
@@ -196,7 +197,7 @@ class SFTTrainer(Trainer):
             where = config.sft.data
         else:
             with progress_bar(self.progress, total=config.sft.episodes, leave=False,
-                       desc="expert episodes") as bar:
+                              desc="expert episodes") as bar:
                 trajectories = expert_trajectories(
                     config.env.env_id, config.env.kwargs(), config.sft.episodes,
                     perturb=config.sft.perturb, seed=config.run.seed, progress=bar)
@@ -259,7 +260,7 @@ class SFTTrainer(Trainer):
                 last = self.evaluate_policy(0)
                 self.logger.log(0, last)
             with progress_bar(self.progress, total=total, initial=self.start_iteration,
-                       desc="SFT (optimizer steps)") as bar:
+                              desc="SFT (optimizer steps)") as bar:
                 for step in range(self.start_iteration, total):
                     rows = batch_rows(config.run.seed, step, per_epoch, len(self.examples),
                                       config.sft.batch_size)
@@ -307,11 +308,11 @@ class SFTTrainer(Trainer):
         finally:
             probe.close()
         chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))
-        settings = self._settings(temperature=config.generation.eval_temperature,
-                                  group_size=1, bootstrap=False)
+        settings = rollout_settings(config, temperature=config.generation.eval_temperature,
+                                    group_size=1, bootstrap=False)
         batches, offsets = [], []
         with progress_bar(self.progress, total=len(task_ids), leave=False,
-                   desc="evaluation (episodes)") as bar:
+                          desc="evaluation (episodes)") as bar:
             for start in range(0, len(task_ids), chunk):
                 part = task_ids[start:start + chunk]
                 env = make_vector_env(config.env.env_id, len(part), group_size=1,
