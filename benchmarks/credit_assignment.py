@@ -16,7 +16,8 @@ Stages, per task:
 3. **Warm start**: ``--algo sft`` (:class:`~algorithms.sft.SFTTrainer`) on the env's
    expert with perturbed steps, evaluated on the held-out tasks every few optimizer
    steps; the first checkpoint whose held-out success lies in the target range (default
-   10-30%, else the one closest to its middle) is the start of every RL run.
+   10-30%, else the one closest to its middle, the later of ties) is the start of every
+   RL run.
 4. **RL**: each method x seed from that checkpoint (``--model.init-checkpoint``), the same
    batch and number of iterations, evaluated on the held-out tasks every ``eval_every``
    iterations; runs go two at a time (``--jobs``), each in its own process.
@@ -245,9 +246,10 @@ def warm_start(workdir: Path, name: str, task: Task, words: list[str],
     low, high = target
     inside = [row for row in evals if row["iteration"] > 0
               and low <= row["eval/success"] <= high]
+    # none inside: the closest to the middle, the more trained of equally close ones
     chosen = inside[0] if inside else min(
         (row for row in evals if row["iteration"] > 0),
-        key=lambda row: abs(row["eval/success"] - (low + high) / 2))
+        key=lambda row: (abs(row["eval/success"] - (low + high) / 2), -row["iteration"]))
     result = {
         "checkpoint": str(run_dir / "checkpoints" / f"iter_{int(chosen['iteration']):06d}"),
         "step": int(chosen["iteration"]), "success": chosen["eval/success"],
