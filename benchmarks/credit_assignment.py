@@ -416,7 +416,7 @@ def print_table(summary: dict[str, Any]) -> None:
 def _band(ax, x, curves, label):
     data = np.asarray(curves, dtype=float)
     mean = np.nanmean(data, axis=0)
-    ax.plot(x, mean, label=label)
+    ax.plot(x, mean, label=label, marker="o", markersize=3)
     if len(data) > 1:
         ax.fill_between(x, np.nanmin(data, axis=0), np.nanmax(data, axis=0), alpha=0.15)
 
@@ -630,7 +630,10 @@ def main(argv: list[str] | None = None) -> int:
                                               "horizon": args.horizon,
                                               "start_success": list(args.start_success)},
         "rl_lr": RL_LR, "load_at_start": list(load), "load_at_end": list(os.getloadavg()),
-        "wall_seconds": elapsed, "summary": summary, "runs": runs,
+        "wall_seconds": elapsed,  # this invocation's (finished runs are read, not rerun)
+        "runs_wall_seconds": sum(f["wall_seconds"] for methods in runs.values()
+                                 for seeds in methods.values() for f in seeds.values()),
+        "summary": summary, "runs": runs,
         "measured_cpu_seconds": costs, "full_estimate_seconds": full_estimate,
         "plots": [p.name for p in pngs],
         "command": "python -m benchmarks.credit_assignment " + " ".join(argv or []),
