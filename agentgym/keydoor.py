@@ -62,6 +62,10 @@ class KeyDoorEnv(TextEnv):
         height: rooms from north to south (``width * height`` between 3 and 16).
         num_tasks: distinct (start, key, door) placements; ``task_ids`` are
             ``"keydoor-0000"`` ...
+        first_task: number of the first task (``task_ids`` start at
+            ``"keydoor-<first_task>"``; task ``i``'s layout depends on ``i`` alone), so an
+            evaluation env with ``first_task=num_tasks`` of the training env holds
+            held-out tasks.
         success_reward: reward of the winning ``open door``.
         key: the door is locked and needs the key; ``False``: no key, the door opens at
             once (a shorter task: ``distance(start, door) + 1`` steps).
@@ -74,6 +78,7 @@ class KeyDoorEnv(TextEnv):
         width: int = 3,
         height: int = 3,
         num_tasks: int = 64,
+        first_task: int = 0,
         success_reward: float = 1.0,
         key: bool = True,
         anchor: AnchorMode = "observation",
@@ -86,11 +91,15 @@ class KeyDoorEnv(TextEnv):
                              f"width={width}, height={height}")
         if num_tasks < 1:
             raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
+        if first_task < 0:
+            raise ValueError(f"first_task must be >= 0, got {first_task}")
         self.width = width
         self.height = height
         self.success_reward = success_reward
         self.key = key
-        self._task_ids = tuple(f"keydoor-{i:04d}" for i in range(num_tasks))
+        self.first_task = first_task
+        self._task_ids = tuple(f"keydoor-{i:04d}"
+                               for i in range(first_task, first_task + num_tasks))
         self._layout: tuple[int, int, int] = (0, 1, 2)  # start, key, door room indices
         self._room = 0
         self._has_key = False
@@ -124,7 +133,7 @@ class KeyDoorEnv(TextEnv):
             index = self._task_ids.index(task_id)
         except ValueError:
             raise ValueError(f"unknown task id {task_id!r}") from None
-        rng = np.random.default_rng([index, self.width, self.height])
+        rng = np.random.default_rng([self.first_task + index, self.width, self.height])
         start, key, door = rng.choice(self.num_rooms, size=3, replace=False)
         return int(start), int(key), int(door)
 

@@ -100,3 +100,17 @@ def test_bad_sizes_are_clear_errors_and_make_works():
     observation, info = env.reset(seed=1)
     assert observation.startswith("You are in the") and info["task"].startswith("Take the key")
     env.close()
+
+
+def test_first_task_numbers_held_out_tasks_with_their_own_layouts():
+    whole = KeyDoorEnv(width=4, height=4, num_tasks=12)
+    held_out = KeyDoorEnv(width=4, height=4, num_tasks=4, first_task=8)
+    assert list(held_out.task_ids) == ["keydoor-0008", "keydoor-0009", "keydoor-0010",
+                                       "keydoor-0011"]
+    # task i's layout depends on i alone, not on where the env's numbering starts
+    assert [held_out.layout(t) for t in held_out.task_ids] == \
+        [whole.layout(t) for t in whole.task_ids[8:]]
+    assert not set(held_out.task_ids) & set(KeyDoorEnv(width=4, height=4,
+                                                       num_tasks=8).task_ids)
+    with pytest.raises(ValueError, match="first_task"):
+        KeyDoorEnv(first_task=-1)

@@ -1,0 +1,67 @@
+"""Statistics of a multi-seed comparison: a bootstrap interval and a paired permutation test.
+
+Pure functions of per-seed figures (``benchmarks/credit_assignment.py`` uses them; their
+hand-computed cases are in ``tests/benchmarks/test_study_stats.py``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+EXACT_PERMUTATION_MAX = 16
+"""Up to this many pairs the permutation test enumerates every sign flip (2**n)."""
+
+
+def bootstrap_ci(values: Sequence[float], *, level: float = 0.95, resamples: int = 10_000,
+                 seed: int = 0) -> tuple[float, float, float]:
+    """Mean of ``values`` and its percentile-bootstrap interval.
+
+    ``resamples`` samples of ``len(values)`` draws with replacement; the interval is the
+    ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles of their means (numpy's linear
+    interpolation). NaN values are dropped first.
+
+    Returns:
+        ``(mean, low, high)``; all NaN when no value is left.
+    """
+    data = np.asarray(values, dtype=float)
+    data = data[~np.isnan(data)]
+    if data.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, data.size, size=(resamples, data.size))
+    means = data[draws].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(means, [tail, 1.0 - tail])
+    return float(data.mean()), float(low), float(high)
+
+
+def paired_permutation_test(a: Sequence[float], b: Sequence[float], *,
+                            resamples: int = 100_000, seed: int = 0) -> float:
+    """Two-sided p-value of the mean paired difference ``a - b`` under the null that each
+    pair's sign is exchangeable (the two methods were run on the same seeds).
+
+    The statistic is ``|mean(d)|``; the p-value is the share of sign assignments whose
+    statistic is at least the observed one (a tolerance of 1e-12 counts ties). Up to
+    :data:`EXACT_PERMUTATION_MAX` pairs every assignment is enumerated (the observed one
+    included); beyond, ``resamples`` random ones plus the observed one.
+
+    Raises:
+        ValueError: ``a`` and ``b`` differ in length or are empty.
+    """
+    first, second = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if first.shape != second.shape or first.size == 0:
+        raise ValueError(f"need two equally long, non-empty samples, got {first.size} and "
+                         f"{second.size}")
+    diff = first - second
+    observed = abs(diff.mean())
+    if diff.size <= EXACT_PERMUTATION_MAX:
+        signs = np.array(list(itertools.product((1.0, -1.0), repeat=diff.size)))
+        stats = np.abs((signs * diff).mean(axis=1))
+        return float((stats >= observed - 1e-12).mean())
+    rng = np.random.default_rng(seed)
+    signs = rng.choice((1.0, -1.0), size=(resamples, diff.size))
+    stats = np.abs((signs * diff).mean(axis=1))
+    return float(((stats >= observed - 1e-12).sum() + 1) / (resamples + 1))

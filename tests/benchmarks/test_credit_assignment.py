@@ -1,0 +1,52 @@
+"""The credit-assignment study's quick mode end to end (slow: minutes on two cores).
+
+Runs ``python -m benchmarks.credit_assignment --quick`` into a temporary folder and checks
+that its outputs exist and are well formed: the JSON of every run's figures (every task,
+method and seed, a final success in [0, 1], a CI around the mean, a p-value per pair)
+and the PNGs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+pytest.importorskip("torch")
+
+from benchmarks.credit_assignment import METHODS, MODES, PAIRS, TASKS, main  # noqa: E402
+
+
+@pytest.mark.slow
+def test_the_quick_study_writes_its_figures(tmp_path):
+    results = tmp_path / "results"
+    assert main(["--quick", "--workdir", str(tmp_path / "runs"),
+                 "--results-dir", str(results)]) == 0
+    data = json.loads((results / "credit_assignment_quick.json").read_text())
+    seeds = list(MODES["quick"].seeds)
+    assert data["seeds"] == seeds
+    for task in TASKS:
+        block = data["summary"][task]
+        assert 0.0 <= block["start"]["success"] <= 1.0
+        for method in METHODS:
+            row = block["methods"][method]
+            assert row["seeds"] == seeds and len(row["final_success"]) == len(seeds)
+            assert all(0.0 <= v <= 1.0 for v in row["final_success"])
+            low, high = row["ci95"]
+            assert low - 1e-9 <= row["mean"] <= high + 1e-9
+            assert row["iteration_seconds"] > 0
+            figures = data["runs"][task][method][str(seeds[0])]
+            assert figures["eval_success"][0][0] == 0  # the warm start's evaluation
+            assert figures["eval_success"][-1][0] == MODES["quick"].iterations[task]
+            if method.startswith("gigpo"):
+                shares = figures["step_group_share"]
+                for i in range(len(figures["iterations"])):
+                    assert math.isclose(sum(v[i] for v in shares.values()), 1.0,
+                                        abs_tol=1e-6)
+        for first, second in PAIRS:
+            test = block["paired_tests"][f"{first} vs {second}"]
+            assert 0.0 < test["p_value"] <= 1.0 and test["seeds"] == seeds
+        for kind in ("curves", "step_groups"):
+            png = results / f"credit_assignment_quick_{task}_{kind}.png"
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
