@@ -1099,6 +1099,43 @@ def _webshop_1_5b() -> TrainConfig:
     )
 
 
+def _sokoban() -> TrainConfig:
+    """verl-agent's ``examples/gigpo_trainer/run_sokoban.sh`` (GiGPO on 6 x 6 Sokoban, one box).
+
+    As the script: 32 groups x 8, 15 steps, prompts 1024 / responses 512 tokens, lr 1e-6,
+    mini-batches of 64 steps in micro-batches of 8, KL loss 0.01 (low-variance), penalty
+    0.1, gamma 0.95, omega 1, ``mean_norm``, training temperature 1.0 and evaluation at 0.4
+    on 128 rooms every 5 iterations, 150 iterations, vLLM at 0.6 of the GPU memory; the
+    rest is the recipe's defaults (:class:`LearnerConfig`). Differs: the evaluation rooms
+    are the same 128 each time, seeds 65,536 to 65,663 (the script's validation envs draw
+    128 new seeds in [2^16, 2^32) at each evaluation): a fixed held-out set, so
+    evaluations compare across iterations. Text, not images: the script
+    trains Qwen2.5-VL-3B-Instruct on rendered frames (``env.sokoban.mode='rgb_array'``);
+    this env is verl-agent's text mode (``tiny_rgb_array``), so the model is the text
+    Qwen2.5-3B-Instruct and the prompt keeps the last 2 steps (verl-agent's default
+    ``history_length`` for its text template; its visual template has none), in this
+    library's prompt template, not verl-agent's wording. A prompt over
+    1024 tokens loses history first (the script's ``truncation='error'`` stops the run);
+    no evaluation before training; the env steps in-process, not in Ray actors (rooms
+    take about 1 ms each).
+    """
+    base = TrainConfig(preset="sokoban")
+    return replace(
+        base,
+        model={"name_or_path": "Qwen/Qwen2.5-3B-Instruct", "gradient_checkpointing": True},
+        generation={"engine": "vllm", "max_new_tokens": 512,
+                    "vllm_gpu_memory_utilization": 0.6},
+        prompt={"max_prompt_tokens": 1024, "history_window": 2},
+        env={"env_id": "AgentGym/Sokoban-v0", "num_groups": 32, "group_size": 8,
+             "max_steps": 15,
+             "eval_env_kwargs": json.dumps({"first_seed": 2**16}),
+             "eval_episodes": 128},
+        learner={"lr": 1e-6, "normalize": "mean", "kl_coef": 0.01, "mini_batch_size": 64,
+                 "micro_batch_size": 8},
+        run={"iterations": 150, "eval_every": 5},
+    )
+
+
 def _searchqa_3b() -> TrainConfig:
     """verl-agent's ``examples/gigpo_trainer/run_search.sh`` (GiGPO with similarity groups)
     at the paper's 3B size.
@@ -1165,6 +1202,7 @@ PRESETS: dict[str, TrainConfig] = {
     "alfworld-1.5b": _alfworld_1_5b(),
     "alfworld-7b-lora": _alfworld_7b_lora(),
     "webshop-1.5b": _webshop_1_5b(),
+    "sokoban": _sokoban(),
     "searchqa-3b": _searchqa_3b(),
     "searchqa-3b-transcript": _searchqa_3b_transcript(),
 }
@@ -1183,6 +1221,9 @@ PRESET_HELP: dict[str, str] = {
                         "(rank 64), lr 3e-6, no KL.",
     "webshop-1.5b": "verl-agent's run_webshop.sh: Qwen2.5-1.5B-Instruct on WebShop, 6 "
                     "groups x 8, 15 steps, mean-only normalization.",
+    "sokoban": "verl-agent's run_sokoban.sh in text: Qwen2.5-3B-Instruct on 6x6 "
+              "Sokoban (1 box), 32 groups x 8, 15 steps, mean-only normalization, "
+              "lr 1e-6, KL 0.01.",
     "searchqa-3b": "verl-agent's run_search.sh at 3B: Qwen2.5-3B-Instruct on Search-QA, "
                    "256 x 5, 4 turns, penalty 0.01, history 4, similarity groups 0.9.",
     "searchqa-3b-transcript": "Search-R1's train_grpo.sh: Qwen2.5-3B, one growing transcript "

@@ -38,6 +38,7 @@ import numpy as np
 from agentgym.core import AnchorMode, TextEnv, Transition
 from agentgym.seeded_tasks import SeededTaskIds
 from agentgym.sokoban.rooms import MOVES, WALL, Cell, SokobanRoom, generate_room, render_room
+from agentgym.sokoban.solver import first_move
 
 ACTION_WORDS: tuple[str, ...] = ("up", "down", "left", "right", "still")
 """The words verl-agent's projection looks for, in its search order."""
@@ -146,6 +147,15 @@ class SokobanEnv(TextEnv):
 
     def admissible_actions(self) -> tuple[str, ...]:
         return ("up", "down", "left", "right")
+
+    def expert_action(self) -> str | None:
+        """The first move of a shortest solution from the current state (breadth-first
+        search, :func:`agentgym.sokoban.solver.first_move`); ``None`` once solved, before
+        ``reset`` or when the room can no longer be solved (a box pushed into a dead
+        corner, e.g. by a perturbed expert step)."""
+        if self._room is None:
+            return None
+        return first_move(self._room.fixed, self._player, self._boxes, self._targets)
 
     def state_key(self) -> Hashable:
         return (self._player, tuple(sorted(self._boxes)))

@@ -283,3 +283,53 @@ def test_a_group_of_a_vector_env_plays_one_room():
         _, rewards, _, _, infos = venv.step(["up", "up", "hop", "left"])
         assert list(infos["valid_action"]) == [True, True, False, True]
         assert rewards[0] == rewards[1] == pytest.approx(-0.1)
+
+
+# ---------------------------------------------------------------------- expert
+@pytest.mark.parametrize(("dim_room", "num_boxes", "num_seeds"), [((6, 6), 1, 100),
+                                                                  ((7, 7), 2, 20)])
+def test_the_expert_solves_every_room_in_the_fewest_steps(dim_room, num_boxes, num_seeds):
+    """The env's expert (its own breadth-first search) against the test's solver above."""
+    env = SokobanEnv(dim_room=dim_room, num_boxes=num_boxes, max_steps=None)
+    for seed in range(num_seeds):
+        env.reset(options={"task_id": f"sokoban-{dim_room[0]}x{dim_room[1]}-"
+                                      f"{num_boxes}box-{seed}"})
+        shortest = solve(env.room)
+        steps = 0
+        while (action := env.expert_action()) is not None:
+            *_, terminated, _, info = env.step(action)
+            assert info["player_moved"]
+            steps += 1
+        assert terminated and env.success and steps == len(shortest), seed
+
+
+def test_the_expert_is_none_when_solved_or_stuck():
+    # a box in a corner that is no target: no solution
+    stuck = SokobanRoom.from_rows(["######",
+                                   "#X___#",
+                                   "#__P_#",
+                                   "#___O#",
+                                   "######"])
+    env = SokobanEnv(max_steps=None)
+    env.reset(options={"room": stuck})
+    assert env.expert_action() is None
+    # one push away: the expert pushes, then has nothing left to do
+    near = SokobanRoom.from_rows(["#####",
+                                  "#PXO#",
+                                  "#####"])
+    env.reset(options={"room": near})
+    assert env.expert_action() == "right"
+    env.step("right")
+    assert env.success and env.expert_action() is None
+    # ties go to the earlier direction: box up-left onto O takes 5 moves either way,
+    # left, up (push up), right, up, left (push left) or up, left (push left), down,
+    # left, up (push up); up comes before left
+    tie = SokobanRoom.from_rows(["######",
+                                 "#O___#",
+                                 "#_X__#",
+                                 "#__P_#",
+                                 "######"])
+    env.reset(options={"room": tie})
+    assert len(solve(tie)) == 5 and env.expert_action() == "up"
+    env.step("left")  # the other way round: from here the box goes up first
+    assert env.expert_action() == "up"  # push the box up (4 moves left)

@@ -47,6 +47,21 @@ def test_gpu_presets_follow_the_paper():
     assert search.env.env_id == "AgentGym/SearchQA-v0"
 
 
+def test_sokoban_preset_follows_run_sokoban_sh():
+    sokoban = PRESETS["sokoban"]
+    assert sokoban.algo == "gigpo" and sokoban.env.env_id == "AgentGym/Sokoban-v0"
+    assert (sokoban.env.num_groups, sokoban.env.group_size, sokoban.env.max_steps) == (32, 8, 15)
+    assert sokoban.learner.normalize == "mean" and sokoban.learner.lr == 1e-6
+    assert sokoban.learner.kl_coef == 0.01 and sokoban.learner.kl_estimator == "k3"
+    assert (sokoban.learner.mini_batch_size, sokoban.learner.micro_batch_size) == (64, 8)
+    assert sokoban.learner.gamma == 0.95 and sokoban.env.penalty() == 0.1
+    assert (sokoban.prompt.max_prompt_tokens, sokoban.generation.max_new_tokens) == (1024, 512)
+    assert (sokoban.run.iterations, sokoban.run.eval_every, sokoban.env.eval_episodes) == (
+        150, 5, 128)
+    # held-out rooms: the seeds verl-agent's validation draws from (2^16 and up)
+    assert json.loads(sokoban.env.eval_env_kwargs) == {"first_seed": 65_536}
+
+
 def test_cpu_demo_is_small_and_simple():
     demo = PRESETS["cpu-demo"]
     assert demo.model.name_or_path is None  # the offline default model
