@@ -83,25 +83,30 @@ def with_init_checkpoint(policy: Policy, config: TrainConfig, device: torch.devi
                                  seed=config.run.seed)
 
 
-def make_run_engine(config: TrainConfig, policy: Policy, device: torch.device,
-                    ranks: Ranks) -> tuple[Any, WeightMirror | None]:
-    """The generation engine and, under torchrun, the full copy of the sharded policy it
-    samples from (refreshed after each update; on a GPU the HF engine's copy samples in
-    bfloat16, like FSDP2's compute). Sampling seeds differ per rank."""
-    mirror = None
-    engine_policy = policy
-    if ranks.distributed:
-        from algorithms.engines import resolve_engine
+def engine_source(config: TrainConfig, policy: Policy, device: torch.device,
+                  ranks: Ranks) -> tuple[Policy, WeightMirror | None]:
+    """The policy the engine samples from, and the mirror behind it: ``policy`` itself in
+    one process; under torchrun a full copy of it (refreshed from the shards after each
+    update; on a GPU the HF engine's copy samples in bfloat16, like FSDP2's compute).
+    Call it before the learner shards the policy: FSDP2's modules cannot be copied."""
+    if not ranks.distributed:
+        return policy, None
+    from algorithms.engines import resolve_engine
 
-        on_host = resolve_engine(config.generation, policy) != "hf"
-        mirror = WeightMirror(
-            policy.model, torch.device("cpu") if on_host else device,
-            dtype=torch.bfloat16 if device.type == "cuda" and not on_host else None)
-        engine_policy = dataclasses.replace(policy, model=mirror.model)
+    on_host = resolve_engine(config.generation, policy) != "hf"
+    mirror = WeightMirror(
+        policy.model, torch.device("cpu") if on_host else device,
+        dtype=torch.bfloat16 if device.type == "cuda" and not on_host else None)
+    return dataclasses.replace(policy, model=mirror.model), mirror
+
+
+def make_run_engine(config: TrainConfig, policy: Policy, device: torch.device,
+                    ranks: Ranks) -> Any:
+    """The generation engine of ``config.generation`` sampling from ``policy`` (see
+    :func:`engine_source`); sampling seeds differ per rank."""
     max_len = config.prompt.max_prompt_tokens + config.generation.max_new_tokens
-    engine = make_engine(config.generation, engine_policy, device,
-                         seed=config.run.seed + 1_000_003 * ranks.rank, max_model_len=max_len)
-    return engine, mirror
+    return make_engine(config.generation, policy, device,
+                       seed=config.run.seed + 1_000_003 * ranks.rank, max_model_len=max_len)
 
 
 def vector_env_factory(env: EnvConfig) -> VecEnvFactory:

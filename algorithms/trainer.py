@@ -40,6 +40,7 @@ from algorithms.build import (
     VecEnvFactory,
     build_learner,
     build_policy,
+    engine_source,
     make_run_engine,
     vector_env_factory,
 )
@@ -175,9 +176,11 @@ class Trainer:
         if config.run.torch_threads is not None:
             torch.set_num_threads(config.run.torch_threads)
         self.policy = build_policy(config, self.device, ranks, self._say, self._policy)
+        # the engine's copy of the policy is taken before the learner shards it
+        engine_policy, self.mirror = engine_source(config, self.policy, self.device, ranks)
         self.learner = build_learner(self.policy, config, self.device, ranks)
         if self.engine is None:
-            self.engine, self.mirror = make_run_engine(config, self.policy, self.device, ranks)
+            self.engine = make_run_engine(config, engine_policy, self.device, ranks)
         self._say(f"generation engine: {type(self.engine).__name__}")
         if checkpoint is not None:
             self._restore(checkpoint)

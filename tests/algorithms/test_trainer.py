@@ -148,13 +148,14 @@ def _crashing_trainer(tmp_path, algo: str, fail_at: int) -> Trainer:
     from agentgym.vector import TextVectorEnv
     from tests.algorithms.fakes import StepFailingEnv
 
+    def make_vec_env(kwargs, num_envs, group_size):
+        return TextVectorEnv(
+            [lambda: StepFailingEnv(fail_at=fail_at, num_rooms=2, hint=True, num_tasks=64)]
+            * num_envs, group_size=group_size)
+
     trainer = Trainer(scripted_config(algo, iterations=1), policy=make_policy(seed=1),
-                      run_dir=tmp_path)
+                      make_vec_env=make_vec_env, run_dir=tmp_path)
     trainer.setup()
-    trainer.vec_env.close()
-    trainer.vec_env = TextVectorEnv(
-        [lambda: StepFailingEnv(fail_at=fail_at, num_rooms=2, hint=True, num_tasks=64)] * 4,
-        group_size=2)
     return trainer
 
 
