@@ -130,6 +130,8 @@ def test_dual_clip_bounds_the_loss_of_a_bad_token_with_a_huge_ratio():
     assert new.grad.item() == 0.0
     unbounded, _ = losses.policy_loss(new, old, advantage, mask, _recipe(dual_clip=None))
     assert unbounded.item() == pytest.approx(100.0)
+    tight, _ = losses.policy_loss(new, old, advantage, mask, _recipe(dual_clip=1.5))
+    assert tight.item() == pytest.approx(1.5)  # any c > 1 is a bound
 
 
 def test_the_entropy_bonus_raises_the_entropy():
