@@ -61,6 +61,12 @@ def test_the_penalty_lands_on_its_own_row_only():
     # the step group {9.4, 0} gives +-4.7 / (4.7 * sqrt 2); the other rows are singletons.
     step = 4.7 / (4.7 * math.sqrt(2) + EPS)
     np.testing.assert_allclose(got, episode + [step, 0, -step, 0], rtol=1e-12)
+    # the estimator's public function takes the penalties the same way
+    from algorithms.advantages import gigpo_advantages
+
+    direct = gigpo_advantages(batch.env_rewards, batch.traj_ids, batch.group_ids,
+                              batch.anchors, episode_stats="steps", penalties=batch.penalties)
+    np.testing.assert_allclose(direct, episode + [step, 0, -step, 0], rtol=1e-12)
 
 
 def test_the_penalty_in_the_returns_is_the_named_option():
