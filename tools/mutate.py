@@ -18,7 +18,8 @@ Usage (from the repository root)::
 Modules and their tests are :data:`TARGETS`; ``--module`` restricts the run to some, and
 ``--match TEXT`` to the mutants whose description contains ``TEXT`` (e.g. ``--match
 penalties`` for every mutation of a line that names the penalties; repeatable), all of
-them rather than a random draw.
+them rather than a random draw. ``--killers`` runs every test on each mutant (no ``-x``)
+and names the tests that fail: which test pins which behaviour.
 """
 
 from __future__ import annotations
@@ -213,14 +214,21 @@ def _replayed(path: Path, module: str, every: list[Mutant]) -> list[Mutant]:
     return chosen
 
 
-def _run_tests(scratch: Path, tests: list[str], timeout: float) -> str:
-    """``"passed"``, ``"failed"`` or ``"timeout"``."""
-    command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-               "-m", "not slow", *tests]
+def _run_tests(scratch: Path, tests: list[str], timeout: float,
+               killers: list[str] | None = None) -> str:
+    """``"passed"``, ``"failed"`` or ``"timeout"``. With a ``killers`` list, every test
+    runs (no ``-x``) and the ids of the failing ones are appended to it."""
+    stop = [] if killers is not None else ["-x"]
+    command = [sys.executable, "-m", "pytest", *stop, "-q", "-rf", "--tb=no", "-p",
+               "no:cacheprovider", "-m", "not slow", *tests]
     try:
-        result = subprocess.run(command, cwd=scratch, capture_output=True, timeout=timeout)
+        result = subprocess.run(command, cwd=scratch, capture_output=True, text=True,
+                                timeout=timeout)
     except subprocess.TimeoutExpired:
         return "timeout"
+    if killers is not None:
+        killers.extend(line.split()[1] for line in result.stdout.splitlines()
+                       if line.startswith(("FAILED ", "ERROR ")))
     return "passed" if result.returncode == 0 else "failed"
 
 
@@ -239,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--match", action="append", default=[],
                         help="only the mutants whose description contains this text "
                              "(repeatable; all of them, no random draw)")
+    parser.add_argument("--killers", action="store_true",
+                        help="run every test on each mutant (no -x) and name the failing "
+                             "ones (printed, and saved as killed_by in --json)")
     parser.add_argument("--replay", type=Path,
                         help="a --json file of an earlier run: run its survivors again "
                              "(matched by module and description; lines may have moved)")
@@ -269,13 +280,20 @@ def main(argv: list[str] | None = None) -> int:
             killed = 0
             for mutant in chosen:
                 (scratch / module).write_text(mutated_source(original, mutant.index))
-                outcome = _run_tests(scratch, tests, timeout)
+                killers: list[str] | None = [] if args.killers else None
+                outcome = _run_tests(scratch, tests, timeout, killers)
                 (scratch / module).write_text(original)
                 killed += outcome != "passed"
-                results.append({"module": module, "line": mutant.line,
-                                "mutation": mutant.description, "outcome": outcome})
+                result = {"module": module, "line": mutant.line,
+                          "mutation": mutant.description, "outcome": outcome}
+                if killers is not None:
+                    result["killed_by"] = killers
+                results.append(result)
                 if outcome == "passed":
                     print(f"  survived {module}:{mutant.line}  {mutant.description}")
+                elif killers is not None:
+                    print(f"  {outcome} {module}:{mutant.line}  {mutant.description}  by "
+                          f"{', '.join(killers) or '(time limit)'}", flush=True)
             print(f"{module}: {killed}/{len(chosen)} killed "
                   f"({len(every)} mutation points)", flush=True)
             if args.json is not None:  # after every module: a stopped run keeps its results

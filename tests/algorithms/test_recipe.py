@@ -61,6 +61,12 @@ def test_the_penalty_lands_on_its_own_row_only():
     # the step group {9.4, 0} gives +-4.7 / (4.7 * sqrt 2); the other rows are singletons.
     step = 4.7 / (4.7 * math.sqrt(2) + EPS)
     np.testing.assert_allclose(got, episode + [step, 0, -step, 0], rtol=1e-12)
+    # the estimator's public function takes the penalties the same way
+    from algorithms.advantages import gigpo_advantages
+
+    direct = gigpo_advantages(batch.env_rewards, batch.traj_ids, batch.group_ids,
+                              batch.anchors, episode_stats="steps", penalties=batch.penalties)
+    np.testing.assert_allclose(direct, episode + [step, 0, -step, 0], rtol=1e-12)
 
 
 def test_the_penalty_in_the_returns_is_the_named_option():
@@ -130,6 +136,8 @@ def test_dual_clip_bounds_the_loss_of_a_bad_token_with_a_huge_ratio():
     assert new.grad.item() == 0.0
     unbounded, _ = losses.policy_loss(new, old, advantage, mask, _recipe(dual_clip=None))
     assert unbounded.item() == pytest.approx(100.0)
+    tight, _ = losses.policy_loss(new, old, advantage, mask, _recipe(dual_clip=1.5))
+    assert tight.item() == pytest.approx(1.5)  # any c > 1 is a bound
 
 
 def test_the_entropy_bonus_raises_the_entropy():
@@ -145,10 +153,17 @@ def test_the_entropy_bonus_raises_the_entropy():
     assert loss.item() == pytest.approx(-0.1 * mean_entropy.item())  # the clip term is 0
     assert stats["entropy"].item() == pytest.approx(mean_entropy.item())
     loss.backward()
-    with torch.no_grad():
+    with torch.no_grad():  # measured by hand, -sum p log p: the bonus must raise the real H
         stepped = logits - 1.0 * logits.grad
-        after = (losses.entropy_from_logits(stepped) * mask).sum() / mask.sum()
-    assert after > mean_entropy
+        before = (_hand_entropy(logits) * mask).sum() / mask.sum()
+        after = (_hand_entropy(stepped) * mask).sum() / mask.sum()
+    assert before == pytest.approx(mean_entropy.item())
+    assert after > before
+
+
+def _hand_entropy(logits: torch.Tensor) -> torch.Tensor:
+    p = torch.softmax(logits, dim=-1)
+    return -(p * torch.log(p)).sum(dim=-1)
 
 
 def test_a_term_with_a_coefficient_needs_its_input():
@@ -272,6 +287,40 @@ def test_micro_batch_losses_add_up_as_configured(weighting):
     expected = [p.grad for p in learner_fresh.optimizer.param_groups[0]["params"]]
     for a, b in zip(got, expected, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_the_learners_entropy_bonus_pushes_the_weights_up_the_entropy():
+    """Zero advantages and no KL: the update's gradient is the entropy bonus's alone,
+    ``-entropy_coef * d(token mean of H over the 7 response tokens)/dw``, and a small step
+    against it raises the entropy (one micro-batch of the 4 rows)."""
+    from algorithms.learner import _rows, _score
+
+    policy = make_policy()
+    config = _config("grpo", lr=0.0, weight_decay=0.0, entropy_coef=0.1, max_grad_norm=1e9,
+                     mini_batch_size=4, micro_batch_size=4)
+    learner = Learner(policy, config, CPU)
+    batch = learner.score(_update_batch())
+    learner.update(batch, Advantages(advantages=np.zeros(len(batch))), seed=0)
+    params = learner.optimizer.param_groups[0]["params"]
+    got = [p.grad.clone() for p in params]
+    assert any(g.abs().sum() > 0 for g in got), "the entropy bonus gave no gradient"
+
+    def mean_entropy() -> torch.Tensor:
+        tensors = _rows(batch, np.arange(4), CPU)
+        scored = _score(learner.scorer, tensors, temperature=1.0, with_entropy=True)
+        mask = tensors["response_mask"].float()
+        return (scored.entropy * mask).sum() / 7
+
+    for p in params:
+        p.grad = None
+    before = mean_entropy()
+    (-0.1 * before).backward()
+    for a, p in zip(got, params, strict=True):
+        torch.testing.assert_close(a, p.grad, rtol=1e-5, atol=1e-8)
+    with torch.no_grad():  # a step down the loss's gradient goes up the entropy
+        for p, g in zip(params, got, strict=True):
+            p -= 1.0 * g
+        assert mean_entropy() > before.detach()
 
 
 def test_mini_batches_follow_the_batch_order_unless_shuffled():
