@@ -13,7 +13,8 @@ pytest.importorskip("transformers")
 
 from agentgym.vector import make_vector_env  # noqa: E402
 from algorithms.config import ModelConfig, PromptConfig, TrainConfig, replace  # noqa: E402
-from algorithms.learner import Advantages, Learner  # noqa: E402
+from algorithms.estimation import Advantages  # noqa: E402
+from algorithms.learner import Learner  # noqa: E402
 from algorithms.rollout import RolloutSettings  # noqa: E402
 from tests.algorithms.fakes import ScriptedEngine, collect_and_close, cut_rollout  # noqa: E402
 from tests.algorithms.hand_batch import hand_batch  # noqa: E402

@@ -25,7 +25,8 @@ from algorithms.config import (  # noqa: E402
     TrainConfig,
     replace,
 )
-from algorithms.learner import Advantages, Learner  # noqa: E402
+from algorithms.estimation import Advantages  # noqa: E402
+from algorithms.learner import Learner  # noqa: E402
 from tests.algorithms.hand_batch import hand_batch  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
