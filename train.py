@@ -10,6 +10,7 @@ Examples::
     python train.py --preset cpu-demo --eval-only --checkpoint runs/cpu-demo-gigpo-seed0
     python train.py --algo sft --sft.epochs 2        # supervised warm start (docs/sft.md)
     python train.py --model.init-checkpoint runs/cpu-demo-sft-seed0   # RL from it
+    python train.py --preset cpu-alfworld            # SFT stage, then GiGPO, one run
     torchrun --nproc-per-node 2 train.py --preset alfworld-1.5b   # 2 GPUs, FSDP2
 
 ``--engine auto|hf|vllm|openai``, ``--resume``, ``--eval-only`` and ``--checkpoint PATH`` are short for
@@ -88,12 +89,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     config = parse_config(argv)
     from algorithms import distributed
     from algorithms.metrics import read_metrics, run_summary
+    from algorithms.sft_stage import STAGE_DIR, needs_stage, run_stage
     from algorithms.termination import Terminated
-    from algorithms.trainer import Trainer
+    from algorithms.trainer import Trainer, default_run_dir
 
     ranks = distributed.init_from_environment(device=config.run.device,
                                               timeout_s=config.run.dist_timeout)
     try:
+        if needs_stage(config):  # --sft.warm-start: the SFT stage first, in <run>/sft
+            run_dir = default_run_dir(config)
+            say = (lambda line: print(f"[agentgym] {line}", flush=True)) if ranks.main \
+                else (lambda line: None)
+            try:
+                config = run_stage(config, run_dir, ranks=ranks, say=say)
+            except KeyboardInterrupt:
+                raise Interrupted(run_dir / STAGE_DIR) from None
         if config.algo == "sft" and not config.run.eval_only:
             from algorithms.sft import SFTTrainer
 

@@ -613,6 +613,11 @@ class RunConfig:
     before SIGKILL for that checkpoint; raise it when the scheduler signals earlier (say
     ``sbatch --signal=TERM@300``). 0: stop at once, like Ctrl-C."""
 
+    eval_before_train: bool = False
+    """Evaluate the starting model on the held-out tasks before the first iteration
+    (logged at iteration 0, as verl's ``val_before_train``): the baseline that the
+    evaluations of ``eval_every`` compare with, e.g. the SFT warm start's success."""
+
     rollout_retries: int = 2
     """Rollouts an iteration tries again when no env made a single step (every one failed
     to reset or crashed on its first step, e.g. its worker died); the vector env has
@@ -654,6 +659,14 @@ class SFTConfig:
 
     micro_batch_size: int = 8
     """Samples per forward/backward pass (gradient accumulation inside a batch)."""
+
+    warm_start: bool = False
+    """An RL run (any ``algo`` but ``sft``) without ``model.init_checkpoint`` first runs
+    this SFT stage (the ``sft.*`` settings, no evaluation) in ``<run>/sft/``, a run folder
+    of its own, and starts from its last checkpoint, as ``--model.init-checkpoint <run>/sft``
+    would: one command for "SFT, then RL" (:mod:`algorithms.sft_stage`). A finished stage
+    is reused (``--resume``), an unfinished one continued; ``--run.overwrite`` redoes it.
+    Ignored with ``model.init_checkpoint`` or ``run.eval_only``."""
 
 
 @dataclass(frozen=True)
@@ -721,7 +734,7 @@ class TrainConfig:
         if self.learner.epochs < 1:
             problems.append("learner.epochs must be >= 1")
         problems += self._recipe_problems()
-        if self.algo == "sft":
+        if self.algo == "sft" or self.sft.warm_start:
             problems += self._sft_problems()
         if self.generation.temperature <= 0:
             problems.append("generation.temperature must be > 0 for training rollouts")

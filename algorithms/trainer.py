@@ -645,6 +645,8 @@ class Trainer:
         metrics = {"eval/success": _nan(results["success"]),
                    "eval/return": _nan(results["return"]),
                    "eval/episode_length": _nan(results["episode_length"]),
+                   "eval/format_error_rate": _nan(results["format_error_rate"]),
+                   "eval/invalid_action_rate": _nan(results["invalid_action_rate"]),
                    "eval/env_errors": float(results["env_errors"])}
         for task_type, row in results["per_task_type"].items():
             metrics[f"eval/success/{task_type}"] = row["success"]
@@ -687,6 +689,10 @@ class Trainer:
             return last
         started = time.perf_counter()
         saved: Path | None = None  # the checkpoint of the last completed iteration, if any
+        if config.run.eval_before_train and self.start_iteration == 0:
+            last = self.evaluate(0)
+            if self.logger is not None:
+                self.logger.log(0, last)
         term.loop_started()
         with _tqdm(self.bars, total=config.run.iterations, initial=self.start_iteration,
                    desc="training (iterations)") as bar:
@@ -818,7 +824,7 @@ def _config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]
 def _crashed_eval_row(task_id: str) -> dict[str, Any]:
     """The row of an evaluation episode that failed in its reset or first step."""
     return {"task_id": task_id, "task_type": "", "success": False, "return": 0.0,
-            "length": 0, "env_error": True}
+            "length": 0, "format_errors": 0, "invalid_actions": 0, "env_error": True}
 
 
 def _nan(value: float | None) -> float:
@@ -827,6 +833,13 @@ def _nan(value: float | None) -> float:
 
 def _mean_or_none(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
+
+
+def _step_rate(rows: list[dict[str, Any]], key: str) -> float | None:
+    """The share of the steps of ``rows`` counted in ``key`` (as :func:`rollout_metrics`
+    rates, over steps, not episodes)."""
+    steps = sum(r["length"] for r in rows)
+    return sum(r[key] for r in rows) / steps if steps else None
 
 
 def _eval_rows(batches: list[tuple[StepBatch | None, list[str]]]) -> list[dict[str, Any]]:
@@ -851,6 +864,8 @@ def _eval_rows(batches: list[tuple[StepBatch | None, list[str]]]) -> list[dict[s
                          "success": bool(table["success"][index]),
                          "return": float(table["returns"][index]),
                          "length": int(table["lengths"][index]),
+                         "format_errors": int(table["format_errors"][index]),
+                         "invalid_actions": int(table["invalid_actions"][index]),
                          "env_error": bool(table["env_error"][index])})
     return rows
 
@@ -868,6 +883,8 @@ def _eval_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "success": _mean_or_none([r["success"] for r in ended]),
         "return": _mean_or_none([r["return"] for r in ended]),
         "episode_length": _mean_or_none([r["length"] for r in ended]),
+        "format_error_rate": _step_rate(ended, "format_errors"),
+        "invalid_action_rate": _step_rate(ended, "invalid_actions"),
         "per_task_type": {
             task_type: {"episodes": len(group),
                         "success": float(np.mean([r["success"] for r in group])),
