@@ -135,9 +135,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         report = run_summary(records, trainer.run_dir / "curves.png")
         if report:
             print("[agentgym] " + report.replace("\n", "\n[agentgym] "), flush=True)
+        evaluations = evaluation_line(records)
+        if evaluations:
+            print(f"[agentgym] {evaluations}", flush=True)
     print(f"[agentgym] view the rollouts and curves: python -m agentgym.viewer "
           f"{trainer.run_dir}", flush=True)
     return metrics
+
+
+def evaluation_line(records: list[dict[str, float]]) -> str | None:
+    """The held-out evaluations of a run on one line (success, format-error rate per
+    evaluated iteration), or ``None`` when it has none."""
+    parts = [f"iteration {int(r['iteration'])}: success {r['eval/success']:.3f}"
+             + (f", format errors {r['eval/format_error_rate']:.3f}"
+                if "eval/format_error_rate" in r else "")
+             for r in records if "eval/success" in r]
+    return "held-out evaluation: " + "; ".join(parts) if parts else None
 
 
 def data_note(config: TrainConfig) -> str | None:
