@@ -163,10 +163,9 @@ def data_note(config: TrainConfig) -> str | None:
 
     if "ALFWORLD_DATA" not in os.environ or config.env.env_id == "AgentGym/ALFWorld-v0":
         return None
-    flags = "--env.env-id AgentGym/ALFWorld-v0 --env.env-kwargs '{}'"
     return (f"$ALFWORLD_DATA is set, but this run trains {config.env.env_id} (preset "
             f"{config.preset}), which does not read it; to train on those ALFWorld games "
-            f"add {flags} (on a GPU: --preset alfworld-1.5b)")
+            "use --preset cpu-alfworld (on a GPU: --preset alfworld-1.5b)")
 
 
 class Interrupted(Exception):

@@ -307,12 +307,10 @@ def test_alfworld_data_with_another_env_says_which_flags_train_alfworld(tmp_path
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == (
         "[agentgym] note: $ALFWORLD_DATA is set, but this run trains AgentGym/KeyDoor-v0 "
-        "(preset cpu-demo), which does not read it; to train on those ALFWorld games add "
-        "--env.env-id AgentGym/ALFWorld-v0 --env.env-kwargs '{}' (on a GPU: --preset "
-        "alfworld-1.5b)")
-    # the flags it names make a config that validates, on ALFWorld
-    config = train.parse_config(["--preset", "cpu-demo", "--env.env-id",
-                                 "AgentGym/ALFWorld-v0", "--env.env-kwargs", "{}"])
+        "(preset cpu-demo), which does not read it; to train on those ALFWorld games use "
+        "--preset cpu-alfworld (on a GPU: --preset alfworld-1.5b)")
+    # the preset it names trains ALFWorld
+    config = train.parse_config(["--preset", "cpu-alfworld"])
     assert config.env.env_id == "AgentGym/ALFWorld-v0"
     assert train.data_note(config) is None
 
