@@ -1042,9 +1042,8 @@ def _cpu_alfworld() -> TrainConfig:
 
     Games: generated ones (no download) unless ``$ALFWORLD_DATA`` points at official data;
     training on the ``train`` split, evaluation on ``valid_seen`` (other games in the
-    training scenes, as ``alfworld-1.5b``). Every choice below is set by the cost of a
-    token here: a forward and backward pass of SmolLM2-135M with gradient checkpointing
-    takes ~15 ms per token on one core, so the prompt length sets the time.
+    training scenes, as ``alfworld-1.5b``). The prompt length sets the time: the update of
+    docs/memory.md's ALFWorld iteration took ~15 ms per token on a quiet machine.
 
     - Task types :data:`CPU_ALFWORLD_TASK_TYPES` and 8 steps: the shortest tasks, with
       room for a few wrong steps; the raw 135M model answered ALFWorld with 100% format
@@ -1056,17 +1055,19 @@ def _cpu_alfworld() -> TrainConfig:
       history first). 16 response tokens (the longest expert action is 15 with
       ``</action>``).
     - SFT stage: 60 expert episodes (the 60 generated training games of these types,
-      ~280 steps), 12 optimizer steps of 8 samples at lr 5e-4 (LoRA): a third of an
-      epoch, ~40 s a step; the cpu-demo's KeyDoor SFT took format errors from 0.59 to 0
-      in 8 such steps.
+      265 steps), 12 optimizer steps of 8 samples at lr 5e-4 (LoRA), a third of an
+      epoch; the cpu-demo's KeyDoor SFT took format errors from 0.59 to 0 in 8 such
+      steps, and 6 of these took ALFWorld's to 0 (docs/cpu-presets.md).
     - RL: 2 groups x 4 (the fewest trajectories that give GiGPO groups to compare), the
-      state anchor, the cpu-demo's loss, lr 5e-4 and KL 0.2; 2 iterations (an ALFWorld
-      iteration of this size took ~7 min here, most of it the update).
+      state anchor, the cpu-demo's loss, lr 5e-4 and KL 0.2; 2 iterations
+      (docs/memory.md's ALFWorld iteration, 2 x 4 with 6 steps and 320-token prompts,
+      took ~7 min on a quiet machine, most of it the update).
     - Micro-batches of 4 rows (SFT and update): the same updates as 8 (both weight by
-      tokens), but 8 rows of up to 448 tokens took the SFT stage to 4.95 GB peak RSS. Held-out evaluation of the warm start (``eval_before_train``)
-      and after the last iteration, on the whole 12-game generated ``valid_seen`` split
-      (evaluation takes the first ids in sorted order, so a split larger than
-      ``eval_episodes`` would be evaluated on one task type only).
+      tokens), but 8 rows of up to 448 tokens took the SFT stage to 4.95 GB peak RSS.
+    - Held-out evaluation of the warm start (``eval_before_train``) and after the last
+      iteration, on the whole 12-game generated ``valid_seen`` split (evaluation takes
+      the first ids in sorted order, so a split larger than ``eval_episodes`` would be
+      evaluated on one task type only).
     """
     base = dataclasses.replace(_cpu_demo(), preset="cpu-alfworld")
     task_types = list(CPU_ALFWORLD_TASK_TYPES)
