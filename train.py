@@ -10,6 +10,7 @@ Examples::
     python train.py --preset cpu-demo --eval-only --checkpoint runs/cpu-demo-gigpo-seed0
     python train.py --algo sft --sft.epochs 2        # supervised warm start (docs/sft.md)
     python train.py --model.init-checkpoint runs/cpu-demo-sft-seed0   # RL from it
+    python train.py --preset cpu-alfworld            # SFT stage, then GiGPO, one run
     torchrun --nproc-per-node 2 train.py --preset alfworld-1.5b   # 2 GPUs, FSDP2
 
 ``--engine auto|hf|vllm|openai``, ``--resume``, ``--eval-only`` and ``--checkpoint PATH`` are short for
@@ -88,12 +89,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     config = parse_config(argv)
     from algorithms import distributed
     from algorithms.metrics import read_metrics, run_summary
+    from algorithms.run_folder import default_run_dir
+    from algorithms.sft_stage import STAGE_DIR, needs_stage, run_stage
     from algorithms.termination import Terminated
     from algorithms.trainer import Trainer
 
     ranks = distributed.init_from_environment(device=config.run.device,
                                               timeout_s=config.run.dist_timeout)
     try:
+        if needs_stage(config):  # --sft.warm-start: the SFT stage first, in <run>/sft
+            run_dir = default_run_dir(config)
+            say = (lambda line: print(f"[agentgym] {line}", flush=True)) if ranks.main \
+                else (lambda line: None)
+            try:
+                config = run_stage(config, run_dir, ranks=ranks, say=say)
+            except KeyboardInterrupt:
+                raise Interrupted(run_dir / STAGE_DIR) from None
         if config.algo == "sft" and not config.run.eval_only:
             from algorithms.sft import SFTTrainer
 
@@ -125,9 +136,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         report = run_summary(records, trainer.run_dir / "curves.png")
         if report:
             print("[agentgym] " + report.replace("\n", "\n[agentgym] "), flush=True)
+        evaluations = evaluation_line(records)
+        if evaluations:
+            print(f"[agentgym] {evaluations}", flush=True)
     print(f"[agentgym] view the rollouts and curves: python -m agentgym.viewer "
           f"{trainer.run_dir}", flush=True)
     return metrics
+
+
+def evaluation_line(records: list[dict[str, float]]) -> str | None:
+    """The held-out evaluations of a run on one line (success, format-error rate per
+    evaluated iteration), or ``None`` when it has none."""
+    parts = [f"iteration {int(r['iteration'])}: success {r['eval/success']:.3f}"
+             + (f", format errors {r['eval/format_error_rate']:.3f}"
+                if "eval/format_error_rate" in r else "")
+             for r in records if "eval/success" in r]
+    return "held-out evaluation: " + "; ".join(parts) if parts else None
 
 
 def data_note(config: TrainConfig) -> str | None:
@@ -140,10 +164,9 @@ def data_note(config: TrainConfig) -> str | None:
 
     if "ALFWORLD_DATA" not in os.environ or config.env.env_id == "AgentGym/ALFWorld-v0":
         return None
-    flags = "--env.env-id AgentGym/ALFWorld-v0 --env.env-kwargs '{}'"
     return (f"$ALFWORLD_DATA is set, but this run trains {config.env.env_id} (preset "
             f"{config.preset}), which does not read it; to train on those ALFWorld games "
-            f"add {flags} (on a GPU: --preset alfworld-1.5b)")
+            "use --preset cpu-alfworld (on a GPU: --preset alfworld-1.5b)")
 
 
 class Interrupted(Exception):

@@ -618,6 +618,11 @@ class RunConfig:
     before SIGKILL for that checkpoint; raise it when the scheduler signals earlier (say
     ``sbatch --signal=TERM@300``). 0: stop at once, like Ctrl-C."""
 
+    eval_before_train: bool = False
+    """Evaluate the starting model on the held-out tasks before the first iteration
+    (logged at iteration 0, as verl's ``val_before_train``): the baseline that the
+    evaluations of ``eval_every`` compare with, e.g. the SFT warm start's success."""
+
     rollout_retries: int = 2
     """Rollouts an iteration tries again when no env made a single step (every one failed
     to reset or crashed on its first step, e.g. its worker died); the vector env has
@@ -660,6 +665,14 @@ class SFTConfig:
     micro_batch_size: int = 8
     """Samples per forward/backward pass (gradient accumulation inside a batch)."""
 
+    warm_start: bool = False
+    """An RL run (any ``algo`` but ``sft``) without ``model.init_checkpoint`` first runs
+    this SFT stage (the ``sft.*`` settings, no evaluation) in ``<run>/sft/``, a run folder
+    of its own, and starts from its last checkpoint, as ``--model.init-checkpoint <run>/sft``
+    would: one command for "SFT, then RL" (:mod:`algorithms.sft_stage`). A finished stage
+    is reused (``--resume``), an unfinished one continued; ``--run.overwrite`` redoes it.
+    Ignored with ``model.init_checkpoint`` or ``run.eval_only``."""
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -675,8 +688,8 @@ class TrainConfig:
     sets the learner settings of :data:`ALGO_SETTINGS` (before other flags)."""
 
     preset: str = "custom"
-    """Starting values: ``cpu-demo`` (default without a GPU), ``alfworld-1.5b`` (default
-    with one), ``alfworld-7b-lora``, ``webshop-1.5b``, ``searchqa-3b`` or
+    """Starting values: ``cpu-demo`` (default without a GPU), ``cpu-alfworld``,
+    ``alfworld-1.5b`` (default with one), ``alfworld-7b-lora``, ``webshop-1.5b``, ``searchqa-3b`` or
     ``searchqa-3b-transcript``. Every other flag
     overrides one field of the preset; the preset's name is recorded with the run."""
 
@@ -726,7 +739,7 @@ class TrainConfig:
         if self.learner.epochs < 1:
             problems.append("learner.epochs must be >= 1")
         problems += self._recipe_problems()
-        if self.algo == "sft":
+        if self.algo == "sft" or self.sft.warm_start:
             problems += self._sft_problems()
         if self.generation.temperature <= 0:
             problems.append("generation.temperature must be > 0 for training rollouts")
@@ -1031,6 +1044,64 @@ def _cpu_demo() -> TrainConfig:
     )
 
 
+CPU_ALFWORLD_TASK_TYPES: tuple[str, ...] = ("pick_and_place_simple", "look_at_obj_in_light")
+"""The cpu-alfworld preset's ALFWorld task types: the two with the shortest expert
+walkthroughs (3-6 steps on generated games, against 5-10 for the other four)."""
+
+
+def _cpu_alfworld() -> TrainConfig:
+    """SmolLM2-135M on ALFWorld on two CPU cores: an SFT warm start on the env's own
+    expert, then GiGPO, in one run (``--sft.warm-start``, :mod:`algorithms.sft_stage`).
+
+    Games: generated ones (no download) unless ``$ALFWORLD_DATA`` points at official data;
+    training on the ``train`` split, evaluation on ``valid_seen`` (other games in the
+    training scenes, as ``alfworld-1.5b``). The prompt length sets the time: the update of
+    docs/memory.md's ALFWorld iteration took ~15 ms per token on a quiet machine.
+
+    - Task types :data:`CPU_ALFWORLD_TASK_TYPES` and 8 steps: the shortest tasks, with
+      room for a few wrong steps; the raw 135M model answered ALFWorld with 100% format
+      errors, and longer tasks leave nothing to learn from in a few iterations.
+    - Prompt: the cpu-demo's (``<action>`` opened for the model, no thinking, the
+      admissible actions one per line), one step of history (what was just done: the
+      model otherwise cannot tell whether it holds the object), at most 448 tokens
+      (generated expert steps: mean 343, 90th percentile 436; longer ones lose the
+      history first). 16 response tokens (the longest expert action is 15 with
+      ``</action>``).
+    - SFT stage: 60 expert episodes (the 60 generated training games of these types,
+      265 steps), 12 optimizer steps of 8 samples at lr 5e-4 (LoRA), a third of an
+      epoch; the cpu-demo's KeyDoor SFT took format errors from 0.59 to 0 in 8 such
+      steps, and 6 of these took ALFWorld's to 0 (docs/cpu-presets.md).
+    - RL: 2 groups x 4 (the fewest trajectories that give GiGPO groups to compare), the
+      state anchor, the cpu-demo's loss, lr 5e-4 and KL 0.2; 2 iterations
+      (docs/memory.md's ALFWorld iteration, 2 x 4 with 6 steps and 320-token prompts,
+      took ~7 min on a quiet machine, most of it the update).
+    - Micro-batches of 4 rows (SFT and update): the same updates as 8 (both weight by
+      tokens), but 8 rows of up to 448 tokens took the SFT stage to 4.95 GB peak RSS.
+    - Held-out evaluation of the warm start (``eval_before_train``) and after the last
+      iteration, on the whole 12-game generated ``valid_seen`` split (evaluation takes
+      the first ids in sorted order, so a split larger than ``eval_episodes`` would be
+      evaluated on one task type only).
+    """
+    base = dataclasses.replace(_cpu_demo(), preset="cpu-alfworld")
+    task_types = list(CPU_ALFWORLD_TASK_TYPES)
+    return replace(
+        base,
+        generation={"max_new_tokens": 16, "batch_size": 16},
+        prompt={"max_prompt_tokens": 448, "history_window": 1},
+        env={"env_id": "AgentGym/ALFWorld-v0", "num_groups": 2, "group_size": 4,
+             "max_steps": 8, "anchor": "state",
+             "env_kwargs": json.dumps({"task_types": task_types}),
+             "eval_env_kwargs": json.dumps({"split": "valid_seen",
+                                            "num_generated_games": 12}),
+             "eval_episodes": 12},
+        sft={"warm_start": True, "episodes": 60, "max_steps": 12, "batch_size": 8,
+             "micro_batch_size": 4, "lr": 5e-4},
+        learner={"micro_batch_size": 4},
+        run={"iterations": 2, "save_every": 2, "keep_checkpoints": 1, "eval_every": 2,
+             "eval_before_train": True},
+    )
+
+
 def _alfworld_1_5b() -> TrainConfig:
     """verl-agent's ``examples/gigpo_trainer/run_alfworld.sh`` (GiGPO, Qwen2.5-1.5B-Instruct).
 
@@ -1199,6 +1270,7 @@ def _searchqa_3b_transcript() -> TrainConfig:
 
 PRESETS: dict[str, TrainConfig] = {
     "cpu-demo": _cpu_demo(),
+    "cpu-alfworld": _cpu_alfworld(),
     "alfworld-1.5b": _alfworld_1_5b(),
     "alfworld-7b-lora": _alfworld_7b_lora(),
     "webshop-1.5b": _webshop_1_5b(),
@@ -1214,6 +1286,9 @@ PRESET_HELP: dict[str, str] = {
     "cpu-demo": "SmolLM2-135M with LoRA (rank 16) on a 2x2 KeyDoor house (no key), "
                 "2 groups x 4, 6 steps, answers opened with <action>, lr 5e-4, KL 0.2, "
                 "6 iterations.",
+    "cpu-alfworld": "SmolLM2-135M with LoRA on ALFWorld (generated games, or "
+                    "$ALFWORLD_DATA), 2 task types, 8 steps: an SFT stage on the env's "
+                    "expert (12 steps), then GiGPO, 2 groups x 4, 2 iterations.",
     "alfworld-1.5b": "verl-agent's run_alfworld.sh: Qwen2.5-1.5B-Instruct on ALFWorld, "
                      "16 groups x 8, 50 steps, lr 1e-6, KL 0.01, vLLM rollouts, "
                      "150 iterations.",

@@ -93,6 +93,8 @@ def evaluate(config: TrainConfig, engine: Any, tokenizer: Any, settings: Rollout
     metrics = {"eval/success": _nan(results["success"]),
                "eval/return": _nan(results["return"]),
                "eval/episode_length": _nan(results["episode_length"]),
+               "eval/format_error_rate": _nan(results["format_error_rate"]),
+               "eval/invalid_action_rate": _nan(results["invalid_action_rate"]),
                "eval/env_errors": float(results["env_errors"])}
     for task_type, row in results["per_task_type"].items():
         metrics[f"eval/success/{task_type}"] = row["success"]
@@ -131,7 +133,7 @@ def eval_records(batches: list[tuple[StepBatch | None, list[str]]], tokenizer: A
 def _crashed_eval_row(task_id: str) -> dict[str, Any]:
     """The row of an evaluation episode that failed in its reset or first step."""
     return {"task_id": task_id, "task_type": "", "success": False, "return": 0.0,
-            "length": 0, "env_error": True}
+            "length": 0, "format_errors": 0, "invalid_actions": 0, "env_error": True}
 
 
 def _nan(value: float | None) -> float:
@@ -140,6 +142,13 @@ def _nan(value: float | None) -> float:
 
 def _mean_or_none(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
+
+
+def _step_rate(rows: list[dict[str, Any]], key: str) -> float | None:
+    """The share of the steps of ``rows`` counted in ``key`` (as :func:`rollout_metrics`
+    rates, over steps, not episodes)."""
+    steps = sum(r["length"] for r in rows)
+    return sum(r[key] for r in rows) / steps if steps else None
 
 
 def eval_rows(batches: list[tuple[StepBatch | None, list[str]]]) -> list[dict[str, Any]]:
@@ -164,6 +173,8 @@ def eval_rows(batches: list[tuple[StepBatch | None, list[str]]]) -> list[dict[st
                          "success": bool(table["success"][index]),
                          "return": float(table["returns"][index]),
                          "length": int(table["lengths"][index]),
+                         "format_errors": int(table["format_errors"][index]),
+                         "invalid_actions": int(table["invalid_actions"][index]),
                          "env_error": bool(table["env_error"][index])})
     return rows
 
@@ -181,6 +192,8 @@ def eval_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "success": _mean_or_none([r["success"] for r in ended]),
         "return": _mean_or_none([r["return"] for r in ended]),
         "episode_length": _mean_or_none([r["length"] for r in ended]),
+        "format_error_rate": _step_rate(ended, "format_errors"),
+        "invalid_action_rate": _step_rate(ended, "invalid_actions"),
         "per_task_type": {
             task_type: {"episodes": len(group),
                         "success": float(np.mean([r["success"] for r in group])),

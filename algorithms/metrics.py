@@ -40,7 +40,8 @@ def _mean(values: np.ndarray) -> float:
 def trajectory_table(batch: StepBatch) -> dict[str, np.ndarray]:
     """Per-trajectory arrays: ``traj_ids``, ``returns`` (env rewards), ``penalized_returns``,
     ``lengths`` (steps in the batch), ``success``, ``env_error`` (ended on an env error),
-    ``task_types`` (object)."""
+    ``task_types`` (object), ``format_errors`` and ``invalid_actions`` (steps with a badly
+    formatted answer; steps that paid the invalid-action penalty)."""
     ids, first, counts = np.unique(batch.traj_ids, return_index=True, return_counts=True)
     position = np.searchsorted(ids, batch.traj_ids)
     returns = np.bincount(position, weights=batch.env_rewards, minlength=len(ids))
@@ -53,6 +54,10 @@ def trajectory_table(batch: StepBatch) -> dict[str, np.ndarray]:
         "success": batch.success[first],
         "env_error": batch.env_error[first],
         "task_types": np.array([batch.task_types[i] for i in first], dtype=object),
+        "format_errors": np.bincount(position, weights=~batch.format_ok,
+                                     minlength=len(ids)).astype(np.int64),
+        "invalid_actions": np.bincount(position, weights=batch.invalid,
+                                       minlength=len(ids)).astype(np.int64),
     }
 
 

@@ -334,6 +334,10 @@ class Trainer:
             return last
         started = time.perf_counter()
         saved: Path | None = None  # the checkpoint of the last completed iteration, if any
+        if config.run.eval_before_train and self.start_iteration == 0:
+            last = self.evaluate(0)
+            if self.logger is not None:
+                self.logger.log(0, last)
         term.loop_started()
         with progress_bar(self.bars, total=config.run.iterations,
                           initial=self.start_iteration, desc="training (iterations)") as bar:
@@ -390,6 +394,3 @@ class Trainer:
         if self.engine is not None and hasattr(self.engine, "close"):
             self.engine.close()
             self.engine = None
-
-
-

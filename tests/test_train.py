@@ -307,12 +307,10 @@ def test_alfworld_data_with_another_env_says_which_flags_train_alfworld(tmp_path
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == (
         "[agentgym] note: $ALFWORLD_DATA is set, but this run trains AgentGym/KeyDoor-v0 "
-        "(preset cpu-demo), which does not read it; to train on those ALFWorld games add "
-        "--env.env-id AgentGym/ALFWorld-v0 --env.env-kwargs '{}' (on a GPU: --preset "
-        "alfworld-1.5b)")
-    # the flags it names make a config that validates, on ALFWorld
-    config = train.parse_config(["--preset", "cpu-demo", "--env.env-id",
-                                 "AgentGym/ALFWorld-v0", "--env.env-kwargs", "{}"])
+        "(preset cpu-demo), which does not read it; to train on those ALFWorld games use "
+        "--preset cpu-alfworld (on a GPU: --preset alfworld-1.5b)")
+    # the preset it names trains ALFWorld
+    config = train.parse_config(["--preset", "cpu-alfworld"])
     assert config.env.env_id == "AgentGym/ALFWorld-v0"
     assert train.data_note(config) is None
 
@@ -385,3 +383,13 @@ def test_sigterm_lines_say_where_the_checkpoint_is(tmp_path):
     assert str(late) == ("terminated by SIGTERM: iteration 3 did not finish within "
                          f"--run.term-grace 20 s; no checkpoint was written in {tmp_path / 'run'}")
     assert train.Interrupted(tmp_path).status == 130
+
+
+def test_the_held_out_evaluations_are_summed_up_in_one_line():
+    records = [{"iteration": 0, "eval/success": 0.25, "eval/format_error_rate": 0.05},
+               {"iteration": 1, "rollout/success": 0.5},
+               {"iteration": 2, "rollout/success": 0.5, "eval/success": 0.5}]
+    assert train.evaluation_line(records) == (
+        "held-out evaluation: iteration 0: success 0.250, format errors 0.050; "
+        "iteration 2: success 0.500")
+    assert train.evaluation_line(records[1:2]) is None

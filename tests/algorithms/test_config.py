@@ -62,6 +62,27 @@ def test_sokoban_preset_follows_run_sokoban_sh():
     assert json.loads(sokoban.env.eval_env_kwargs) == {"first_seed": 65_536}
 
 
+def test_cpu_alfworld_is_sft_then_gigpo_on_the_offline_model():
+    from algorithms.config import env_kwargs_problems
+    from train import parse_config
+
+    config = parse_config(["--preset", "cpu-alfworld"])
+    assert config == PRESETS["cpu-alfworld"]
+    assert config.algo == "gigpo" and config.model.name_or_path is None
+    assert config.env.env_id == "AgentGym/ALFWorld-v0" and config.env.group_size >= 2
+    # one command: the SFT stage first (the env's expert), evaluated before RL starts
+    assert config.sft.warm_start and config.sft.data is None
+    assert config.model.init_checkpoint is None
+    assert config.run.eval_before_train and config.run.eval_every == config.run.iterations
+    # every game of the held-out split is evaluated, not the first ids of one task type
+    assert json.loads(config.env.eval_env_kwargs)["num_generated_games"] == \
+        config.env.eval_episodes
+    assert env_kwargs_problems(config) == []  # the env takes every argument it passes
+    # the prompt fits the expert's steps: the response its longest action
+    assert config.prompt.response_prefix == "<action>" and not config.prompt.think
+    assert config.generation.max_new_tokens >= 16
+
+
 def test_cpu_demo_is_small_and_simple():
     demo = PRESETS["cpu-demo"]
     assert demo.model.name_or_path is None  # the offline default model

@@ -65,3 +65,17 @@ def test_evaluation_where_every_episode_crashes_at_once(tmp_path):
     results = json.loads((tmp_path / "eval" / "iter_000001.json").read_text())
     assert results["episodes"] == 4 and results["env_errors"] == 4
     assert results["success"] is None and all(r["env_error"] for r in results["tasks"])
+
+
+def test_evaluation_rates_are_over_the_steps_of_the_episodes_that_ended():
+    from algorithms.evaluation import _crashed_eval_row, eval_summary
+
+    def row(length, format_errors, invalid):
+        return {"task_id": "t", "task_type": "pick", "success": False, "return": 0.0,
+                "length": length, "format_errors": format_errors,
+                "invalid_actions": invalid, "env_error": False}
+
+    results = eval_summary([row(2, 1, 1), row(3, 0, 2), _crashed_eval_row("t")])
+    assert results["format_error_rate"] == pytest.approx(1 / 5)
+    assert results["invalid_action_rate"] == pytest.approx(3 / 5)
+    assert eval_summary([_crashed_eval_row("t")])["format_error_rate"] is None

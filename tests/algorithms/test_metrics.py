@@ -41,6 +41,8 @@ def test_trajectory_table_and_rollout_metrics():
     np.testing.assert_array_equal(table["returns"], [10.0, 0.0])
     np.testing.assert_allclose(table["penalized_returns"], [9.9, 0.0])
     np.testing.assert_array_equal(table["lengths"], [2, 1])
+    np.testing.assert_array_equal(table["format_errors"], [1, 0])
+    np.testing.assert_array_equal(table["invalid_actions"], [1, 0])
     metrics = rollout_metrics(_batch())
     assert metrics["rollout/success"] == 0.5 and metrics["rollout/success/pick"] == 0.5
     assert metrics["rollout/return"] == 5.0 and metrics["rollout/episode_length"] == 1.5

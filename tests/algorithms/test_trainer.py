@@ -208,3 +208,20 @@ def test_transcript_layout_trains_end_to_end(tmp_path, algo):
     assert any(not torch.equal(before[n], p) for n, p in policy.model.named_parameters())
     if algo == "ppo":
         assert batch.values is not None and np.isfinite(batch.values).all()
+
+
+def test_evaluation_before_training_is_logged_at_iteration_0(tmp_path):
+    config = scripted_config("grpo", iterations=1, eval_every=1, eval_before_train=True)
+    Trainer(config, policy=make_policy(seed=1), run_dir=tmp_path).run()
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["iteration"] for r in records] == [0, 1]
+    assert "rollout/success" not in records[0]  # an evaluation, no training iteration
+    for record in records:
+        assert 0 <= record["eval/format_error_rate"] <= 1
+        assert 0 <= record["eval/invalid_action_rate"] <= 1
+    assert (tmp_path / "eval" / "iter_000000.json").exists()
+    resumed = Trainer(scripted_config("grpo", iterations=2, eval_every=1, resume=True,
+                                      eval_before_train=True),
+                      policy=make_policy(seed=1), run_dir=tmp_path)
+    resumed.run()  # a resumed run does not evaluate its start again
+    assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1, 2]
