@@ -73,8 +73,8 @@ def test_constructor_arguments_come_from_the_signature_without_building_the_env(
     from agentgym.registration import constructor_arguments
 
     assert constructor_arguments("AgentGym/KeyDoor-v0") == (
-        "width", "height", "num_tasks", "success_reward", "key", "anchor", "max_steps",
-        "render_mode")
+        "width", "height", "num_tasks", "first_task", "success_reward", "key", "anchor",
+        "max_steps", "render_mode")
     for env_id in ENTRY_POINTS:
         assert {"anchor", "max_steps"} <= set(constructor_arguments(env_id))
     gym.register(id="AgentGymTest/AnyKwargs-v0", entry_point=lambda **kwargs: None)
