@@ -67,19 +67,69 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
         rest = [*rest, "--run.checkpoint", known.checkpoint]
     name = known.preset or default_preset()
     presets = "\n".join(f"  {key:<17} {PRESET_HELP[key]}" for key in PRESETS)
-    description = (
-        f"{__doc__.split('Examples::')[0].strip()}\n\nPreset in use: {name} "
-        f"(choose with --preset NAME; the defaults below are this preset's values). "
-        f"Short forms: --engine (--generation.engine), --resume, --eval-only, --checkpoint "
-        f"(--run.*).\n\nPresets:\n{presets}"
-    )
     default = PRESETS[name]
     if known.algo is not None:
         rest = [*rest, "--algo", known.algo]  # tyro checks the name
         if known.algo in ALGO_ESTIMATORS:  # the algorithm's settings, before other flags
             default = with_algo(default, known.algo)
+    description = (
+        f"{__doc__.split('Examples::')[0].strip()}\n\nPreset in use: {name} "
+        f"(choose with --preset NAME; the defaults below are this preset's values).\n\n"
+        f"The flags most runs need (value: this preset's):\n{essential_flags(default)}\n\n"
+        f"Presets:\n{presets}\n\nEvery flag, by section:"
+    )
     config = tyro.cli(TrainConfig, default=default, args=rest, description=description)
     return config.validate()
+
+
+ESSENTIAL_FLAGS: tuple[tuple[str, str | None], ...] = (
+    ("--preset NAME", None), ("--algo", "algo"), ("--engine", "generation.engine"),
+    ("--resume", "run.resume"), ("--eval-only", "run.eval_only"),
+    ("--checkpoint PATH", "run.checkpoint"), ("--run.iterations", "run.iterations"),
+    ("--run.seed", "run.seed"), ("--run.run-name", "run.run_name"),
+    ("--run.eval-every", "run.eval_every"), ("--model.name-or-path", "model.name_or_path"),
+    ("--model.lora-rank", "model.lora_rank"),
+    ("--model.init-checkpoint", "model.init_checkpoint"), ("--env.env-id", "env.env_id"),
+    ("--env.num-groups", "env.num_groups"), ("--env.group-size", "env.group_size"),
+    ("--env.max-steps", "env.max_steps"), ("--learner.lr", "learner.lr"),
+    ("--generation.max-new-tokens", "generation.max_new_tokens"),
+    ("--sft.warm-start", "sft.warm_start"),
+)
+"""The 20 flags ``--help`` lists first: flag and the config field it sets (``None``: not a
+field). Their text is the field's docstring, so each is documented once."""
+
+
+def essential_flags(config: TrainConfig) -> str:
+    """:data:`ESSENTIAL_FLAGS` as aligned lines: flag, ``config``'s value, the first
+    sentence of the field's docstring."""
+    import textwrap
+
+    from algorithms.config import field_docs
+
+    lines = []
+    for flag, path in ESSENTIAL_FLAGS:
+        if path is None:
+            value, text = config.preset, "Starting values: one of the presets below."
+        else:
+            *sections, name = path.split(".")
+            owner = config
+            for section in sections:
+                owner = getattr(owner, section)
+            value, text = getattr(owner, name), field_docs(type(owner))[name]
+        lines.append(textwrap.fill(first_sentence(text), width=110,
+                                   initial_indent=f"  {flag:<28} {str(value):<24.24} ",
+                                   subsequent_indent=" " * 56))
+    return "\n".join(lines)
+
+
+def first_sentence(text: str) -> str:
+    """The docstring's first sentence, markup-free, on one line ("e.g." and "i.e." do not
+    end it)."""
+    import re
+
+    flat = " ".join(text.replace("``", "").split())
+    end = re.search(r"(?<!e\.g)(?<!i\.e)\.(\s|$)", flat)
+    return flat if end is None else flat[:end.start() + 1]
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:

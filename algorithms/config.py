@@ -33,7 +33,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+try:  # tyro reads the command line (train.py); the config itself does not need it
+    from tyro.conf import Suppress as NOT_A_FLAG
+except ImportError:  # pragma: no cover - tyro missing: nothing to hide a field from
+    NOT_A_FLAG = None
 
 
 class ConfigError(ValueError):
@@ -119,10 +124,62 @@ class ModelConfig:
 
     init_checkpoint: str | None = None
     """Start from this checkpoint (or run folder: its newest checkpoint), e.g. an ``--algo
-    sft`` warm start: its trained weights are loaded into the base model before training,
+    sft`` warm start. Its trained weights are loaded into the base model before training,
     LoRA adapters merged in, so the policy and the KL reference both start as that model
     (and, with ``lora_rank`` > 0, fresh adapters train on top). A checkpoint trained from
     another base model is refused. See ``docs/sft.md``."""
+
+
+@dataclass(frozen=True)
+class VLLMConfig:
+    """The ``vllm`` engine (``generation.engine vllm``)."""
+
+    gpu_memory_utilization: float = 0.4
+    """Fraction of GPU memory vLLM may take (weights + KV cache); the rest is training's."""
+
+    sleep_level: Literal[0, 1, 2] = 1
+    """Free vLLM's GPU memory while training: 0 never, 1 offload weights and drop the KV
+    cache, 2 drop both (weights are re-sent after the update anyway)."""
+
+    enforce_eager: bool = False
+    """Disable CUDA graphs in vLLM (slower decoding, faster start, less memory)."""
+
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """Weight dtype of the vLLM engine; ``auto``: the policy's (exactly on-policy). Synced
+    weights are cast to it."""
+
+    cpu_kv_cache_gib: float = 1.0
+    """KV cache size on vLLM's CPU backend, in GiB (on a GPU it comes from
+    ``gpu_memory_utilization``)."""
+
+
+@dataclass(frozen=True)
+class OpenAIConfig:
+    """The ``openai`` engine (``generation.engine openai``): an OpenAI-compatible server."""
+
+    base_url: str | None = None
+    """The server's API root, e.g. ``http://127.0.0.1:8000/v1``."""
+
+    model: str | None = None
+    """The model name the server knows; ``None``: the only model its ``/models`` lists."""
+
+    token_ids: bool = True
+    """Send prompts as token ids and read the sampled token ids back (vLLM's
+    ``return_token_ids``; exact). False: send the prompt text and re-tokenize the returned
+    text with the policy's tokenizer (any server; the ids may differ from those sampled)."""
+
+    concurrency: int = 8
+    """Requests in flight at once."""
+
+    timeout: float = 300.0
+    """Seconds one request may take."""
+
+    retries: int = 3
+    """Retries of a request that failed on a connection error, a timeout, HTTP 429 or 5xx
+    (other errors are not retried)."""
+
+    backoff: float = 1.0
+    """Seconds before the first retry, doubled for each further one."""
 
 
 @dataclass(frozen=True)
@@ -130,9 +187,9 @@ class GenerationConfig:
     """How responses are sampled."""
 
     engine: Literal["auto", "hf", "vllm", "openai"] = "auto"
-    """``hf``: transformers ``generate`` (CPU or GPU). ``vllm``: vLLM's offline engine (CUDA
+    """What samples the responses: ``auto``, ``hf``, ``vllm`` or ``openai``. ``hf``: transformers ``generate`` (CPU or GPU). ``vllm``: vLLM's offline engine (CUDA
     GPU, or vLLM's CPU backend for tests and small models), weights synced in place after
-    every update. ``openai``: an OpenAI-compatible server at ``base_url`` (evaluation, or
+    every update. ``openai``: an OpenAI-compatible server at ``openai.base_url`` (evaluation, or
     rollouts from a fleet; no training, since weights cannot reach the server). ``auto``:
     ``vllm`` where vLLM is installed, runs here and can load the policy's folder (it
     sampled 7-11x faster than ``hf`` on CPU, docs/benchmarks.md), else ``hf``."""
@@ -155,49 +212,11 @@ class GenerationConfig:
     batch_size: int = 64
     """Prompts per ``generate`` call (the hf engine; vLLM batches by itself)."""
 
-    vllm_gpu_memory_utilization: float = 0.4
-    """Fraction of GPU memory vLLM may take (weights + KV cache); the rest is training's."""
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    """The ``vllm`` engine's settings (``--generation.vllm.*``)."""
 
-    vllm_sleep_level: Literal[0, 1, 2] = 1
-    """Free vLLM's GPU memory while training: 0 never, 1 offload weights and drop the KV
-    cache, 2 drop both (weights are re-sent after the update anyway)."""
-
-    vllm_enforce_eager: bool = False
-    """Disable CUDA graphs in vLLM (slower decoding, faster start, less memory)."""
-
-    vllm_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
-    """Weight dtype of the vLLM engine; ``auto``: the policy's (exactly on-policy). Synced
-    weights are cast to it."""
-
-    vllm_cpu_kv_cache_gib: float = 1.0
-    """KV cache size on vLLM's CPU backend, in GiB (on a GPU it comes from
-    ``vllm_gpu_memory_utilization``)."""
-
-    base_url: str | None = None
-    """``openai`` engine: the server's API root, e.g. ``http://127.0.0.1:8000/v1``."""
-
-    model: str | None = None
-    """``openai`` engine: the model name the server knows; ``None``: the only model its
-    ``/models`` lists."""
-
-    openai_token_ids: bool = True
-    """``openai`` engine: send prompts as token ids and read the sampled token ids back
-    (vLLM's ``return_token_ids``; exact). False: send the prompt text and re-tokenize the
-    returned text with the policy's tokenizer (any server; the ids may differ from those
-    sampled)."""
-
-    openai_concurrency: int = 8
-    """``openai`` engine: requests in flight at once."""
-
-    openai_timeout: float = 300.0
-    """``openai`` engine: seconds one request may take."""
-
-    openai_retries: int = 3
-    """``openai`` engine: retries of a request that failed on a connection error, a
-    timeout, HTTP 429 or 5xx (other errors are not retried)."""
-
-    openai_backoff: float = 1.0
-    """``openai`` engine: seconds before the first retry, doubled for each further one."""
+    openai: OpenAIConfig = field(default_factory=OpenAIConfig)
+    """The ``openai`` engine's settings (``--generation.openai.*``)."""
 
     stop: tuple[str, ...] | None = None
     """Strings that end a response: generation stops right after the first one to appear,
@@ -274,6 +293,24 @@ class PromptConfig:
     It belongs to the prompt: its tokens are conditioned on, never trained on (no loss, no
     log-prob), and the parser reads prefix + response. In the transcript layout it also
     follows each env text appended to the transcript (never cut)."""
+
+
+def field_docs(section: type) -> dict[str, str]:
+    """The docstring under each field of a config dataclass (the string literal right
+    after the field, the ``--help`` text), by field name; fields without one are left
+    out."""
+    import ast
+    import inspect
+    import textwrap
+
+    body = ast.parse(textwrap.dedent(inspect.getsource(section))).body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for field_node, doc_node in zip(body, body[1:]):
+        if isinstance(field_node, ast.AnnAssign) and isinstance(field_node.target, ast.Name) \
+                and isinstance(doc_node, ast.Expr) and isinstance(doc_node.value, ast.Constant) \
+                and isinstance(doc_node.value.value, str):
+            docs[field_node.target.id] = inspect.cleandoc(doc_node.value.value)
+    return docs
 
 
 def default_stop_strings(prompt: PromptConfig) -> tuple[str, ...]:
@@ -679,7 +716,7 @@ class TrainConfig:
     """A full training run."""
 
     algo: Algo = "gigpo"
-    """Learner: ``gigpo`` (GiGPO: episode + step-group advantages, no critic), ``grpo``
+    """The training algorithm: an advantage estimator and its loss, or SFT. ``gigpo`` (GiGPO: episode + step-group advantages, no critic), ``grpo``
     (episode advantages only), ``rloo`` (leave-one-out baseline), ``reinforce_pp``
     (REINFORCE++: group mean, then whitened over the batch), ``dr_grpo`` (GRPO without
     std, constant-length loss normalization), ``gspo`` (GRPO advantages, sequence-level
@@ -687,11 +724,10 @@ class TrainConfig:
     trajectories, :class:`SFTConfig`). On the command line ``--algo`` also
     sets the learner settings of :data:`ALGO_SETTINGS` (before other flags)."""
 
-    preset: str = "custom"
-    """Starting values: ``cpu-demo`` (default without a GPU), ``cpu-alfworld``,
-    ``alfworld-1.5b`` (default with one), ``alfworld-7b-lora``, ``webshop-1.5b``, ``searchqa-3b`` or
-    ``searchqa-3b-transcript``. Every other flag
-    overrides one field of the preset; the preset's name is recorded with the run."""
+    preset: Annotated[str, NOT_A_FLAG] = "custom"
+    """The preset this config started from (:data:`PRESETS`), recorded with the run and
+    naming its folder. Not a field flag: ``train.py --preset NAME`` picks the starting
+    values before the other flags are read."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
@@ -778,17 +814,18 @@ class TrainConfig:
                 problems.append(f"env.{error}")
         generation = self.generation
         if generation.engine == "openai":
-            if not generation.base_url:
-                problems.append("generation.engine openai needs generation.base_url")
+            if not generation.openai.base_url:
+                problems.append("generation.engine openai needs generation.openai.base_url")
             if not self.run.eval_only:
                 problems.append(
                     "training with generation.engine openai is refused: the updated weights "
                     "cannot reach the server, so its rollouts would come from a stale policy; "
                     "train with engine hf or vllm, or evaluate with --run.eval-only")
-        if generation.openai_concurrency < 1 or generation.openai_timeout <= 0 \
-                or generation.openai_retries < 0 or generation.openai_backoff < 0:
-            problems.append("generation.openai_concurrency must be >= 1, openai_timeout > 0, "
-                            "openai_retries and openai_backoff >= 0")
+        openai = generation.openai
+        if openai.concurrency < 1 or openai.timeout <= 0 or openai.retries < 0 \
+                or openai.backoff < 0:
+            problems.append("generation.openai.concurrency must be >= 1, timeout > 0, "
+                            "retries and backoff >= 0")
         if self.run.rollout_retries < 0:
             problems.append("run.rollout_retries must be >= 0")
         if self.run.eval_only and self.run.resume:
@@ -889,41 +926,50 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """Inverse of :meth:`to_dict` (extra derived keys are ignored)."""
-        sections = {
-            "model": ModelConfig, "generation": GenerationConfig, "prompt": PromptConfig,
-            "env": EnvConfig, "learner": LearnerConfig, "run": RunConfig,
-            "sft": SFTConfig,
-        }
-        kwargs: dict[str, Any] = {"algo": data["algo"], "preset": data.get("preset", "custom")}
-        for name, section in sections.items():
-            names = {f.name for f in dataclasses.fields(section)}
-            values = {k: v for k, v in data.get(name, {}).items() if k in names}
-            for key, value in values.items():
-                if isinstance(value, list):
-                    values[key] = tuple(value)
-            kwargs[name] = section(**values)
-        saved_generation = data.get("generation")
-        if saved_generation is not None and "stop" not in saved_generation:
-            # saved before responses stopped at stop strings: keep what that run did
-            kwargs["generation"] = dataclasses.replace(kwargs["generation"], stop=())
-        saved_learner = data.get("learner")
-        if (data["algo"] == "ppo" and saved_learner is not None
-                and "bootstrap_truncated" not in saved_learner):
-            # saved before PPO bootstrapped step-limit cuts: keep what that run did
-            # (without a critic the field does nothing: the default stands)
-            kwargs["learner"] = dataclasses.replace(kwargs["learner"], bootstrap_truncated=False)
-        if saved_learner is not None and "penalty_in_returns" not in saved_learner:
-            # saved before the loss followed verl-agent's recipe: keep what that run did
-            kwargs["learner"] = dataclasses.replace(
-                kwargs["learner"], **PRE_RECIPE_LOSS)
-        return cls(**kwargs)
+        """Inverse of :meth:`to_dict` (its derived keys are ignored).
+
+        Raises :class:`ConfigError` when ``data`` does not have exactly this version's
+        fields (a config saved by another version of AgentGym): each such field is named,
+        and nothing is guessed for it."""
+        unknown: list[str] = []
+        missing: list[str] = []
+        config = _from_dict(cls, data, "", unknown, missing, _DERIVED_KEYS)
+        if unknown or missing:
+            parts = ([f"unknown: {', '.join(unknown)}"] if unknown else []) + \
+                ([f"missing: {', '.join(missing)}"] if missing else [])
+            raise ConfigError(
+                f"this config was saved by another version of AgentGym ({'; '.join(parts)}); "
+                "resume or evaluate it with that version, or start a new run")
+        return config
 
 
-PRE_RECIPE_LOSS: dict[str, Any] = {"penalty_in_returns": True, "dual_clip": None,
-                                   "micro_batch_weighting": "tokens", "shuffle": True}
-"""The loss settings of runs saved before the learner followed verl-agent's recipe (their
-saved ``learner`` section has no ``penalty_in_returns``); their other fields were saved."""
+_DERIVED_KEYS = {"": {"estimator", "use_critic"}, "env.": {"invalid_action_penalty_in_effect"}}
+"""Keys :meth:`TrainConfig.to_dict` adds beside the fields, by section prefix."""
+
+
+def _from_dict(section: type, data: dict[str, Any], prefix: str, unknown: list[str],
+               missing: list[str], derived: dict[str, set[str]]) -> Any:
+    """``section`` built from ``data``: nested dataclasses from nested dicts, lists as
+    tuples; field names absent from ``data`` go to ``missing`` and keys that are not
+    fields (nor derived keys) to ``unknown``, both with their dotted prefix."""
+    fields = {f.name: f for f in dataclasses.fields(section)}
+    unknown += [prefix + key for key in data
+                if key not in fields and key not in derived.get(prefix, ())]
+    values: dict[str, Any] = {}
+    for name, spec in fields.items():
+        if name not in data:
+            missing.append(prefix + name)
+            continue
+        value = data[name]
+        default = spec.default_factory() if spec.default_factory is not dataclasses.MISSING \
+            else spec.default
+        if dataclasses.is_dataclass(default) and isinstance(value, dict):
+            value = _from_dict(type(default), value, f"{prefix}{name}.", unknown, missing,
+                               derived)
+        elif isinstance(value, list):
+            value = tuple(value)
+        values[name] = value
+    return section(**values)
 
 
 def env_kwargs_problems(config: TrainConfig) -> list[str]:
@@ -983,18 +1029,22 @@ def with_algo(config: TrainConfig, algo: str) -> TrainConfig:
     return replace(switched, learner=dict(settings)) if settings else switched
 
 
-def replace(config: TrainConfig, **sections: dict[str, Any]) -> TrainConfig:
-    """``config`` with fields of nested sections replaced, e.g. ``env={"num_groups": 2}``."""
+def replace(config: Any, **sections: Any) -> Any:
+    """``config`` with fields of nested sections replaced, e.g. ``env={"num_groups": 2}`` or
+    ``generation={"vllm": {"dtype": "bfloat16"}}`` (a dict for a section replaces the named
+    fields only, at any depth; any other value replaces the whole field)."""
     changes: dict[str, Any] = {}
     for name, values in sections.items():
         current = getattr(config, name)
-        changes[name] = dataclasses.replace(current, **values) if isinstance(values, dict) \
-            else values
+        changes[name] = replace(current, **values) \
+            if isinstance(values, dict) and dataclasses.is_dataclass(current) else values
     return dataclasses.replace(config, **changes)
 
 
-CPU_DEMO_LOSS: dict[str, Any] = {**PRE_RECIPE_LOSS, "episode_stats": "trajectories",
-                                  "entropy_coef": 0.0, "weight_decay": 0.0}
+CPU_DEMO_LOSS: dict[str, Any] = {
+    "penalty_in_returns": True, "dual_clip": None, "micro_batch_weighting": "tokens",
+    "shuffle": True, "episode_stats": "trajectories", "entropy_coef": 0.0,
+    "weight_decay": 0.0}
 """The cpu-demo's loss: the learner's settings before it followed verl-agent's recipe (the
 penalty in the returns, statistics over trajectories, no dual clip, no entropy bonus, no
 weight decay, token-weighted micro-batches, shuffled mini-batches)."""
@@ -1141,7 +1191,7 @@ def _alfworld_7b_lora() -> TrainConfig:
         model={"name_or_path": "Qwen/Qwen2.5-7B-Instruct", "gradient_checkpointing": True,
                "lora_rank": 64, "lora_alpha": 64},
         learner={"lr": 3e-6, "kl_coef": 0.0},
-        generation={"vllm_gpu_memory_utilization": 0.6},
+        generation={"vllm": {"gpu_memory_utilization": 0.6}},
     )
 
 
@@ -1195,7 +1245,7 @@ def _sokoban() -> TrainConfig:
         base,
         model={"name_or_path": "Qwen/Qwen2.5-3B-Instruct", "gradient_checkpointing": True},
         generation={"engine": "vllm", "max_new_tokens": 512,
-                    "vllm_gpu_memory_utilization": 0.6},
+                    "vllm": {"gpu_memory_utilization": 0.6}},
         prompt={"max_prompt_tokens": 1024, "history_window": 2},
         env={"env_id": "AgentGym/Sokoban-v0", "num_groups": 32, "group_size": 8,
              "max_steps": 15,

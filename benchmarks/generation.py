@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from algorithms.config import GenerationConfig, ModelConfig
+from algorithms.config import GenerationConfig, ModelConfig, VLLMConfig
 from algorithms.engines import make_engine
 from algorithms.engines.hf import HFEngine
 from algorithms.policy import load_policy
@@ -105,8 +105,8 @@ def main() -> None:
         rows["hf"] = _throughputs("hf", engine, prompts, args)
     if "vllm" in args.engines:
         start = time.perf_counter()
-        config = GenerationConfig(engine="vllm", vllm_dtype=args.vllm_dtype,
-                                  vllm_enforce_eager=True, vllm_sleep_level=0)
+        config = GenerationConfig(engine="vllm", vllm=VLLMConfig(
+            dtype=args.vllm_dtype, enforce_eager=True, sleep_level=0))
         engine = make_engine(config, policy, torch.device("cpu"), seed=0, max_model_len=512)
         print(f"vllm engine start: {time.perf_counter() - start:.1f} s "
               f"(backend {engine.backend}, {args.vllm_dtype})", flush=True)

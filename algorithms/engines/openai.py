@@ -7,7 +7,7 @@ receive the weights this process trains, so the engine evaluates only:
 :meth:`OpenAIEngine.sync_weights` refuses, and ``TrainConfig.validate`` refuses training
 with it.
 
-Token ids, two modes (``openai_token_ids``):
+Token ids, two modes (``generation.openai.token_ids``):
 
 - ``True`` (default, exact): the prompt goes as a list of token ids (the completions API
   accepts token arrays) and the response's token ids come back in the choice's
@@ -101,13 +101,14 @@ class OpenAIEngine:
         """Build from a ``GenerationConfig`` (``seed`` is unused: requests are seeded
         per call)."""
         del seed
-        if not config.base_url:
+        if not config.openai.base_url:
             raise EngineUnavailableError("--generation.engine openai needs "
-                                         "--generation.base-url (e.g. http://127.0.0.1:8000/v1)")
-        return cls(config.base_url, config.model, tokenizer, token_ids=config.openai_token_ids,
-                   top_p=config.top_p, concurrency=config.openai_concurrency,
-                   timeout=config.openai_timeout, retries=config.openai_retries,
-                   backoff=config.openai_backoff)
+                                         "--generation.openai.base-url (e.g. http://127.0.0.1:8000/v1)")
+        openai = config.openai
+        return cls(openai.base_url, openai.model, tokenizer, token_ids=openai.token_ids,
+                   top_p=config.top_p, concurrency=openai.concurrency,
+                   timeout=openai.timeout, retries=openai.retries,
+                   backoff=openai.backoff)
 
     def _only_model(self) -> str:
         try:
@@ -118,11 +119,11 @@ class OpenAIEngine:
             raise EngineUnavailableError(
                 f"--generation.engine openai: cannot list the models of {self.base_url} "
                 f"({type(error).__name__}: {error}); is the server running? Or name the "
-                "model with --generation.model") from error
+                "model with --generation.openai.model") from error
         if len(models) != 1:
             raise EngineUnavailableError(
                 f"--generation.engine openai: {self.base_url} serves {models}; name one "
-                "with --generation.model")
+                "with --generation.openai.model")
         return models[0]
 
     def request_body(self, prompt: Sequence[int], *, temperature: float,
@@ -178,7 +179,7 @@ class OpenAIEngine:
             if ids is None:
                 raise ValueError(
                     "the server's completion has no 'token_ids' (it ignores vLLM's "
-                    "return_token_ids); use --generation.openai-token-ids False to "
+                    "return_token_ids); use --generation.openai.no-token-ids to "
                     "re-tokenize the text instead")
             return tuple(int(t) for t in ids)
         text = str(choice.get("text") or "")

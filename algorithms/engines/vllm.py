@@ -249,14 +249,14 @@ class VLLMEngine:
     def for_policy(cls, policy: Any, config: Any, *, device: Any, seed: int,
                    max_model_len: int) -> VLLMEngine:
         """Build from an :class:`~algorithms.policy.Policy` and a ``GenerationConfig``
-        (the engine's dtype: ``config.vllm_dtype``, ``auto`` being the policy's)."""
-        dtype = next(policy.model.parameters()).dtype if config.vllm_dtype == "auto" else \
-            getattr(torch, config.vllm_dtype)
+        (the engine's dtype: ``config.vllm.dtype``, ``auto`` being the policy's)."""
+        dtype = next(policy.model.parameters()).dtype if config.vllm.dtype == "auto" else \
+            getattr(torch, config.vllm.dtype)
         return cls(policy.path, dtype=dtype,
-                   gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-                   sleep_level=config.vllm_sleep_level, enforce_eager=config.vllm_enforce_eager,
+                   gpu_memory_utilization=config.vllm.gpu_memory_utilization,
+                   sleep_level=config.vllm.sleep_level, enforce_eager=config.vllm.enforce_eager,
                    seed=seed, max_model_len=max_model_len, top_p=config.top_p,
-                   cpu_kv_cache_gib=config.vllm_cpu_kv_cache_gib,
+                   cpu_kv_cache_gib=config.vllm.cpu_kv_cache_gib,
                    gguf_file=policy.gguf_file, weight_names=vllm_weight_names(policy.model))
 
     def _wake(self, tags: list[str] | None) -> None:

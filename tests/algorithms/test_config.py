@@ -145,18 +145,23 @@ def test_ppo_allows_group_size_one():
     replace(TrainConfig(algo="ppo"), env={"group_size": 1}).validate()
 
 
-def test_configs_saved_before_bootstrapping_load_without_it():
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_survives_its_saved_form(name):
+    saved = json.loads(json.dumps(PRESETS[name].to_dict()))
+    assert TrainConfig.from_dict(saved) == PRESETS[name]
+
+
+def test_a_config_saved_by_another_version_is_refused_naming_its_fields():
     data = TrainConfig(algo="ppo").to_dict()
-    assert TrainConfig.from_dict(data).learner.bootstrap_truncated is True
     del data["learner"]["bootstrap_truncated"]
-    assert TrainConfig.from_dict(data).learner.bootstrap_truncated is False
-
-
-@pytest.mark.parametrize("algo", ["gigpo", "grpo"])
-def test_old_configs_without_a_critic_load_with_the_default(algo):
-    data = TrainConfig(algo=algo).to_dict()
-    del data["learner"]["bootstrap_truncated"]
-    assert TrainConfig.from_dict(data) == TrainConfig(algo=algo)
+    del data["generation"]["stop"]
+    data["generation"]["vllm"]["kv_cache_dtype"] = "fp8"
+    data["generation"]["vllm_dtype"] = "auto"
+    with pytest.raises(ConfigError, match=(
+            r"saved by another version of AgentGym \(unknown: generation\.vllm_dtype, "
+            r"generation\.vllm\.kv_cache_dtype; missing: generation\.stop, "
+            r"learner\.bootstrap_truncated\)")):
+        TrainConfig.from_dict(data)
 
 
 def test_stop_strings_default_to_the_env_styles_closing_tags():
@@ -170,13 +175,6 @@ def test_stop_strings_default_to_the_env_styles_closing_tags():
         replace(TrainConfig(), prompt={"env_style": "nope"}).validate()
     assert replace(TrainConfig(), generation={"stop": ("END",)}).stop_strings == ("END",)
     assert replace(TrainConfig(), generation={"stop": ()}).stop_strings == ()
-
-
-def test_configs_saved_before_stop_strings_load_without_them():
-    data = TrainConfig().to_dict()
-    assert TrainConfig.from_dict(data).stop_strings == ("</action>",)
-    del data["generation"]["stop"]
-    assert TrainConfig.from_dict(data).stop_strings == ()
 
 
 def test_searchqa_transcript_preset_is_search_r1s_recipe():

@@ -122,7 +122,7 @@ def test_text_mode_sends_text_and_re_tokenizes():
 
 def test_a_server_without_token_ids_is_a_configuration_error():
     engine = _engine(Server(token_ids=False))
-    with pytest.raises(ValueError, match="openai-token-ids False"):
+    with pytest.raises(ValueError, match="openai.no-token-ids"):
         engine.generate([[5]], temperature=1.0, max_new_tokens=4, seed=0)
 
 
@@ -137,10 +137,10 @@ def test_unreachable_server_and_weight_sync_are_refused():
 
 
 def test_training_with_the_openai_engine_is_refused_evaluation_is_not():
-    config = replace(TrainConfig(), generation={"engine": "openai", "base_url": URL})
+    config = replace(TrainConfig(), generation={"engine": "openai", "openai": {"base_url": URL}})
     with pytest.raises(ValueError, match="training with generation.engine openai"):
         config.validate()
     replace(config, run={"eval_only": True}).validate()
-    with pytest.raises(ValueError, match="needs generation.base_url"):
-        replace(config, generation={"base_url": None}, run={"eval_only": True}).validate()
-    assert GenerationConfig().openai_token_ids
+    with pytest.raises(ValueError, match="needs generation.openai.base_url"):
+        replace(config, generation={"openai": {"base_url": None}}, run={"eval_only": True}).validate()
+    assert GenerationConfig().openai.token_ids

@@ -120,7 +120,8 @@ def test_evaluation_through_the_rollout(server, policy, tmp_path):
     from algorithms.trainer import Trainer
 
     config = replace(PRESETS["cpu-demo"],
-                     generation={"engine": "openai", "base_url": server, "model": "smollm2"},
+                     generation={"engine": "openai",
+                                 "openai": {"base_url": server, "model": "smollm2"}},
                      env={"eval_episodes": 2},
                      run={"eval_only": True, "progress": False, "tensorboard": False})
     trainer = Trainer(config, policy=policy, run_dir=tmp_path)

@@ -19,7 +19,6 @@ pytest.importorskip("transformers")
 
 from algorithms import losses  # noqa: E402
 from algorithms.config import (  # noqa: E402
-    PRE_RECIPE_LOSS,
     ConfigError,
     LearnerConfig,
     TrainConfig,
@@ -193,16 +192,6 @@ def test_the_defaults_are_verl_agents():
                                                        0.01, "k3")
     assert (learner.penalty_in_returns, learner.episode_stats, learner.shuffle,
             learner.micro_batch_weighting) == (False, "steps", False, "equal")
-
-
-def test_a_run_saved_before_the_recipe_keeps_its_loss():
-    saved = TrainConfig().to_dict()
-    for key in ("penalty_in_returns", "dual_clip", "micro_batch_weighting", "shuffle",
-                "clip_eps_low", "clip_eps_high", "loss_aggregation", "similarity_threshold"):
-        del saved["learner"][key]
-    loaded = TrainConfig.from_dict(saved)
-    assert {k: getattr(loaded.learner, k) for k in PRE_RECIPE_LOSS} == PRE_RECIPE_LOSS
-    assert TrainConfig.from_dict(TrainConfig().to_dict()) == TrainConfig()
 
 
 @pytest.mark.parametrize("learner, message", [

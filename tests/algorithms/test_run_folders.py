@@ -67,6 +67,20 @@ def test_resume_with_other_settings_is_a_config_error(tmp_path):
         Trainer(changed, policy=make_policy(seed=0), run_dir=tmp_path).run()
 
 
+def test_resuming_a_run_saved_by_another_version_is_refused_before_it_loads(tmp_path):
+    _train(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    saved["generation"]["vllm_dtype"] = saved["generation"]["vllm"].pop("dtype")
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    metrics = (tmp_path / "metrics.jsonl").read_text()
+    config = scripted_config("grpo", iterations=2, resume=True)
+    with pytest.raises(ConfigError, match="another version of AgentGym \\(unknown: "
+                                          "generation.vllm_dtype; missing: "
+                                          "generation.vllm.dtype\\)"):
+        Trainer(config, policy=make_policy(seed=0), run_dir=tmp_path).run()
+    assert (tmp_path / "metrics.jsonl").read_text() == metrics
+
+
 def test_eval_only_writes_its_own_folder_and_leaves_the_run_alone(tmp_path):
     run = tmp_path / "runs" / "train-run"
     _train(run)

