@@ -27,6 +27,27 @@ def test_help_lists_presets_and_field_docs(capsys):
     assert "GiGPO" in text and "low-variance" in text  # field docstrings are the help
 
 
+def test_help_lists_the_essential_flags_first_with_the_presets_values(capsys):
+    with pytest.raises(SystemExit):
+        train.parse_config(["--preset", "sokoban", "--help"])
+    text = capsys.readouterr().out
+    essentials = text[text.index("The flags most runs need"):text.index("Presets:")]
+    assert text.index("The flags most runs need") < text.index("--learner.kl-coef")
+    rows = [line for line in essentials.splitlines() if line.startswith("  --")]
+    assert len(rows) == len(train.ESSENTIAL_FLAGS) == 20
+    assert rows[0].split()[:3] == ["--preset", "NAME", "sokoban"]
+    row = {line.split()[0]: line.split() for line in rows}
+    assert row["--env.env-id"][1] == "AgentGym/Sokoban-v0"
+    assert row["--env.max-steps"][1:3] == ["15", "Agent"]  # value, then the docstring
+    assert row["--learner.lr"][1] == "1e-06"
+
+
+def test_first_sentence_of_a_docstring():
+    assert train.first_sentence("HF id or path (e.g. ``Qwen/Q``). More.") == \
+        "HF id or path (e.g. Qwen/Q)."
+    assert train.first_sentence("One line") == "One line"
+
+
 def test_preset_and_overrides():
     config = train.parse_config(["--preset", "webshop-1.5b", "--algo", "grpo",
                                  "--learner.lr", "3e-6", "--env.group-size", "4"])
