@@ -303,9 +303,10 @@ def field_docs(section: type) -> dict[str, str]:
     import inspect
     import textwrap
 
-    body = ast.parse(textwrap.dedent(inspect.getsource(section))).body[0].body  # type: ignore[attr-defined]
+    tree = ast.parse(textwrap.dedent(inspect.getsource(section)))
+    body = tree.body[0].body  # type: ignore[attr-defined]
     docs = {}
-    for field_node, doc_node in zip(body, body[1:]):
+    for field_node, doc_node in zip(body, body[1:], strict=False):
         if isinstance(field_node, ast.AnnAssign) and isinstance(field_node.target, ast.Name) \
                 and isinstance(doc_node, ast.Expr) and isinstance(doc_node.value, ast.Constant) \
                 and isinstance(doc_node.value.value, str):
