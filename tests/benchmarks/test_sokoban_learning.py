@@ -1,7 +1,8 @@
 """The Sokoban learning check's plumbing (``benchmarks/sokoban_learning.py``): the SFT
-warm start on the BFS expert feeds the RL stage, and the threshold reading is right. The
-check itself (40 iterations x 2 seeds, ~40 minutes a seed) is run by hand; its figures are
-in docs/envs/sokoban.md."""
+warm start on the BFS expert feeds the RL stage, the threshold reading is right, and the
+samples show the model the grid the expert acted on. The check itself (SFT, then 25
+iterations per method, ~20 minutes a seed) is run by hand; its figures are in
+docs/envs/sokoban.md."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def test_first_at_reads_the_moving_average():
 
 @pytest.mark.slow
 def test_sft_then_rl_runs_end_to_end(tmp_path):
-    budget = Budget(sft_episodes=8, sft_epochs=1, num_groups=2, group_size=2, iterations=1,
+    budget = Budget(sft_episodes=8, sft_steps=2, num_groups=2, group_size=2, iterations=1,
                     eval_episodes=2)
     sft_dir, sft = run_sft(budget, 0, tmp_path)
     assert (sft_dir / "checkpoints").is_dir() and sft["sft_format_errors"] <= 1.0
