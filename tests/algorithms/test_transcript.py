@@ -20,8 +20,8 @@ from algorithms.rollout import (  # noqa: E402
     RolloutSettings,
     collect_rollout,
     intern_anchors,
-    transcript_view,
 )
+from algorithms.transcript import transcript_view  # noqa: E402
 from tests.algorithms.fakes import ScriptedEngine  # noqa: E402
 from tests.algorithms.tiny import make_model, make_policy, make_tokenizer  # noqa: E402
 
