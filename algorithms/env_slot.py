@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.prompts import BuiltPrompt
-from algorithms.step_batch import StepBatch, intern_anchors, pad_left, pad_right
+from algorithms.step_batch import StepBatch, StepLog, intern_anchors, pad_left, pad_right
 
 
 @dataclass(frozen=True)
@@ -130,13 +130,13 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
         last_step=last,
         success=np.array([slot.success for slot in owners], dtype=bool),
         truncated=np.array([slot.truncated for slot in owners], dtype=bool),
-        task_ids=tuple(s.task_id for s in steps),
-        task_types=tuple(s.task_type for s in steps),
-        actions=tuple(s.action for s in steps),
-        response_texts=tuple(s.text for s in steps),
         prompt_cut=np.array([s.prompt_cut for s in steps], dtype=bool),
-        observations=tuple(s.observation for s in steps),
-        tasks=tuple(s.task for s in steps),
+        log=StepLog(task_ids=tuple(s.task_id for s in steps),
+                    task_types=tuple(s.task_type for s in steps),
+                    actions=tuple(s.action for s in steps),
+                    response_texts=tuple(s.text for s in steps),
+                    observations=tuple(s.observation for s in steps),
+                    tasks=tuple(s.task for s in steps)),
         env_error=np.array([slot.env_error for slot in owners], dtype=bool),
         env_errors=sum(slot.env_error for slot in slots),
         env_error_steps=env_error_steps,

@@ -81,6 +81,7 @@ from algorithms.prompts import BuiltPrompt, PromptBuilder, PromptTooLongError
 from algorithms.step_batch import (  # the rollout's output type and its helpers
     ROW_FIELDS,
     StepBatch,
+    StepLog,
     concat_batches,
     intern_anchors,
     pad_left,
@@ -88,7 +89,7 @@ from algorithms.step_batch import (  # the rollout's output type and its helpers
     per_row,
 )
 
-__all__ = ["ROW_FIELDS", "NoStepsError", "RolloutSettings", "StepBatch", "collect_rollout",
+__all__ = ["ROW_FIELDS", "NoStepsError", "RolloutSettings", "StepBatch", "StepLog", "collect_rollout",
            "concat_batches", "info_rows", "intern_anchors", "pad_left", "pad_right",
            "per_row"]
 

@@ -18,10 +18,36 @@ _PER_ROW = "per_row"
 
 
 def per_row(**kwargs: Any) -> Any:
-    """A :class:`StepBatch` field with one entry per row: :meth:`StepBatch.select` and
-    :func:`concat_batches` carry every field declared this way (``kwargs``: as for
-    :func:`dataclasses.field`)."""
+    """A :class:`StepBatch` (or :class:`StepLog`) field with one entry per row:
+    :meth:`StepBatch.select` and :func:`concat_batches` carry every field declared this
+    way (``kwargs``: as for :func:`dataclasses.field`)."""
     return field(metadata={_PER_ROW: True}, **kwargs)
+
+
+@dataclass(frozen=True)
+class StepLog:
+    """The text of a batch's ``N`` rows: what the logs, the rollout records and the viewer
+    read; the update reads none of it.
+
+    Attributes:
+        task_ids: N task ids.
+        task_types: N task types (``""`` where the env reports none).
+        actions: N actions sent to the env.
+        response_texts: N decoded responses.
+        observations: N observations each action answered (the env's raw text; empty
+            for batches built without them).
+        tasks: N task instructions (``info["task"]``; empty likewise).
+    """
+
+    task_ids: tuple[str, ...] = per_row()
+    task_types: tuple[str, ...] = per_row()
+    actions: tuple[str, ...] = per_row()
+    response_texts: tuple[str, ...] = per_row()
+    observations: tuple[str, ...] = per_row(default=())
+    tasks: tuple[str, ...] = per_row(default=())
+
+    def __len__(self) -> int:
+        return len(self.task_ids)
 
 
 @dataclass(frozen=True)
@@ -53,14 +79,8 @@ class StepBatch:
             an env error).
         env_error: (N,) bool, the trajectory ended on an env error (repeated on each
             step; the failed step itself is not in the batch).
-        task_ids: N task ids.
-        task_types: N task types (``""`` where the env reports none).
-        actions: N actions sent to the env.
-        response_texts: N decoded responses.
         prompt_cut: (N,) bool, the prompt was cut to fit the token budget.
-        observations: N observations each action answered (the env's raw text; empty
-            for batches built without them).
-        tasks: N task instructions (``info["task"]``; empty likewise).
+        log: the rows' text (:class:`StepLog`): what the logs, records and viewer read.
         env_errors: number of the rollout's trajectories that ended on an env error,
             in their reset or in a step (also those with no step in the batch).
         env_error_steps: number of agent steps whose env call failed (left out of the
@@ -104,17 +124,12 @@ class StepBatch:
     last_step: np.ndarray = per_row()
     success: np.ndarray = per_row()
     truncated: np.ndarray = per_row()
-    task_ids: tuple[str, ...] = per_row()
-    task_types: tuple[str, ...] = per_row()
-    actions: tuple[str, ...] = per_row()
-    response_texts: tuple[str, ...] = per_row()
     prompt_cut: np.ndarray = per_row()
     env_error: np.ndarray = per_row()
+    log: StepLog = per_row()
     env_errors: int = 0
     env_error_steps: int = 0
     prompt_overflows: int = 0
-    observations: tuple[str, ...] = per_row(default=())
-    tasks: tuple[str, ...] = per_row(default=())
     old_log_probs: np.ndarray | None = per_row(default=None, repr=False)
     ref_log_probs: np.ndarray | None = per_row(default=None, repr=False)
     values: np.ndarray | None = per_row(default=None, repr=False)
@@ -161,13 +176,7 @@ class StepBatch:
         kept[rows] = True
         if np.any(kept[np.isin(self.traj_ids, self.traj_ids[rows])] == 0):
             raise ValueError("select() keeps whole trajectories only")
-        changes: dict[str, Any] = {}
-        for name in ROW_FIELDS:
-            value = getattr(self, name)
-            if value is None or (isinstance(value, tuple) and not value):
-                continue
-            changes[name] = (tuple(value[i] for i in rows) if isinstance(value, tuple)
-                             else value[rows])
+        changes: dict[str, Any] = _taken(self, rows)
         if self.bootstrap_rows is not None:
             keep = kept[self.bootstrap_rows]
             changes["bootstrap_rows"] = np.searchsorted(
@@ -180,8 +189,43 @@ class StepBatch:
         return replace(self, **changes)
 
 
-ROW_FIELDS = tuple(f.name for f in fields(StepBatch) if f.metadata.get(_PER_ROW))
+def _row_fields(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls) if f.metadata.get(_PER_ROW))
+
+
+ROW_FIELDS = _row_fields(StepBatch)
 """The :class:`StepBatch` fields with one entry per row (declared with :func:`per_row`)."""
+
+LOG_FIELDS = _row_fields(StepLog)
+"""The :class:`StepLog` fields (each with one entry per row)."""
+
+
+def _taken(value: StepBatch | StepLog, rows: np.ndarray) -> dict[str, Any]:
+    """The per-row fields of ``value`` at ``rows`` (fields left empty stay out)."""
+    changes: dict[str, Any] = {}
+    for name in _row_fields(type(value)):
+        part = getattr(value, name)
+        if part is None or (isinstance(part, tuple) and not part):
+            continue
+        if isinstance(part, StepLog):
+            changes[name] = replace(part, **_taken(part, rows))
+        elif isinstance(part, tuple):
+            changes[name] = tuple(part[i] for i in rows)
+        else:
+            changes[name] = part[rows]
+    return changes
+
+
+def _joined(parts: Sequence[Any]) -> Any:
+    """One per-row field of consecutive batches, joined (``None`` if any part is)."""
+    if any(part is None for part in parts):
+        return None
+    if isinstance(parts[0], StepLog):
+        return StepLog(**{name: _joined([getattr(part, name) for part in parts])
+                          for name in LOG_FIELDS})
+    if isinstance(parts[0], tuple):
+        return tuple(item for part in parts for item in part)
+    return np.concatenate(parts)
 
 
 def pad_left(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
@@ -267,13 +311,7 @@ def concat_batches(batches: Sequence[StepBatch], group_offsets: Sequence[int],
     for name in ROW_FIELDS:
         if name in changes or name in ("old_log_probs", "ref_log_probs", "values"):
             continue
-        parts = rows(name)
-        if any(part is None for part in parts):
-            changes[name] = None
-        elif isinstance(parts[0], tuple):
-            changes[name] = tuple(item for part in parts for item in part)
-        else:
-            changes[name] = np.concatenate(parts)
+        changes[name] = _joined(rows(name))
     changes["anchor_ids"] = intern_anchors(changes["anchors"])
     if all(b.bootstrap_rows is not None for b in batches):
         starts = np.cumsum([0] + [len(b) for b in batches[:-1]])

@@ -74,8 +74,8 @@ def test_step_batch_ids_anchors_masks_penalties():
     np.testing.assert_array_equal(batch.valid_action, [1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1])
     np.testing.assert_array_equal(batch.invalid, [0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0])
     np.testing.assert_allclose(batch.rewards, batch.env_rewards - 0.1 * batch.invalid)
-    assert batch.actions[0] == solutions[0][0] and batch.actions[2] == "door door"
-    assert set(batch.task_ids[:5]) == {TASKS[0]} and set(batch.task_ids[5:]) == {TASKS[1]}
+    assert batch.log.actions[0] == solutions[0][0] and batch.log.actions[2] == "door door"
+    assert set(batch.log.task_ids[:5]) == {TASKS[0]} and set(batch.log.task_ids[5:]) == {TASKS[1]}
 
     # Anchors: the observation the action was taken in (GiGPO's anchor state).
     probe = ScriptedTextEnv(num_rooms=2, hint=True, max_steps=3)
@@ -96,7 +96,7 @@ def test_step_batch_ids_anchors_masks_penalties():
         assert batch.response_mask[row][: len(response)].all()
         assert response[-1] == tokenizer.eos_token_id
         assert tokenizer.decode(list(response), skip_special_tokens=True) == \
-            batch.response_texts[row]
+            batch.log.response_texts[row]
     first_prompt = tokenizer.decode(list(batch.prompt_ids[0][batch.prompt_mask[0] == 1]))
     assert "A sign says: " + solutions[0][0] + "." in first_prompt
     assert "Actions you can take now: open red door" in first_prompt
@@ -147,7 +147,7 @@ def test_groups_whose_envs_start_on_different_tasks_are_refused(tasks, same):
         if same:
             batch = collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=None,
                                     seed=0)
-            assert set(np.array(batch.task_ids)[batch.group_ids == 1]) == {TASKS[1]}
+            assert set(np.array(batch.log.task_ids)[batch.group_ids == 1]) == {TASKS[1]}
         else:
             with pytest.raises(RuntimeError, match="group 0 started on different tasks"):
                 collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=None,
@@ -305,8 +305,9 @@ def test_the_step_whose_env_call_failed_is_left_out():
                  "group_ids", "step_index", "prompt_cut"):
         np.testing.assert_array_equal(getattr(crashed, name), getattr(healthy, name)[same],
                                       err_msg=name)
-    for name in ("anchors", "actions", "response_texts", "task_ids"):
-        assert getattr(crashed, name) == tuple(getattr(healthy, name)[i] for i in same)
+    assert crashed.anchors == tuple(healthy.anchors[i] for i in same)
+    for name in ("actions", "response_texts", "task_ids"):
+        assert getattr(crashed.log, name) == tuple(getattr(healthy.log, name)[i] for i in same)
     # Trajectory 2 ends on its step 0, cut by the error: truncated, failed, flagged.
     np.testing.assert_array_equal(crashed.last_step, [0, 1, 1, 1, 0, 1])
     np.testing.assert_array_equal(crashed.env_error, [0, 0, 0, 1, 0, 0])
@@ -325,7 +326,7 @@ def test_a_failed_generation_is_handled_like_an_env_error_in_that_step():
                      "step_index", "group_ids"):
             np.testing.assert_array_equal(getattr(failed, name), getattr(crashed, name),
                                           err_msg=name)
-        assert failed.response_texts == crashed.response_texts
+        assert failed.log.response_texts == crashed.log.response_texts
         for name in ("bootstrap_rows", "bootstrap_prompt_ids", "bootstrap_prompt_mask"):
             np.testing.assert_array_equal(getattr(failed, name), getattr(crashed, name),
                                           err_msg=name)
@@ -362,7 +363,7 @@ def test_select_keeps_whole_trajectories_and_their_bootstrap_prompts():
     np.testing.assert_array_equal(part.traj_ids, [0, 0, 3, 3])
     np.testing.assert_array_equal(part.values, [0, 1, 4, 5])
     np.testing.assert_array_equal(part.last_step, [0, 1, 0, 1])
-    assert part.actions == tuple(batch.actions[i] for i in (0, 1, 4, 5))
+    assert part.log.actions == tuple(batch.log.actions[i] for i in (0, 1, 4, 5))
     # Trajectories 1 and 2 take their bootstrap prompts along; 3's now follows row 3.
     np.testing.assert_array_equal(part.bootstrap_rows, [3])
     np.testing.assert_array_equal(part.bootstrap_values, [9.0])
@@ -376,29 +377,35 @@ def test_select_keeps_whole_trajectories_and_their_bootstrap_prompts():
         scored.select(np.array([2, 0, 1]))
 
 
-def test_every_field_with_one_entry_per_row_is_carried_by_select():
+@pytest.mark.parametrize("part", ["batch", "log"])
+def test_every_field_with_one_entry_per_row_is_carried_by_select(part):
     """A field of N entries must be declared ``per_row`` (else select() and
-    concat_batches() would silently drop it); a field declared so has N entries."""
+    concat_batches() would silently drop it); a field declared so has N entries. The
+    same holds for the batch's text part (``StepLog``)."""
     from dataclasses import fields
 
-    from algorithms.rollout import StepBatch
+    from algorithms.rollout import StepLog
+
+    def of(batch):
+        return batch if part == "batch" else batch.log
 
     batch = cut_rollout(make_tokenizer(), max_steps=2)
     batch = batch.with_scores(values=np.zeros(len(batch), dtype=np.float32),
                               old_log_probs=np.zeros(batch.response_ids.shape, np.float32),
                               ref_log_probs=np.zeros(batch.response_ids.shape, np.float32))
-    declared = {f.name for f in fields(StepBatch) if f.metadata.get("per_row")}
-    sized = {f.name for f in fields(StepBatch)
-             if isinstance(getattr(batch, f.name), (np.ndarray, tuple))
-             and len(getattr(batch, f.name)) == len(batch)}
+    value = of(batch)
+    declared = {f.name for f in fields(value) if f.metadata.get("per_row")}
+    sized = {f.name for f in fields(value)
+             if isinstance(getattr(value, f.name), (np.ndarray, tuple, StepLog))
+             and len(getattr(value, f.name)) == len(batch)}
     assert len(batch) != batch.bootstrap_rows.size  # the sizes tell rows apart
     assert sized <= declared
     unused = {name for name in declared - sized
-              if getattr(batch, name) is None or getattr(batch, name) == ()}
+              if getattr(value, name) is None or getattr(value, name) == ()}
     assert declared - sized == unused  # only fields this rollout left empty
-    part = batch.select(np.array([0, 1]))
+    selected = of(batch.select(np.array([0, 1])))
     for name in sized:
-        assert len(getattr(part, name)) == 2, name
+        assert len(getattr(selected, name)) == 2, name
 
 
 class _WordyEnv(ScriptedTextEnv):
