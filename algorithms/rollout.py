@@ -8,9 +8,14 @@ Search-QA); the env's own reward never includes it.
 
 The ``N = num_groups * group_size`` sub-envs are reset with
 ``options={"task_ids": [...]}`` so the ``group_size`` envs of a group play the same task
-from the same initial state. The loop steps the whole batch until every env has
-terminated or truncated, or ``max_steps`` turns have passed; finished envs get an empty
-action, which the vector env ignores (it repeats their last observation with reward 0).
+from the same initial state (or with one seed, which the vector env turns into one seed
+per group). Group ids are the vector env's (``info["group_id"]``), trajectory ids the
+sub-env indices. Each sub-env's trajectory in the making is one
+:class:`~algorithms.env_slot.EnvSlot`; its prompts come from the layout's
+:class:`~algorithms.prompt_strategies.PromptStrategy`. The loop steps the whole batch until
+every env has terminated or truncated, or ``max_steps`` turns have passed; finished envs get
+an empty action, which the vector env ignores (it repeats their last observation with
+reward 0).
 
 Generation errors: a response the engine could not produce (a
 :class:`~algorithms.engines.FailedGeneration`, e.g. a server request that failed after its
@@ -37,7 +42,8 @@ the last ``history_window`` (observation, action) pairs and the current observat
 step's prompt is the previous one followed by the previous response's tokens and the
 env's text (its next observation, tokenized on its own and appended verbatim: for
 Search-QA that is Search-R1's ``\n\n<information>...</information>\n\n``), so the
-last row of a trajectory holds its whole transcript (:func:`transcript_view`). The
+last row of a trajectory holds its whole transcript
+(:func:`algorithms.transcript.transcript_view`). The
 response tokens are kept as sampled (a response that ended on EOS keeps it). A transcript
 that would outgrow ``max_prompt_tokens`` is never cut in the middle: the trajectory ends
 there, truncated, with ``budget_cut`` set (counted in the metrics). With

@@ -123,6 +123,58 @@ def test_group_task_ids_must_match_the_envs():
         env.close()
 
 
+class _RelabelledGroups:
+    """A vector env whose infos report other group ids (``group_id`` + ``shift``, or none
+    with ``shift=None``): the rollout must take them as given."""
+
+    def __init__(self, env, shift: int | None):
+        self.env, self.shift = env, shift
+        self.num_envs, self.group_size = env.num_envs, env.group_size
+
+    def _relabel(self, infos):
+        infos = dict(infos)
+        if self.shift is None:
+            del infos["group_id"], infos["_group_id"]
+        else:
+            infos["group_id"] = infos["group_id"] + self.shift
+        return infos
+
+    def reset(self, **kwargs):
+        observations, infos = self.env.reset(**kwargs)
+        return observations, self._relabel(infos)
+
+    def step(self, actions):
+        *outcome, infos = self.env.step(actions)
+        return (*outcome, self._relabel(infos))
+
+
+def test_group_ids_are_the_vector_envs():
+    tokenizer = make_tokenizer()
+    engine = ScriptedEngine(tokenizer, lambda *_: "<action> look </action>")
+    env = _env()
+    try:
+        batch = collect_rollout(_RelabelledGroups(env, 10), engine, tokenizer, _settings(),
+                                group_task_ids=TASKS, seed=0)
+        np.testing.assert_array_equal(np.unique(batch.group_ids), [10, 11])
+        np.testing.assert_array_equal(batch.group_ids, batch.traj_ids // 2 + 10)
+        with pytest.raises(ValueError, match="no group_id"):
+            collect_rollout(_RelabelledGroups(env, None), engine, tokenizer, _settings(),
+                            group_task_ids=TASKS, seed=0)
+    finally:
+        env.close()
+
+
+def test_the_rollout_and_the_vector_env_agree_on_the_group_size():
+    tokenizer = make_tokenizer()
+    env = make_vector_env("AgentGym/Scripted-v0", 4, group_size=1, num_rooms=2, max_steps=3)
+    try:
+        with pytest.raises(ValueError, match="group_size=1, the rollout settings 2"):
+            collect_rollout(env, ScriptedEngine(tokenizer, lambda *_: "look"), tokenizer,
+                            _settings(), group_task_ids=None, seed=0)
+    finally:
+        env.close()
+
+
 class _FixedTaskEnv(ScriptedTextEnv):
     """Plays one task whatever the reset seed (an env that ignores group seeding)."""
 
@@ -353,59 +405,6 @@ def test_a_rollout_without_a_single_step_is_an_error():
             collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=TASKS, seed=0)
     finally:
         env.close()
-
-
-def test_select_keeps_whole_trajectories_and_their_bootstrap_prompts():
-    batch = cut_rollout(make_tokenizer(), max_steps=2)  # rows: 0 0 1 2 3 3
-    scored = batch.with_scores(values=np.arange(len(batch), dtype=np.float32),
-                               bootstrap_values=np.array([7.0, 8.0, 9.0], dtype=np.float32))
-    part = scored.select(np.array([0, 1, 4, 5]))  # trajectories 0 and 3
-    np.testing.assert_array_equal(part.traj_ids, [0, 0, 3, 3])
-    np.testing.assert_array_equal(part.values, [0, 1, 4, 5])
-    np.testing.assert_array_equal(part.last_step, [0, 1, 0, 1])
-    assert part.log.actions == tuple(batch.log.actions[i] for i in (0, 1, 4, 5))
-    # Trajectories 1 and 2 take their bootstrap prompts along; 3's now follows row 3.
-    np.testing.assert_array_equal(part.bootstrap_rows, [3])
-    np.testing.assert_array_equal(part.bootstrap_values, [9.0])
-    assert _tokens(part.bootstrap_prompt_ids[0], part.bootstrap_prompt_mask[0]) == \
-        _tokens(batch.bootstrap_prompt_ids[2], batch.bootstrap_prompt_mask[2])
-    assert part.env_errors == batch.env_errors  # rollout-wide counts stay
-    assert len(scored.select(np.zeros(0, dtype=np.int64))) == 0
-    with pytest.raises(ValueError, match="whole trajectories"):
-        scored.select(np.array([0, 2]))
-    with pytest.raises(ValueError, match="ascending"):
-        scored.select(np.array([2, 0, 1]))
-
-
-@pytest.mark.parametrize("part", ["batch", "log"])
-def test_every_field_with_one_entry_per_row_is_carried_by_select(part):
-    """A field of N entries must be declared ``per_row`` (else select() and
-    concat_batches() would silently drop it); a field declared so has N entries. The
-    same holds for the batch's text part (``StepLog``)."""
-    from dataclasses import fields
-
-    from algorithms.rollout import StepLog
-
-    def of(batch):
-        return batch if part == "batch" else batch.log
-
-    batch = cut_rollout(make_tokenizer(), max_steps=2)
-    batch = batch.with_scores(values=np.zeros(len(batch), dtype=np.float32),
-                              old_log_probs=np.zeros(batch.response_ids.shape, np.float32),
-                              ref_log_probs=np.zeros(batch.response_ids.shape, np.float32))
-    value = of(batch)
-    declared = {f.name for f in fields(value) if f.metadata.get("per_row")}
-    sized = {f.name for f in fields(value)
-             if isinstance(getattr(value, f.name), (np.ndarray, tuple, StepLog))
-             and len(getattr(value, f.name)) == len(batch)}
-    assert len(batch) != batch.bootstrap_rows.size  # the sizes tell rows apart
-    assert sized <= declared
-    unused = {name for name in declared - sized
-              if getattr(value, name) is None or getattr(value, name) == ()}
-    assert declared - sized == unused  # only fields this rollout left empty
-    selected = of(batch.select(np.array([0, 1])))
-    for name in sized:
-        assert len(getattr(selected, name)) == 2, name
 
 
 class _WordyEnv(ScriptedTextEnv):
