@@ -70,7 +70,8 @@ class StepBatch:
         format_ok: (N,) bool, the answer had the required format.
         valid_action: (N,) bool, the env could execute the action.
         traj_ids: (N,) int64, one id per sub-env (trajectory) of the rollout.
-        group_ids: (N,) int64, ``traj_id // group_size``.
+        group_ids: (N,) int64, the vector env's ``group_id`` of each row's sub-env
+            (``traj_id // group_size``).
         anchors: N hashable anchors of the state each action was taken in.
         step_index: (N,) int64, the step's turn number within its trajectory (0-based).
         last_step: (N,) bool, the trajectory's final step in the batch.
