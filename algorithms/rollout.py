@@ -95,9 +95,9 @@ from algorithms.step_batch import (  # the rollout's output type and its helpers
     per_row,
 )
 
-__all__ = ["ROW_FIELDS", "NoStepsError", "RolloutSettings", "StepBatch", "StepLog", "collect_rollout",
-           "concat_batches", "info_rows", "intern_anchors", "pad_left", "pad_right",
-           "per_row"]
+__all__ = ["ROW_FIELDS", "NoStepsError", "RolloutSettings", "StepBatch", "StepLog",
+           "collect_rollout", "concat_batches", "info_rows", "intern_anchors", "pad_left",
+           "pad_right", "per_row"]
 
 
 def info_rows(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
@@ -119,13 +119,12 @@ def info_rows(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
     return rows
 
 
-
 @dataclass(frozen=True)
 class RolloutSettings:
     """What one rollout needs besides the env and the engine.
 
     Attributes:
-        group_size: trajectories per group.
+        group_size: trajectories per group (the vector env's ``group_size``).
         max_steps: turns at most.
         temperature: sampling temperature.
         max_new_tokens: response length limit.
@@ -150,7 +149,6 @@ class RolloutSettings:
 class NoStepsError(RuntimeError):
     """No env of a rollout made a single step: every one failed to reset or crashed on its
     first step (see the envs' ``info["env_error"]``)."""
-
 
 
 @dataclass
