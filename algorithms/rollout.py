@@ -348,8 +348,6 @@ def _check_groups(slots: Sequence[EnvSlot]) -> None:
     for slot in slots:
         if "task_id" in slot.info and not slot.env_error:
             tasks.setdefault(slot.group, set()).add(slot.info["task_id"])
-        else:
-            tasks.setdefault(slot.group, set())
     for group in sorted(tasks):
         if len(tasks[group]) > 1:
             raise RuntimeError(

@@ -82,6 +82,8 @@ def test_step_batch_ids_anchors_masks_penalties():
     first_obs, _ = probe.reset(options={"task_id": TASKS[0]})
     second_obs, *_ = probe.step(solutions[0][0])
     assert batch.anchors[0] == first_obs and batch.anchors[1] == second_obs
+    # The text part: each row's observation is the one its action answered.
+    assert batch.log.observations[:2] == (first_obs, second_obs)
     assert batch.anchors[2] == first_obs  # env 1: garbage, state unchanged ...
     assert batch.anchors[3] == "Nothing happens."  # ... but the text now differs
     assert batch.anchors[6] == "Nothing happens." and batch.anchors[9] == batch.anchors[8]
@@ -162,6 +164,35 @@ def test_group_ids_are_the_vector_envs():
                             group_task_ids=TASKS, seed=0)
     finally:
         env.close()
+
+
+class _SeedRecorder(ScriptedEngine):
+    def generate(self, prompts, *, seed, **kwargs):
+        self.seeds = [*getattr(self, "seeds", []), seed]
+        return super().generate(prompts, seed=seed, **kwargs)
+
+
+@pytest.mark.parametrize("offset", [0, 2])
+def test_reset_and_sampling_seeds_of_a_block_of_groups(offset):
+    """A block at group offset ``g`` is reset as the vector env resets seed ``s + g`` (its
+    group ``k`` plays what group ``g + k`` of one vector env of all groups plays), and turn
+    ``t`` samples with seed ``(s + 7919 g) * 1009 + t``."""
+    tokenizer = make_tokenizer()
+    engine = _SeedRecorder(tokenizer, lambda *_: "<action> look </action>")
+    env = make_vector_env("AgentGym/Scripted-v0", 4, group_size=2, num_rooms=2,
+                          max_steps=2, num_tasks=64)
+    try:
+        _, infos = env.reset(seed=5 + offset)
+        expected = [str(t) for t in infos["task_id"][::2]]
+        block = {"group_offset": offset} if offset else {}  # 0: the default
+        batch = collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=None,
+                                seed=5, **block)
+    finally:
+        env.close()
+    first_rows = np.flatnonzero(batch.step_index == 0)
+    assert [batch.log.task_ids[r] for r in first_rows[::2]] == expected
+    assert engine.seeds == [(5 + 7_919 * offset) * 1_009 + t for t in range(len(engine.seeds))]
+    assert len(engine.seeds) == 2
 
 
 def test_the_rollout_and_the_vector_env_agree_on_the_group_size():
@@ -252,6 +283,8 @@ def test_a_failed_reset_ends_those_trajectories_without_steps():
         env.close()
     assert set(batch.traj_ids.tolist()) == {0, 1} and batch.env_errors == 2
     assert len(batch) == 6 and not batch.invalid.any()
+    # the failed envs were never prompted nor stepped: no step of theirs failed either
+    assert batch.env_error_steps == 0 and all(len(call) == 2 for call in engine.calls)
 
 
 class _ResetFailingEnv(ScriptedTextEnv):
