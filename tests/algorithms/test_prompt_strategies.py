@@ -84,3 +84,16 @@ def test_an_unknown_layout_is_refused():
     builder = _builder()
     with pytest.raises(ValueError, match="unknown prompt layout 'tree'"):
         prompt_strategy(builder, SimpleNamespace(layout="tree"))
+
+
+def test_a_transcript_exactly_at_the_budget_goes_on():
+    slot = _slot()
+    env_ids = _builder().encode_text(slot.observation)
+    prompt = BuiltPrompt(tuple(range(50)), "", 0, 0, 0)
+    length = 50 + 5 + len(env_ids)
+    for budget, cut in ((length, False), (length - 1, True)):
+        builder = _builder(layout="transcript", max_prompt_tokens=budget)
+        slot = _slot()
+        TranscriptPrompts(builder, builder.config).advance(slot, prompt, tuple(range(5)),
+                                                           finished=False)
+        assert len(slot.pending.token_ids) == length and slot.budget_cut == cut
