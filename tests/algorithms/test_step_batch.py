@@ -98,3 +98,29 @@ def test_concat_places_the_blocks_and_joins_their_text():
     assert len(joined.log) == len(joined) == 5
     part = joined.select(np.array([3, 4]))
     assert part.log.actions == ("x", "y") and part.log.observations == ()
+
+
+def test_concat_keeps_every_blocks_bootstrap_prompts_left_padded():
+    tokenizer = make_tokenizer()
+    blocks = [cut_rollout(tokenizer, max_steps=2), cut_rollout(tokenizer, max_steps=3),
+              cut_rollout(tokenizer, max_steps=2, fail_at=None)]
+    widths = {b.bootstrap_prompt_ids.shape[1] for b in blocks}
+    assert len(widths) > 1  # the blocks' bootstrap prompts differ in width
+    joined = concat_batches(blocks, [0, 2, 4], group_size=2,
+                            pad_id=int(tokenizer.pad_token_id))
+    starts = np.cumsum([0] + [len(b) for b in blocks[:-1]])
+    np.testing.assert_array_equal(joined.bootstrap_rows, np.concatenate(
+        [b.bootstrap_rows + start for b, start in zip(blocks, starts, strict=True)]))
+    mask = joined.bootstrap_prompt_mask
+    assert np.all(np.diff(mask, axis=1) >= 0) and mask[:, -1].all()  # padding on the left
+    kept = [_tokens(b.bootstrap_prompt_ids[k], b.bootstrap_prompt_mask[k])
+            for b in blocks for k in range(len(b.bootstrap_rows))]
+    assert [_tokens(joined.bootstrap_prompt_ids[k], mask[k]) for k in range(len(kept))] == kept
+
+
+def test_a_single_block_is_still_placed_at_its_offset():
+    batch = cut_rollout(make_tokenizer(), max_steps=2)
+    placed = concat_batches([batch], [1], group_size=2, pad_id=0)
+    np.testing.assert_array_equal(placed.traj_ids, batch.traj_ids + 2)
+    np.testing.assert_array_equal(placed.group_ids, batch.group_ids + 1)
+    assert concat_batches([batch], [0], group_size=2, pad_id=0) is batch

@@ -34,6 +34,7 @@ def test_one_sequence_per_trajectory_by_hand():
     np.testing.assert_array_equal(view.sequence_index, [0, 0, 1])
     np.testing.assert_array_equal(view.response_starts, [2, 4, 1])
     np.testing.assert_array_equal(view.rows_of(np.array([1, 0])), [2, 0, 1])
+    assert view.rows_of(np.zeros(0, dtype=np.int64)).shape == (0,)
     assert view.num_sequences == 2
 
 
