@@ -168,7 +168,7 @@ def eval_rows(batches: list[tuple[StepBatch | None, list[str]]]) -> list[dict[st
             if index is None:  # failed in its reset or first step: no steps, no outcome
                 rows.append(_crashed_eval_row(task_id))
                 continue
-            rows.append({"task_id": batch.task_ids[first[traj]],
+            rows.append({"task_id": batch.log.task_ids[first[traj]],
                          "task_type": str(table["task_types"][index]) or "all",
                          "success": bool(table["success"][index]),
                          "return": float(table["returns"][index]),

@@ -91,7 +91,8 @@ from algorithms.policy import (
     model_identity,
     split_model,
 )
-from algorithms.rollout import StepBatch, TranscriptView, transcript_view
+from algorithms.rollout import StepBatch
+from algorithms.transcript import TranscriptView, transcript_view
 
 
 def _tensor(array: np.ndarray, device: torch.device, dtype: torch.dtype = torch.long

@@ -53,7 +53,7 @@ def trajectory_table(batch: StepBatch) -> dict[str, np.ndarray]:
         "lengths": counts,
         "success": batch.success[first],
         "env_error": batch.env_error[first],
-        "task_types": np.array([batch.task_types[i] for i in first], dtype=object),
+        "task_types": np.array([batch.log.task_types[i] for i in first], dtype=object),
         "format_errors": np.bincount(position, weights=~batch.format_ok,
                                      minlength=len(ids)).astype(np.int64),
         "invalid_actions": np.bincount(position, weights=batch.invalid,

@@ -131,15 +131,15 @@ def trajectory_records(batch: StepBatch, tokenizer: Any, *, iteration: int, spli
             key = (traj, int(batch.step_index[row]))
             t_row = trained_row.get(key)
             group = None if group_ids is None or t_row is None else int(group_ids[t_row])
-            observation = batch.observations[row] if batch.observations else ""
+            observation = batch.log.observations[row] if batch.log.observations else ""
             anchor = batch.anchors[row]
             prompt_tokens = batch.prompt_ids[row][batch.prompt_mask[row].astype(bool)]
             steps.append({
                 "step": int(batch.step_index[row]),
                 "observation": observation,
                 "prompt": tokenizer.decode(prompt_tokens.tolist(), skip_special_tokens=False),
-                "response": batch.response_texts[row],
-                "action": batch.actions[row],
+                "response": batch.log.response_texts[row],
+                "action": batch.log.actions[row],
                 "format_ok": bool(batch.format_ok[row]),
                 "valid_action": bool(batch.valid_action[row]),
                 "env_reward": float(batch.env_rewards[row]),
@@ -157,8 +157,8 @@ def trajectory_records(batch: StepBatch, tokenizer: Any, *, iteration: int, spli
         records.append({
             "kind": "trajectory", "iteration": iteration, "split": split,
             "group": int(batch.group_ids[first]), "traj_id": traj,
-            "task_id": batch.task_ids[first], "task_type": batch.task_types[first],
-            "task": batch.tasks[first] if batch.tasks else "",
+            "task_id": batch.log.task_ids[first], "task_type": batch.log.task_types[first],
+            "task": batch.log.tasks[first] if batch.log.tasks else "",
             "trained": bool(trained_row) and (traj, int(batch.step_index[first]))
             in trained_row,
             "outcome": {

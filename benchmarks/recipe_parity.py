@@ -117,7 +117,7 @@ from algorithms.config import EnvConfig, LearnerConfig, TrainConfig, replace, wi
 from algorithms.dynamic_sampling import sample_until_full, varied_group_rows
 from algorithms.estimation import overlong_costs, rewards_and_penalties
 from algorithms.learner import Learner
-from algorithms.rollout import StepBatch, intern_anchors
+from algorithms.rollout import StepBatch, StepLog, intern_anchors
 
 GROUP_SIZE = 8
 MAX_STEPS = 50
@@ -280,8 +280,9 @@ def make_rollout(seed: int, num_groups: int = 6) -> Rollout:
         anchors=anchors, step_index=np.array([row[2] for row in rows], dtype=np.int64),
         last_step=last, success=np.array(success)[traj_ids],
         truncated=np.array(truncated)[traj_ids],
-        task_ids=tuple(f"task-{row[1]}" for row in rows), task_types=("",) * n,
-        actions=("look",) * n, response_texts=("",) * n, prompt_cut=np.zeros(n, dtype=bool),
+        log=StepLog(task_ids=tuple(f"task-{row[1]}" for row in rows), task_types=("",) * n,
+                    actions=("look",) * n, response_texts=("",) * n),
+        prompt_cut=np.zeros(n, dtype=bool),
         env_error=np.zeros(n, dtype=bool), anchor_ids=intern_anchors(anchors),
     )
     old = -rng.exponential(1.0, size=(n, RESPONSE_TOKENS))
@@ -317,8 +318,9 @@ def single_row_group(rollout: Rollout) -> Rollout:
         array = getattr(batch, name)
         tail = np.full_like(array[-1:], added[name]) if name in added else array[-1:]
         fields[name] = np.concatenate([array, tail])
-    for name in ("task_ids", "task_types", "actions", "response_texts"):
-        fields[name] = getattr(batch, name) + getattr(batch, name)[-1:]
+    fields["log"] = StepLog(**{name: getattr(batch.log, name) + getattr(batch.log, name)[-1:]
+                               for name in ("task_ids", "task_types", "actions",
+                                            "response_texts")})
     fields["anchors"] = batch.anchors + ("a room of its own",)
     fields["anchor_ids"] = intern_anchors(fields["anchors"])
 

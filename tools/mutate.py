@@ -52,6 +52,14 @@ TARGETS = {
                              "tests/algorithms/test_recipe.py"],
     "algorithms/rollout.py": ["tests/algorithms/test_rollout.py",
                               "tests/algorithms/test_transcript.py"],
+    "algorithms/env_slot.py": ["tests/algorithms/test_rollout.py",
+                               "tests/algorithms/test_transcript.py"],
+    "algorithms/prompt_strategies.py": ["tests/algorithms/test_prompt_strategies.py",
+                                        "tests/algorithms/test_transcript.py"],
+    "algorithms/step_batch.py": ["tests/algorithms/test_step_batch.py",
+                                 "tests/algorithms/test_rollout.py"],
+    "algorithms/transcript.py": ["tests/algorithms/test_transcript_view.py",
+                                 "tests/algorithms/test_transcript.py"],
 }
 """Module -> the test files run against its mutants (a fast subset of tests/algorithms)."""
 

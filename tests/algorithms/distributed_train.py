@@ -40,7 +40,7 @@ def _record_rollouts(ranks: distributed.Ranks, out: Path) -> None:
         offset = kwargs.get("group_offset", 0)
         if kwargs.get("group_task_ids") is None:  # training rollouts, not evaluation
             groups = sorted({int(g) + offset for g in batch.group_ids})
-            tasks = {int(g) + offset: t for g, t in zip(batch.group_ids, batch.task_ids,
+            tasks = {int(g) + offset: t for g, t in zip(batch.group_ids, batch.log.task_ids,
                                                          strict=True)}
             log.append({"offset": offset, "groups": groups,
                         "tasks": {str(g): tasks[g] for g in groups},

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from algorithms.rollout import StepBatch
+from algorithms.rollout import StepBatch, StepLog
 
 
 def hand_batch(trajectories: Sequence[tuple[int, list[float], list[str], bool]],
@@ -38,7 +38,8 @@ def hand_batch(trajectories: Sequence[tuple[int, list[float], list[str], bool]],
         traj_ids=traj, group_ids=np.array([row[1] for row in rows]),
         anchors=tuple(row[3] for row in rows), step_index=np.array([row[5] for row in rows]),
         last_step=last, success=np.zeros(n, bool), truncated=np.zeros(n, bool),
-        task_ids=("t",) * n, task_types=("",) * n, actions=("a",) * n,
-        response_texts=("a",) * n, prompt_cut=np.zeros(n, bool),
+        log=StepLog(task_ids=("t",) * n, task_types=("",) * n, actions=("a",) * n,
+                    response_texts=("a",) * n),
+        prompt_cut=np.zeros(n, bool),
         env_error=np.array([row[4] for row in rows]),
         env_errors=sum(e for *_, e in trajectories))

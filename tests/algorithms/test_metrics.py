@@ -13,7 +13,7 @@ from algorithms.metrics import (  # noqa: E402
     step_group_metrics,
     trajectory_table,
 )
-from algorithms.rollout import StepBatch  # noqa: E402
+from algorithms.rollout import StepBatch, StepLog  # noqa: E402
 
 
 def _batch() -> StepBatch:
@@ -30,8 +30,8 @@ def _batch() -> StepBatch:
         group_ids=np.array([0, 0, 0]), anchors=("a", "b", "a"),
         step_index=np.array([0, 1, 0]), last_step=np.array([False, True, True]),
         success=np.array([True, True, False]), truncated=np.array([False, False, True]),
-        task_ids=("t", "t", "t"), task_types=("pick", "pick", "pick"),
-        actions=("x", "y", "z"), response_texts=("x", "y", "z"),
+        log=StepLog(task_ids=("t", "t", "t"), task_types=("pick", "pick", "pick"),
+                    actions=("x", "y", "z"), response_texts=("x", "y", "z")),
         prompt_cut=np.array([False, True, False]), env_error=np.zeros(n, dtype=bool),
     )
 

@@ -37,17 +37,17 @@ def test_training_records_match_the_batch_and_its_advantages(tmp_path):
     for record in records:
         rows = np.flatnonzero(batch.traj_ids == record["traj_id"])
         assert record["group"] == record["traj_id"] // 2 and record["trained"]
-        assert record["task_id"] == batch.task_ids[rows[0]]
-        assert record["task"] and record["task"] == batch.tasks[rows[0]]
+        assert record["task_id"] == batch.log.task_ids[rows[0]]
+        assert record["task"] and record["task"] == batch.log.tasks[rows[0]]
         assert record["outcome"]["length"] == len(rows) == len(record["steps"])
         assert record["outcome"]["success"] == bool(batch.success[rows[0]])
         assert record["outcome"]["return"] == pytest.approx(batch.env_rewards[rows].sum())
         for step, row in zip(record["steps"], rows, strict=True):
             rows_seen += 1
             assert step["step"] == batch.step_index[row]
-            assert step["response"] == batch.response_texts[row]
-            assert step["action"] == batch.actions[row]
-            assert step["observation"] == batch.observations[row]
+            assert step["response"] == batch.log.response_texts[row]
+            assert step["action"] == batch.log.actions[row]
+            assert step["observation"] == batch.log.observations[row]
             assert step["observation"] in step["prompt"]  # the prompt shows it
             tokens = batch.prompt_ids[row][batch.prompt_mask[row] == 1].tolist()
             assert tokenizer(step["prompt"], add_special_tokens=False)["input_ids"] == tokens

@@ -65,7 +65,7 @@ def test_the_parser_sees_prefix_plus_response_and_the_prefix_is_not_trained():
     prompt = PromptConfig(think=False, response_prefix=" <action>",
                           show_admissible_actions=False)
     batch, _ = _rollout(tokenizer, answer, prompt, num_rooms=1)
-    assert batch.actions[0] == "open red door" and batch.format_ok.all()
+    assert batch.log.actions[0] == "open red door" and batch.format_ok.all()
     # the response (what is trained) is exactly the sampled tokens; the prefix is prompt
     assert batch.response_mask[0].sum() == len(answer)
     prompt_text = tokenizer.decode([t for t, m in zip(batch.prompt_ids[0],

@@ -74,14 +74,16 @@ def test_step_batch_ids_anchors_masks_penalties():
     np.testing.assert_array_equal(batch.valid_action, [1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1])
     np.testing.assert_array_equal(batch.invalid, [0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 0])
     np.testing.assert_allclose(batch.rewards, batch.env_rewards - 0.1 * batch.invalid)
-    assert batch.actions[0] == solutions[0][0] and batch.actions[2] == "door door"
-    assert set(batch.task_ids[:5]) == {TASKS[0]} and set(batch.task_ids[5:]) == {TASKS[1]}
+    assert batch.log.actions[0] == solutions[0][0] and batch.log.actions[2] == "door door"
+    assert set(batch.log.task_ids[:5]) == {TASKS[0]} and set(batch.log.task_ids[5:]) == {TASKS[1]}
 
     # Anchors: the observation the action was taken in (GiGPO's anchor state).
     probe = ScriptedTextEnv(num_rooms=2, hint=True, max_steps=3)
     first_obs, _ = probe.reset(options={"task_id": TASKS[0]})
     second_obs, *_ = probe.step(solutions[0][0])
     assert batch.anchors[0] == first_obs and batch.anchors[1] == second_obs
+    # The text part: each row's observation is the one its action answered.
+    assert batch.log.observations[:2] == (first_obs, second_obs)
     assert batch.anchors[2] == first_obs  # env 1: garbage, state unchanged ...
     assert batch.anchors[3] == "Nothing happens."  # ... but the text now differs
     assert batch.anchors[6] == "Nothing happens." and batch.anchors[9] == batch.anchors[8]
@@ -96,7 +98,7 @@ def test_step_batch_ids_anchors_masks_penalties():
         assert batch.response_mask[row][: len(response)].all()
         assert response[-1] == tokenizer.eos_token_id
         assert tokenizer.decode(list(response), skip_special_tokens=True) == \
-            batch.response_texts[row]
+            batch.log.response_texts[row]
     first_prompt = tokenizer.decode(list(batch.prompt_ids[0][batch.prompt_mask[0] == 1]))
     assert "A sign says: " + solutions[0][0] + "." in first_prompt
     assert "Actions you can take now: open red door" in first_prompt
@@ -119,6 +121,87 @@ def test_group_task_ids_must_match_the_envs():
         with pytest.raises(ValueError, match="groups"):
             collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=TASKS[:1],
                             seed=0)
+    finally:
+        env.close()
+
+
+class _RelabelledGroups:
+    """A vector env whose infos report other group ids (``group_id`` + ``shift``, or none
+    with ``shift=None``): the rollout must take them as given."""
+
+    def __init__(self, env, shift: int | None):
+        self.env, self.shift = env, shift
+        self.num_envs, self.group_size = env.num_envs, env.group_size
+
+    def _relabel(self, infos):
+        infos = dict(infos)
+        if self.shift is None:
+            del infos["group_id"], infos["_group_id"]
+        else:
+            infos["group_id"] = infos["group_id"] + self.shift
+        return infos
+
+    def reset(self, **kwargs):
+        observations, infos = self.env.reset(**kwargs)
+        return observations, self._relabel(infos)
+
+    def step(self, actions):
+        *outcome, infos = self.env.step(actions)
+        return (*outcome, self._relabel(infos))
+
+
+def test_group_ids_are_the_vector_envs():
+    tokenizer = make_tokenizer()
+    engine = ScriptedEngine(tokenizer, lambda *_: "<action> look </action>")
+    env = _env()
+    try:
+        batch = collect_rollout(_RelabelledGroups(env, 10), engine, tokenizer, _settings(),
+                                group_task_ids=TASKS, seed=0)
+        np.testing.assert_array_equal(np.unique(batch.group_ids), [10, 11])
+        np.testing.assert_array_equal(batch.group_ids, batch.traj_ids // 2 + 10)
+        with pytest.raises(ValueError, match="no group_id"):
+            collect_rollout(_RelabelledGroups(env, None), engine, tokenizer, _settings(),
+                            group_task_ids=TASKS, seed=0)
+    finally:
+        env.close()
+
+
+class _SeedRecorder(ScriptedEngine):
+    def generate(self, prompts, *, seed, **kwargs):
+        self.seeds = [*getattr(self, "seeds", []), seed]
+        return super().generate(prompts, seed=seed, **kwargs)
+
+
+@pytest.mark.parametrize("offset", [0, 2])
+def test_reset_and_sampling_seeds_of_a_block_of_groups(offset):
+    """A block at group offset ``g`` is reset as the vector env resets seed ``s + g`` (its
+    group ``k`` plays what group ``g + k`` of one vector env of all groups plays), and turn
+    ``t`` samples with seed ``(s + 7919 g) * 1009 + t``."""
+    tokenizer = make_tokenizer()
+    engine = _SeedRecorder(tokenizer, lambda *_: "<action> look </action>")
+    env = make_vector_env("AgentGym/Scripted-v0", 4, group_size=2, num_rooms=2,
+                          max_steps=2, num_tasks=64)
+    try:
+        _, infos = env.reset(seed=5 + offset)
+        expected = [str(t) for t in infos["task_id"][::2]]
+        block = {"group_offset": offset} if offset else {}  # 0: the default
+        batch = collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=None,
+                                seed=5, **block)
+    finally:
+        env.close()
+    first_rows = np.flatnonzero(batch.step_index == 0)
+    assert [batch.log.task_ids[r] for r in first_rows[::2]] == expected
+    assert engine.seeds == [(5 + 7_919 * offset) * 1_009 + t for t in range(len(engine.seeds))]
+    assert len(engine.seeds) == 2
+
+
+def test_the_rollout_and_the_vector_env_agree_on_the_group_size():
+    tokenizer = make_tokenizer()
+    env = make_vector_env("AgentGym/Scripted-v0", 4, group_size=1, num_rooms=2, max_steps=3)
+    try:
+        with pytest.raises(ValueError, match="group_size=1, the rollout settings 2"):
+            collect_rollout(env, ScriptedEngine(tokenizer, lambda *_: "look"), tokenizer,
+                            _settings(), group_task_ids=None, seed=0)
     finally:
         env.close()
 
@@ -147,7 +230,7 @@ def test_groups_whose_envs_start_on_different_tasks_are_refused(tasks, same):
         if same:
             batch = collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=None,
                                     seed=0)
-            assert set(np.array(batch.task_ids)[batch.group_ids == 1]) == {TASKS[1]}
+            assert set(np.array(batch.log.task_ids)[batch.group_ids == 1]) == {TASKS[1]}
         else:
             with pytest.raises(RuntimeError, match="group 0 started on different tasks"):
                 collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=None,
@@ -200,6 +283,8 @@ def test_a_failed_reset_ends_those_trajectories_without_steps():
         env.close()
     assert set(batch.traj_ids.tolist()) == {0, 1} and batch.env_errors == 2
     assert len(batch) == 6 and not batch.invalid.any()
+    # the failed envs were never prompted nor stepped: no step of theirs failed either
+    assert batch.env_error_steps == 0 and all(len(call) == 2 for call in engine.calls)
 
 
 class _ResetFailingEnv(ScriptedTextEnv):
@@ -305,8 +390,9 @@ def test_the_step_whose_env_call_failed_is_left_out():
                  "group_ids", "step_index", "prompt_cut"):
         np.testing.assert_array_equal(getattr(crashed, name), getattr(healthy, name)[same],
                                       err_msg=name)
-    for name in ("anchors", "actions", "response_texts", "task_ids"):
-        assert getattr(crashed, name) == tuple(getattr(healthy, name)[i] for i in same)
+    assert crashed.anchors == tuple(healthy.anchors[i] for i in same)
+    for name in ("actions", "response_texts", "task_ids"):
+        assert getattr(crashed.log, name) == tuple(getattr(healthy.log, name)[i] for i in same)
     # Trajectory 2 ends on its step 0, cut by the error: truncated, failed, flagged.
     np.testing.assert_array_equal(crashed.last_step, [0, 1, 1, 1, 0, 1])
     np.testing.assert_array_equal(crashed.env_error, [0, 0, 0, 1, 0, 0])
@@ -325,7 +411,7 @@ def test_a_failed_generation_is_handled_like_an_env_error_in_that_step():
                      "step_index", "group_ids"):
             np.testing.assert_array_equal(getattr(failed, name), getattr(crashed, name),
                                           err_msg=name)
-        assert failed.response_texts == crashed.response_texts
+        assert failed.log.response_texts == crashed.log.response_texts
         for name in ("bootstrap_rows", "bootstrap_prompt_ids", "bootstrap_prompt_mask"):
             np.testing.assert_array_equal(getattr(failed, name), getattr(crashed, name),
                                           err_msg=name)
@@ -352,53 +438,6 @@ def test_a_rollout_without_a_single_step_is_an_error():
             collect_rollout(env, engine, tokenizer, _settings(), group_task_ids=TASKS, seed=0)
     finally:
         env.close()
-
-
-def test_select_keeps_whole_trajectories_and_their_bootstrap_prompts():
-    batch = cut_rollout(make_tokenizer(), max_steps=2)  # rows: 0 0 1 2 3 3
-    scored = batch.with_scores(values=np.arange(len(batch), dtype=np.float32),
-                               bootstrap_values=np.array([7.0, 8.0, 9.0], dtype=np.float32))
-    part = scored.select(np.array([0, 1, 4, 5]))  # trajectories 0 and 3
-    np.testing.assert_array_equal(part.traj_ids, [0, 0, 3, 3])
-    np.testing.assert_array_equal(part.values, [0, 1, 4, 5])
-    np.testing.assert_array_equal(part.last_step, [0, 1, 0, 1])
-    assert part.actions == tuple(batch.actions[i] for i in (0, 1, 4, 5))
-    # Trajectories 1 and 2 take their bootstrap prompts along; 3's now follows row 3.
-    np.testing.assert_array_equal(part.bootstrap_rows, [3])
-    np.testing.assert_array_equal(part.bootstrap_values, [9.0])
-    assert _tokens(part.bootstrap_prompt_ids[0], part.bootstrap_prompt_mask[0]) == \
-        _tokens(batch.bootstrap_prompt_ids[2], batch.bootstrap_prompt_mask[2])
-    assert part.env_errors == batch.env_errors  # rollout-wide counts stay
-    assert len(scored.select(np.zeros(0, dtype=np.int64))) == 0
-    with pytest.raises(ValueError, match="whole trajectories"):
-        scored.select(np.array([0, 2]))
-    with pytest.raises(ValueError, match="ascending"):
-        scored.select(np.array([2, 0, 1]))
-
-
-def test_every_field_with_one_entry_per_row_is_carried_by_select():
-    """A field of N entries must be declared ``per_row`` (else select() and
-    concat_batches() would silently drop it); a field declared so has N entries."""
-    from dataclasses import fields
-
-    from algorithms.rollout import StepBatch
-
-    batch = cut_rollout(make_tokenizer(), max_steps=2)
-    batch = batch.with_scores(values=np.zeros(len(batch), dtype=np.float32),
-                              old_log_probs=np.zeros(batch.response_ids.shape, np.float32),
-                              ref_log_probs=np.zeros(batch.response_ids.shape, np.float32))
-    declared = {f.name for f in fields(StepBatch) if f.metadata.get("per_row")}
-    sized = {f.name for f in fields(StepBatch)
-             if isinstance(getattr(batch, f.name), (np.ndarray, tuple))
-             and len(getattr(batch, f.name)) == len(batch)}
-    assert len(batch) != batch.bootstrap_rows.size  # the sizes tell rows apart
-    assert sized <= declared
-    unused = {name for name in declared - sized
-              if getattr(batch, name) is None or getattr(batch, name) == ()}
-    assert declared - sized == unused  # only fields this rollout left empty
-    part = batch.select(np.array([0, 1]))
-    for name in sized:
-        assert len(getattr(part, name)) == 2, name
 
 
 class _WordyEnv(ScriptedTextEnv):

@@ -47,7 +47,7 @@ def test_resume_reproduces_the_next_iteration(tmp_path, algo):
     assert _deterministic(a[1]) == pytest.approx(_deterministic(b[1]), abs=1e-6)
     wa, wb = _weights(straight), _weights(resumed)
     assert all(torch.allclose(wa[n], wb[n], atol=1e-6) for n in wa)
-    assert straight.last_batch.actions == resumed.last_batch.actions
+    assert straight.last_batch.log.actions == resumed.last_batch.log.actions
     # PPO's rollouts keep the prompts its GAE bootstraps from; GiGPO's keep none (no cost).
     if algo == "ppo":
         assert straight.last_batch.bootstrap_values is not None

@@ -19,9 +19,8 @@ from algorithms.metrics import rollout_metrics  # noqa: E402
 from algorithms.rollout import (  # noqa: E402
     RolloutSettings,
     collect_rollout,
-    intern_anchors,
-    transcript_view,
 )
+from algorithms.transcript import transcript_view  # noqa: E402
 from tests.algorithms.fakes import ScriptedEngine  # noqa: E402
 from tests.algorithms.tiny import make_model, make_policy, make_tokenizer  # noqa: E402
 
@@ -149,14 +148,6 @@ def test_transcript_and_window_give_the_same_advantages(algo):
     first, second = learner.advantages(window), learner.advantages(transcript)
     np.testing.assert_array_equal(first.advantages, second.advantages)
     assert np.abs(first.advantages).max() > 0
-
-
-def test_anchor_ids_are_dense_and_follow_anchor_equality():
-    anchors = ("b", ("x", 1), "b", 7, ("x", 1), "c")
-    np.testing.assert_array_equal(intern_anchors(anchors), [0, 1, 0, 2, 1, 3])
-    assert intern_anchors(()).shape == (0,)
-    with pytest.raises(TypeError):
-        intern_anchors([["unhashable"]])
 
 
 def _scored(algo: str, batch, critic: str = "value_head", **learner: object):

@@ -22,7 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from algorithms.rollout import concat_batches  # noqa: E402
+from algorithms.rollout import StepLog, concat_batches  # noqa: E402
 from benchmarks import recipe_parity as parity  # noqa: E402
 
 WORST_LINE = re.compile(r"^worst difference with defaults: \d\.\de[-+]\d\d \((.+), (std|mean)\)$")
@@ -68,8 +68,9 @@ def _hand_rollout() -> parity.Rollout:
         group_ids=np.zeros(3, dtype=np.int64), anchors=("s0", "s1", "s0"),
         anchor_ids=np.array([0, 1, 0]), step_index=np.array([0, 1, 0]),
         last_step=np.array([False, True, True]), success=np.array([True, True, False]),
-        truncated=np.zeros(3, dtype=bool), task_ids=("t",) * 3, task_types=("",) * 3,
-        actions=("a",) * 3, response_texts=("",) * 3)
+        truncated=np.zeros(3, dtype=bool),
+        log=StepLog(task_ids=("t",) * 3, task_types=("",) * 3, actions=("a",) * 3,
+                    response_texts=("",) * 3))
     return dataclasses.replace(base, batch=batch, log_probs=base.log_probs[rows],
                                old_log_probs=base.old_log_probs[rows],
                                ref_log_probs=base.ref_log_probs[rows],
