@@ -111,35 +111,19 @@ def _saved_before_bootstrapping(run_dir) -> None:
     path.write_text(json.dumps(saved))
 
 
-@pytest.mark.parametrize("algo", ["gigpo", "grpo"])
-def test_runs_saved_before_bootstrapping_resume(tmp_path, algo):
-    """learner.bootstrap_truncated does nothing without a critic: an old GiGPO/GRPO run
-    resumes with the default config."""
+@pytest.mark.parametrize("algo", ["gigpo", "ppo"])
+def test_a_run_saved_before_todays_fields_is_refused_naming_them(tmp_path, algo):
+    """No migration of old runs: resuming one whose config lacks today's fields is refused,
+    each missing field named, and the run's files stay as they were."""
     Trainer(scripted_config(algo, iterations=1), policy=make_policy(),
             run_dir=tmp_path).run()
     _saved_before_bootstrapping(tmp_path)
-    trainer = Trainer(scripted_config(algo, iterations=2, resume=True), policy=make_policy(),
-                      run_dir=tmp_path)
-    trainer.setup()
-    assert trainer.start_iteration == 1
-    trainer.close()
-
-
-def test_an_old_ppo_run_is_refused_with_the_field_to_set(tmp_path):
-    """An old PPO run did not bootstrap: resuming it with the new default would change
-    its GAE, so it is refused, naming the field, and resumes with the old setting."""
-    Trainer(scripted_config("ppo", iterations=1), policy=make_policy(),
-            run_dir=tmp_path).run()
-    _saved_before_bootstrapping(tmp_path)
-    with pytest.raises(ValueError, match="learner.bootstrap_truncated"):
-        Trainer(scripted_config("ppo", iterations=2, resume=True), policy=make_policy(),
+    files = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match="missing: env.step_timeout, "
+                                         "learner.bootstrap_truncated, run.rollout_retries"):
+        Trainer(scripted_config(algo, iterations=2, resume=True), policy=make_policy(),
                 run_dir=tmp_path).setup()
-    old = replace(scripted_config("ppo", iterations=2, resume=True),
-                  learner={"bootstrap_truncated": False})
-    trainer = Trainer(old, policy=make_policy(), run_dir=tmp_path)
-    trainer.setup()
-    assert trainer.start_iteration == 1
-    trainer.close()
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == files
 
 
 def _crashing_trainer(tmp_path, algo: str, fail_at: int) -> Trainer:
