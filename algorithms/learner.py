@@ -105,9 +105,10 @@ class Learner:
     """Holds the trainable model(s), the reference, the optimizers; runs phases 1-3.
 
     Data parallel (``ranks.world_size`` > 1, :mod:`algorithms.distributed`): the policy,
-    the KL reference and the critic are sharded with FSDP2 here, before the optimizers
-    see their parameters; every rank is given the same global batch and computes its
-    share of each pass, so the result equals one process's up to summation order.
+    the KL reference and the critic are sharded with FSDP2 as they are built
+    (:mod:`algorithms.learner_setup`), before the optimizers see their parameters;
+    every rank is given the same global batch and computes its share of each pass, so
+    the result equals one process's up to summation order.
 
     Args:
         policy: the loaded policy (its model is trained in place).
