@@ -18,10 +18,20 @@ from algorithms.distributed import Ranks, WeightMirror
 from algorithms.engines import make_engine
 from algorithms.learner import Learner
 from algorithms.memory import release_around_each_call
-from algorithms.policy import Policy, default_model_conversion, load_policy
+from algorithms.policy import Policy, check_model_source, default_model_conversion, load_policy
 
 VecEnvFactory = Callable[[dict[str, Any], int, int], Any]
 """``(env kwargs, num_envs, group_size) -> vector env``."""
+
+
+def check_model_sources(config: TrainConfig, *, policy_given: bool) -> None:
+    """Fail in one line, before any retries, when the policy's model (unless a policy was
+    given) or the ``separate`` critic's cannot be had
+    (:func:`~algorithms.policy.check_model_source`)."""
+    if not policy_given:
+        check_model_source(config.model.name_or_path)
+    if config.use_critic and config.model.critic == "separate":
+        check_model_source(config.model.critic_name_or_path)
 
 
 def build_policy(config: TrainConfig, device: torch.device, ranks: Ranks,
@@ -109,6 +119,17 @@ def make_run_engine(config: TrainConfig, policy: Policy, device: torch.device,
                        seed=config.run.seed + 1_000_003 * ranks.rank, max_model_len=max_len)
 
 
+def sync_engine_weights(engine: Any, model: torch.nn.Module, mirror: WeightMirror | None
+                        ) -> None:
+    """Give ``engine`` the weights of ``model``: through ``mirror``'s full copy when the
+    policy is sharded (see :func:`engine_source`), else directly."""
+    if mirror is not None:
+        mirror.refresh(model)
+        engine.sync_weights(mirror.model)
+    else:
+        engine.sync_weights(model)
+
+
 def vector_env_factory(env: EnvConfig) -> VecEnvFactory:
     """Builds ``env.env_id``'s vector envs with the configured backend, workers and step
     timeout (connecting to ``env.ray_address``'s Ray cluster first when set)."""
@@ -125,3 +146,13 @@ def vector_env_factory(env: EnvConfig) -> VecEnvFactory:
                                step_timeout=env.step_timeout, **kwargs)
 
     return make
+
+
+def build_vec_env(config: TrainConfig, make_vec_env: VecEnvFactory, group_count: int,
+                  ranks: Ranks, say: Callable[[str], None]) -> Any:
+    """The training envs of this rank: ``group_count`` groups of ``env.group_size``, made
+    by ``make_vec_env`` with the training kwargs."""
+    env = config.env
+    say(f"building {group_count * env.group_size} {env.env_id} envs ({env.backend} backend"
+        f"{', per rank' if ranks.distributed else ''})")
+    return make_vec_env(env.kwargs(), group_count * env.group_size, env.group_size)

@@ -62,3 +62,15 @@ def iteration_line(done: int, total: int, start: int, elapsed: float,
     return (f"iteration {done}/{total}: success={metrics['rollout/success']:.2f} "
             f"ret={metrics['rollout/return']:.2f} | {per_iteration:.1f} s/it, elapsed "
             f"{duration(elapsed)}, left {duration(per_iteration * (total - done))}")
+
+
+def torchrun_line(world_size: int, device_type: str, group_first: int, group_count: int,
+                  num_groups: int) -> str:
+    """What a torchrun job says at setup: its ranks, backend and rank 0's groups.
+
+    >>> torchrun_line(2, "cpu", 0, 2, 4)
+    'torchrun: 2 ranks (gloo); rank 0 rolls out groups 0..1 of 4; FSDP2 shards the policy'
+    """
+    return (f"torchrun: {world_size} ranks ({'NCCL' if device_type == 'cuda' else 'gloo'}); "
+            f"rank 0 rolls out groups {group_first}..{group_first + group_count - 1} of "
+            f"{num_groups}; FSDP2 shards the policy")

@@ -176,6 +176,13 @@ def all_gather_objects(value: Any, ranks: Ranks) -> list[Any]:
     return gathered
 
 
+def any_rank(flag: bool, ranks: Ranks) -> bool:
+    """Whether ``flag`` holds on any rank (a collective under torchrun)."""
+    if not ranks.distributed:
+        return flag
+    return any(all_gather_objects(flag, ranks))
+
+
 def all_reduce_sum(array: np.ndarray, ranks: Ranks) -> np.ndarray:
     """Element-wise sum of ``array`` over ranks (a new array; ``array`` on one process)."""
     if not ranks.distributed:

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.rollout import StepBatch, concat_batches
+from algorithms.step_batch import StepBatch, concat_batches
 
 __all__ = ["DynamicSample", "sample_until_full", "varied_group_rows"]
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from algorithms import advantages as adv
 from algorithms.config import TrainConfig
-from algorithms.rollout import StepBatch
+from algorithms.step_batch import StepBatch
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from algorithms.console import progress_bar
 from algorithms.distributed import Ranks
 from algorithms.metrics import trajectory_table
 from algorithms.records import trajectory_records, write_run_records
-from algorithms.rollout import NoStepsError, RolloutSettings, StepBatch, collect_rollout
+from algorithms.rollout import NoStepsError, RolloutSettings, collect_rollout
 from algorithms.seeds import iteration_seed
+from algorithms.step_batch import StepBatch
 
 
 def evaluate(config: TrainConfig, engine: Any, tokenizer: Any, settings: RolloutSettings,

@@ -67,7 +67,6 @@ optimizer state and the batch -- which is what makes ``--resume`` exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from functools import cached_property
 from typing import Any
 
@@ -75,92 +74,21 @@ import numpy as np
 import torch
 from torch import nn
 
-from algorithms import distributed, losses
+from algorithms import distributed, losses, scoring
 from algorithms.config import TrainConfig
 from algorithms.distributed import SINGLE, Ranks
 from algorithms.estimation import Advantages, estimate_advantages
-from algorithms.policy import (
-    Policy,
-    ScoredResponses,
-    Scorer,
-    SeparateCritic,
-    ValueHead,
-    frozen_copy,
-    hidden_size,
-    load_causal_lm,
-    model_identity,
-    split_model,
+from algorithms.learner_setup import build_learner_models, loss_recipe
+from algorithms.micro_batches import (
+    batch_view,
+    chunks,
+    micro_batches,
+    micro_weights,
+    num_samples,
 )
-from algorithms.rollout import StepBatch
-from algorithms.transcript import TranscriptView, transcript_view
-
-
-def _tensor(array: np.ndarray, device: torch.device, dtype: torch.dtype = torch.long
-            ) -> torch.Tensor:
-    return torch.as_tensor(np.ascontiguousarray(array), dtype=dtype, device=device)
-
-
-def _prompt_rows(prompt_ids: np.ndarray, prompt_mask: np.ndarray, index: np.ndarray,
-                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, P') ids and mask of the left-padded prompts ``index`` of (M, P) arrays, trimmed
-    to the longest of them."""
-    mask = prompt_mask[index]
-    width = max(1, int(mask.sum(1).max()))
-    columns = slice(prompt_ids.shape[1] - width, None)
-    return (_tensor(prompt_ids[index][:, columns], device),
-            _tensor(mask[:, columns], device))
-
-
-def _response_rows(batch: StepBatch, index: np.ndarray, device: torch.device
-                   ) -> dict[str, torch.Tensor]:
-    """Response ids, mask and (when scored) old / reference log-probs of the rows
-    ``index``, trimmed to the longest response among them."""
-    response_mask = batch.response_mask[index]
-    response_width = max(1, int(response_mask.sum(1).max()))
-    rows = {
-        "response_ids": _tensor(batch.response_ids[index][:, :response_width], device),
-        "response_mask": _tensor(response_mask[:, :response_width], device),
-    }
-    for name in ("old_log_probs", "ref_log_probs"):
-        array = getattr(batch, name)
-        if array is not None:
-            rows[name] = _tensor(array[index][:, :response_width], device, torch.float32)
-    return rows
-
-
-def _rows(batch: StepBatch, index: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
-    """Tensors of the rows ``index``, trimmed to the longest prompt and response among them."""
-    prompt_ids, prompt_mask = _prompt_rows(batch.prompt_ids, batch.prompt_mask, index, device)
-    return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
-            **_response_rows(batch, index, device)}
-
-
-def _transcript_rows(batch: StepBatch, view: TranscriptView, sequences: np.ndarray,
-                     device: torch.device) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
-    """The rows of the trajectories ``sequences`` and their tensors: the transcripts
-    (trimmed to the longest), where each row's response starts, and ``_rows``' response
-    keys."""
-    index = view.rows_of(sequences)
-    local = np.full(view.num_sequences, -1, dtype=np.int64)
-    local[sequences] = np.arange(len(sequences))
-    width = max(1, int(view.sequence_mask[sequences].sum(1).max()))
-    return index, {
-        "sequence_ids": _tensor(view.sequence_ids[sequences][:, :width], device),
-        "sequence_mask": _tensor(view.sequence_mask[sequences][:, :width], device),
-        "sequence_index": _tensor(local[view.sequence_index[index]], device),
-        "response_starts": _tensor(view.response_starts[index], device),
-        **_response_rows(batch, index, device),
-    }
-
-
-def _score(scorer: Scorer, rows: dict[str, torch.Tensor], **kwargs: Any) -> ScoredResponses:
-    """``scorer``'s scores of ``rows`` (window or transcript rows)."""
-    return ScoredResponses(*scorer(rows, **kwargs))
-
-
-def _chunks(index: np.ndarray, size: int) -> Iterator[np.ndarray]:
-    for start in range(0, len(index), size):
-        yield index[start: start + size]
+from algorithms.policy import Policy, model_identity
+from algorithms.step_batch import StepBatch
+from algorithms.transcript import TranscriptView
 
 
 def warmup_factor(iteration: int, iterations: int, ratio: float) -> float:
@@ -178,9 +106,10 @@ class Learner:
     """Holds the trainable model(s), the reference, the optimizers; runs phases 1-3.
 
     Data parallel (``ranks.world_size`` > 1, :mod:`algorithms.distributed`): the policy,
-    the KL reference and the critic are sharded with FSDP2 here, before the optimizers
-    see their parameters; every rank is given the same global batch and computes its
-    share of each pass, so the result equals one process's up to summation order.
+    the KL reference and the critic are sharded with FSDP2 as they are built
+    (:mod:`algorithms.learner_setup`), before the optimizers see their parameters;
+    every rank is given the same global batch and computes its share of each pass, so
+    the result equals one process's up to summation order.
 
     Args:
         policy: the loaded policy (its model is trained in place).
@@ -195,46 +124,18 @@ class Learner:
     def __init__(self, policy: Policy, config: TrainConfig, device: torch.device,
                  *, critic_backbone: nn.Module | None = None, ranks: Ranks = SINGLE):
         self.policy = policy
-        self.model = policy.model
         self.config = config
         self.learner = config.learner
         self.device = device
         self.ranks = ranks
-        self.reference: nn.Module | None = None
-        if self.learner.kl_coef > 0 and not policy.lora:
-            self.reference = frozen_copy(self.model)
-        self.value_head: ValueHead | None = None
-        self.critic: SeparateCritic | None = None
-        if config.use_critic:
-            width = hidden_size(self.model)
-            if config.model.critic == "value_head":
-                self.value_head = ValueHead(width).to(device)
-            else:
-                if critic_backbone is None:
-                    critic_name = config.model.critic_name_or_path
-                    lm = load_causal_lm(config.model, device, name_or_path=critic_name)[0]
-                    critic_backbone = split_model(lm)[0]
-                self.critic = SeparateCritic(critic_backbone, width).to(device)
-        self.scorer = Scorer(self.model, self.value_head)
-        self.reference_scorer = Scorer(self.reference) if self.reference is not None else None
-        if ranks.distributed:
-            distributed.shard(self.scorer, device=device, methods=("prompt_values",))
-            if self.reference_scorer is not None:
-                distributed.shard(self.reference_scorer, device=device)
-            if self.critic is not None:
-                distributed.shard(self.critic, device=device, methods=("transcript_values",))
-        # after sharding: FSDP2 replaces the parameters with sharded ones
-        parameters = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(parameters, lr=self.learner.lr,
-                                           weight_decay=self.learner.weight_decay)
-        if self.value_head is not None:
-            self.optimizer.add_param_group({"params": list(self.value_head.parameters()),
-                                            "lr": self.learner.critic_lr})
-        self.critic_optimizer = None
-        if self.critic is not None:
-            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(),
-                                                      lr=self.learner.critic_lr,
-                                                      weight_decay=self.learner.weight_decay)
+        self.models = build_learner_models(policy, config, device,
+                                           critic_backbone=critic_backbone, ranks=ranks)
+        # the same objects as self.models', named for the checkpoint code and the tests
+        models = self.models
+        self.model, self.reference = models.model, models.reference
+        self.value_head, self.critic = models.value_head, models.critic
+        self.scorer, self.reference_scorer = models.scorer, models.reference_scorer
+        self.optimizer, self.critic_optimizer = models.optimizer, models.critic_optimizer
 
     def set_policy_lr(self, lr: float) -> None:
         """Set the policy's learning rate (its optimizer's first parameter group; the value
@@ -258,47 +159,9 @@ class Learner:
         return batch.select(np.flatnonzero(~batch.env_error))
 
     # ------------------------------------------------------------------ samples
-    @staticmethod
-    def _view(batch: StepBatch) -> TranscriptView | None:
-        return transcript_view(batch) if batch.layout == "transcript" else None
-
-    @staticmethod
-    def num_samples(batch: StepBatch | int) -> int:
-        """Samples of a batch (module docstring): steps in the window layout,
-        trajectories in the transcript layout; an int is taken as the count itself."""
-        if isinstance(batch, int):
-            return batch
-        if batch.layout == "transcript":
-            return int(batch.last_step.sum())
-        return len(batch)
-
-    def _my_chunks(self, samples: np.ndarray) -> Iterator[tuple[np.ndarray, bool]]:
-        """``(chunk, real)`` of each of this rank's micro-batches of ``samples``: its share
-        (:func:`~algorithms.distributed.share`), then, up to
-        :func:`~algorithms.distributed.passes`, padding chunks (``real`` False: the first
-        sample, to be given zero weight) so that every rank makes the same number of
-        passes. One process: every sample, no padding."""
-        micro = self.learner.micro_batch_size
-        made = 0
-        for chunk in _chunks(distributed.share(samples, self.ranks), micro):
-            made += 1
-            yield chunk, True
-        for _ in range(distributed.passes(len(samples), micro, self.ranks) - made):
-            yield samples[:1], False
-
-    def _micro_batches(self, batch: StepBatch, view: TranscriptView | None,
-                       samples: np.ndarray
-                       ) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor], bool]]:
-        """``(rows, tensors, real)`` of each of this rank's micro-batches of ``samples``
-        (steps or trajectories; see :meth:`_my_chunks`)."""
-        for chunk, real in self._my_chunks(samples):
-            yield (*self._tensors(batch, view, chunk), real)
-
-    def _tensors(self, batch: StepBatch, view: TranscriptView | None, chunk: np.ndarray
-                 ) -> tuple[np.ndarray, dict[str, torch.Tensor]]:
-        if view is None:
-            return chunk, _rows(batch, chunk, self.device)
-        return _transcript_rows(batch, view, chunk, self.device)
+    num_samples = staticmethod(num_samples)
+    """Samples of a batch (module docstring): steps in the window layout, trajectories in
+    the transcript layout (:func:`~algorithms.micro_batches.num_samples`)."""
 
     # ------------------------------------------------------------------ phase 1
     def single_pass(self, batch: StepBatch | int) -> bool:
@@ -315,11 +178,10 @@ class Learner:
         training rollouts sample at (so scores are those of the behaviour policy)."""
         return self.config.generation.temperature
 
-    @torch.no_grad()
     def score(self, batch: StepBatch, *, progress: Any = None,
               with_old_log_probs: bool = True) -> StepBatch:
         """Old log-probs, reference log-probs (when ``kl_coef > 0``) and values (PPO), at
-        :attr:`temperature`.
+        :attr:`temperature` (:func:`~algorithms.scoring.score_batch`).
 
         Args:
             batch: the unscored rollout batch.
@@ -334,105 +196,16 @@ class Learner:
             with ``learner.bootstrap_truncated`` on a batch with bootstrap prompts) or
             ``None``. ``progress`` advances once per pass, :meth:`score_passes` in all.
         """
-        n, width = batch.response_ids.shape
         if not with_old_log_probs and not self.single_pass(batch):
             raise ValueError("old log-probs can only be skipped for a single-pass update")
-        old = np.zeros((n, width), dtype=np.float32) if with_old_log_probs else None
-        need_policy_pass = with_old_log_probs or self.value_head is not None
-        ref = np.zeros((n, width), dtype=np.float32) if self.learner.kl_coef > 0 else None
-        values = np.zeros(n, dtype=np.float32) if self.config.use_critic else None
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            view = self._view(batch)
-            samples = np.arange(self.num_samples(batch))
-            for index, rows, real in self._micro_batches(batch, view, samples):
-                r = rows["response_ids"].shape[1]
-                scored = None
-                if need_policy_pass:
-                    scored = _score(self.scorer, rows, temperature=self.temperature,
-                                    with_values=self.value_head is not None)
-                if not real:  # a padding pass (other ranks' collectives): nothing to keep
-                    if ref is not None:
-                        self._reference_log_probs(rows)
-                    if values is not None and self.critic is not None:
-                        self._values(rows, None)
-                    continue
-                if old is not None:
-                    old[index, :r] = scored.log_probs.float().cpu().numpy()
-                if ref is not None:
-                    ref[index, :r] = self._reference_log_probs(rows)
-                if values is not None:
-                    head = scored.values if scored is not None else None
-                    values[index] = self._values(rows, head).float().cpu().numpy()
-                if progress is not None:
-                    progress.update(1)
-            bootstrap = None
-            if self.config.bootstrap_truncated and batch.bootstrap_prompt_ids is not None:
-                bootstrap = self._bootstrap_values(batch, progress)
-        finally:
-            self.model.train(was_training)
-        # each row was filled by exactly one rank (the others hold zeros there)
-        old, ref, values, bootstrap = (
-            None if array is None else distributed.all_reduce_sum(array, self.ranks)
-            for array in (old, ref, values, bootstrap))
-        mask = batch.response_mask.astype(bool)
-        if old is not None:
-            old[~mask] = 0.0
-        if ref is not None:
-            ref[~mask] = 0.0
-        return batch.with_scores(old_log_probs=old, ref_log_probs=ref, values=values,
-                                 bootstrap_values=bootstrap)
+        return scoring.score_batch(self.models, batch, self.config, ranks=self.ranks,
+                                   device=self.device, temperature=self.temperature,
+                                   with_old_log_probs=with_old_log_probs, progress=progress)
 
     def score_passes(self, batch: StepBatch) -> int:
         """Micro-batch passes :meth:`score` makes on ``batch`` (its progress total)."""
-        micro = self.learner.micro_batch_size
-        passes = distributed.passes(self.num_samples(batch), micro, self.ranks)
-        if self.config.bootstrap_truncated and batch.bootstrap_prompt_ids is not None:
-            passes += distributed.passes(batch.bootstrap_prompt_ids.shape[0], micro,
-                                         self.ranks)
-        return passes
+        return scoring.score_passes(batch, self.config, self.ranks)
 
-    def _bootstrap_values(self, batch: StepBatch, progress: Any = None) -> np.ndarray:
-        """(K,) float32 critic values of ``batch.bootstrap_prompt_ids``, in micro-batches."""
-        k = batch.bootstrap_prompt_ids.shape[0]
-        values = np.zeros(k, dtype=np.float32)
-        for index, real in self._my_chunks(np.arange(k)):
-            ids, mask = _prompt_rows(batch.bootstrap_prompt_ids, batch.bootstrap_prompt_mask,
-                                     index, self.device)
-            computed = self._prompt_values(ids, mask).float().cpu().numpy()
-            if real:  # a padding pass only matches the other ranks' collectives
-                values[index] = computed
-            if progress is not None:
-                progress.update(1)
-        return values
-
-    def _reference_log_probs(self, rows: dict[str, torch.Tensor]) -> Any:
-        if self.reference_scorer is not None:
-            scored = _score(self.reference_scorer, rows, temperature=self.temperature)
-        else:
-            with self.model.disable_adapter():
-                scored = _score(self.scorer, rows, temperature=self.temperature)
-        return scored.log_probs.float().cpu().numpy()
-
-    def _values(self, rows: dict[str, torch.Tensor], head_values: torch.Tensor | None
-                ) -> torch.Tensor:
-        if self.critic is not None and "sequence_ids" in rows:
-            return self.critic.transcript_values(rows["sequence_ids"], rows["sequence_mask"],
-                                                 rows["sequence_index"],
-                                                 rows["response_starts"])
-        if self.critic is not None:
-            return self.critic(rows["prompt_ids"], rows["prompt_mask"])
-        if head_values is None:
-            raise RuntimeError("PPO needs a critic; none was built")
-        return head_values
-
-    def _prompt_values(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
-                       ) -> torch.Tensor:
-        """Critic values of prompts with no response: (B, P), (B, P) -> (B,)."""
-        if self.critic is not None:
-            return self.critic(prompt_ids, prompt_mask)
-        return self.scorer.prompt_values(prompt_ids, prompt_mask)
 
     # ------------------------------------------------------------------ phase 2
     def advantages(self, batch: StepBatch) -> Advantages:
@@ -477,14 +250,14 @@ class Learner:
         devices = [self.device] if self.device.type == "cuda" else []
         totals: dict[str, list[float]] = {}
         tokens = 0
-        view = self._view(batch)
+        view = batch_view(batch)
         self.model.train()
         with torch.random.fork_rng(devices=devices):
             torch.manual_seed(seed)
             for _ in range(learner.epochs):
                 order = (rng.permutation(self.num_samples(batch)) if learner.shuffle
                          else np.arange(self.num_samples(batch)))
-                for mini in _chunks(order, learner.mini_batch_size):
+                for mini in chunks(order, learner.mini_batch_size):
                     stats = self._mini_batch_step(batch, view, signals, mini, progress)
                     mini_rows = mini if view is None else view.rows_of(mini)
                     tokens += int(batch.response_mask[mini_rows].sum())
@@ -501,35 +274,8 @@ class Learner:
 
     @cached_property
     def loss_recipe(self) -> losses.LossRecipe:
-        """The actor loss's terms, from ``learner`` (:func:`~algorithms.losses.policy_loss`)."""
-        learner = self.learner
-        return losses.LossRecipe(
-            clip_eps_low=learner.clip_eps if learner.clip_eps_low is None
-            else learner.clip_eps_low,
-            clip_eps_high=learner.clip_eps if learner.clip_eps_high is None
-            else learner.clip_eps_high,
-            dual_clip=learner.dual_clip, aggregation=learner.loss_aggregation,
-            kl_coef=learner.kl_coef, kl_estimator=learner.kl_estimator,
-            entropy_coef=learner.entropy_coef, policy_loss=learner.policy_loss,
-            # verl divides by the padded response width: the maximum response length
-            norm_length=(self.config.generation.max_new_tokens
-                         if learner.loss_aggregation == "seq-mean-token-sum-norm" else None))
-
-    def _micro_weights(self, chunk_tokens: int, mini_tokens: int, real: bool
-                       ) -> tuple[float, float]:
-        """``(loss weight, statistics weight)`` of one micro-batch of a mini-batch.
-
-        The loss weight is ``micro_batch_size / mini_batch_size`` (``equal``, verl's
-        division by the gradient-accumulation steps) or the micro-batch's share of the
-        mini-batch's tokens (``tokens``); statistics are always token-weighted. A padding
-        pass (another rank's collectives) weighs 0.
-        """
-        if not real:
-            return 0.0, 0.0
-        share = chunk_tokens / mini_tokens
-        if self.learner.micro_batch_weighting == "tokens":
-            return share, share
-        return self.learner.micro_batch_size / self.learner.mini_batch_size, share
+        """The actor loss's terms (:func:`~algorithms.learner_setup.loss_recipe`)."""
+        return loss_recipe(self.config)
 
     def _mini_batch_step(self, batch: StepBatch, view: TranscriptView | None,
                          signals: Advantages, mini: np.ndarray, progress: Any = None
@@ -550,13 +296,14 @@ class Learner:
         # ranks' weighted losses has the one-process gradient (module docstring of
         # algorithms.distributed)
         scale = float(self.ranks.world_size)
-        for micro, rows, real in self._micro_batches(batch, view, mini):
+        for micro, rows, real in micro_batches(batch, view, mini, learner.micro_batch_size,
+                                               self.ranks, self.device):
             mask = rows["response_mask"].float()
-            weight, stats_weight = self._micro_weights(int(mask.sum().item()), mini_tokens,
-                                                       real)
-            scored = _score(self.scorer, rows, temperature=self.temperature,
-                            with_entropy=True, entropy_grad=learner.entropy_coef > 0,
-                            with_values=self.value_head is not None)
+            weight, stats_weight = micro_weights(int(mask.sum().item()), mini_tokens, real,
+                                                 learner)
+            scored = scoring.score_rows(self.scorer, rows, temperature=self.temperature,
+                                        with_entropy=True, entropy_grad=learner.entropy_coef > 0,
+                                        with_values=self.value_head is not None)
             token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
             old_log_probs = rows.get("old_log_probs", scored.log_probs.detach())
             loss, stats = losses.policy_loss(
@@ -564,7 +311,10 @@ class Learner:
                 ref_log_probs=rows.get("ref_log_probs"), entropy=scored.entropy)
             total = loss * weight
             if self.config.use_critic:
-                value_loss = self._value_loss(batch, signals, micro, rows, scored.values)
+                values = scoring.critic_values(self.models, rows, scored.values)
+                value_loss = losses.step_value_loss(values, batch.values[micro],
+                                                    signals.returns[micro],
+                                                    clip_range=learner.value_clip)
                 value_weight = len(micro) / len(mini_rows) if real else 0.0
                 value_loss_sum += float(value_loss.item()) * value_weight
                 if self.value_head is not None:
@@ -592,19 +342,6 @@ class Learner:
         stats["grad_norm"] = grad_norm
         stats["skipped_steps"] = float(not np.isfinite(grad_norm))
         return stats
-
-    def _value_loss(self, batch: StepBatch, signals: Advantages, micro: np.ndarray,
-                    rows: dict[str, torch.Tensor], head_values: torch.Tensor | None
-                    ) -> torch.Tensor:
-        values = self._values(rows, head_values)
-        old_values = torch.as_tensor(batch.values[micro], dtype=torch.float32,
-                                     device=self.device)
-        returns = torch.as_tensor(signals.returns[micro], dtype=torch.float32,
-                                  device=self.device)
-        loss, _ = losses.clipped_value_loss(values, old_values, returns,
-                                            torch.ones_like(returns, dtype=torch.bool),
-                                            clip_range=self.learner.value_clip)
-        return loss
 
     # ------------------------------------------------------------------ state
     @cached_property

@@ -438,6 +438,35 @@ def clipped_value_loss(
     return loss, stats
 
 
+def step_value_loss(
+    values: torch.Tensor,
+    old_values: np.ndarray,
+    returns: np.ndarray,
+    *,
+    clip_range: float | None,
+) -> torch.Tensor:
+    """:func:`clipped_value_loss` of one value per step, every step counted.
+
+    Args:
+        values: (B,) critic outputs being trained.
+        old_values: (B,) the critic's outputs at rollout time.
+        returns: (B,) the targets.
+        clip_range: clip range of the value update, or None for no clipping.
+
+    Returns:
+        The 0-d loss.
+    """
+    def to_tensor(array: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.ascontiguousarray(array), dtype=torch.float32,
+                               device=values.device)
+
+    returns_t = to_tensor(returns)
+    loss, _ = clipped_value_loss(values, to_tensor(old_values), returns_t,
+                                 torch.ones_like(returns_t, dtype=torch.bool),
+                                 clip_range=clip_range)
+    return loss
+
+
 def kl_penalty(
     logprobs: torch.Tensor,
     ref_logprobs: torch.Tensor,

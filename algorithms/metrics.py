@@ -21,11 +21,14 @@ import json
 import math
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from algorithms.rollout import StepBatch
+from algorithms.step_batch import StepBatch
+
+if TYPE_CHECKING:
+    from algorithms.config import TrainConfig
 
 STEP_GROUP_BINS: tuple[tuple[int, int | None], ...] = ((1, 1), (2, 4), (5, 9), (10, 19),
                                                        (20, None))
@@ -204,6 +207,15 @@ class MetricsLogger:
             self._writer.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def run_logger(run_dir: Path, config: TrainConfig, start_iteration: int) -> MetricsLogger:
+    """The :class:`MetricsLogger` of a run in ``run_dir`` as ``config.run`` asks; a resumed
+    run drops the records after ``start_iteration`` (iterations it will run again)."""
+    run = config.run
+    return MetricsLogger(run_dir, tensorboard=run.tensorboard, wandb=run.wandb,
+                         wandb_project=run.wandb_project, config=config.to_dict(),
+                         truncate_after=start_iteration if run.resume else None)
 
 
 def iteration_metrics(rollout: StepBatch, sampling: dict[str, float], trained_rows: int,

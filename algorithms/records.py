@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.atomic import write_atomic
-from algorithms.rollout import StepBatch
+from algorithms.step_batch import StepBatch
 
 FORMAT = 1
 """Version of the record format above."""

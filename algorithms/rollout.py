@@ -84,20 +84,7 @@ from algorithms.env_slot import EnvSlot, StepRecord, assemble
 from algorithms.parsing import parse_action
 from algorithms.prompt_strategies import PromptStrategy, prompt_strategy
 from algorithms.prompts import BuiltPrompt, PromptBuilder, PromptTooLongError
-from algorithms.step_batch import (  # the rollout's output type and its helpers
-    ROW_FIELDS,
-    StepBatch,
-    StepLog,
-    concat_batches,
-    intern_anchors,
-    pad_left,
-    pad_right,
-    per_row,
-)
-
-__all__ = ["ROW_FIELDS", "NoStepsError", "RolloutSettings", "StepBatch", "StepLog",
-           "collect_rollout", "concat_batches", "info_rows", "intern_anchors", "pad_left",
-           "pad_right", "per_row"]
+from algorithms.step_batch import StepBatch  # the rollout's output
 
 
 def info_rows(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:

@@ -117,6 +117,17 @@ def restore_run_checkpoint(learner: Any, checkpoint: Path, *, device: Any,
     return payload
 
 
+def restored_message(payload: dict[str, Any], run_dir: Path, *, resume: bool,
+                     world_size: int) -> str:
+    """What a run says after :func:`restore_run_checkpoint` returned ``payload``: resumed
+    (or evaluating) at which iteration from which checkpoint, and by how many ranks it
+    was saved when that is not ``world_size``."""
+    verb = "resumed" if resume else "evaluating"
+    saved = payload["meta"].get("world_size", 1)
+    return (f"{verb} {run_dir} at iteration {int(payload['iteration'])} from checkpoint "
+            f"{payload['path']}" + (f" (saved by {saved} ranks)" if saved != world_size else ""))
+
+
 # ------------------------------------------------------------------ the learner's state
 def learner_state(learner: Any) -> dict[str, Any]:
     """Everything training changes (for checkpoints): the weights that require a

@@ -16,14 +16,9 @@ from algorithms.config import TrainConfig
 from algorithms.console import progress_bar
 from algorithms.distributed import Ranks
 from algorithms.dynamic_sampling import sample_until_full
-from algorithms.rollout import (
-    NoStepsError,
-    RolloutSettings,
-    StepBatch,
-    collect_rollout,
-    concat_batches,
-)
+from algorithms.rollout import NoStepsError, RolloutSettings, collect_rollout
 from algorithms.seeds import iteration_seed
+from algorithms.step_batch import StepBatch, concat_batches
 
 
 def rollout_settings(config: TrainConfig, *, temperature: float, group_size: int,

@@ -49,9 +49,9 @@ from algorithms.config import ConfigError, TrainConfig, replace
 from algorithms.console import progress_bar
 from algorithms.engines import make_engine
 from algorithms.learner import Learner
-from algorithms.metrics import MetricsLogger, plot_curves, rollout_metrics
+from algorithms.metrics import plot_curves, rollout_metrics, run_logger
 from algorithms.policy import load_policy, model_identity, split_model
-from algorithms.rollout import NoStepsError, collect_rollout, concat_batches
+from algorithms.rollout import NoStepsError, collect_rollout
 from algorithms.run_folder import prepare_run_folder
 from algorithms.sampling import rollout_settings
 from algorithms.seeds import iteration_seed
@@ -63,6 +63,7 @@ from algorithms.sft_data import (
     read_trajectories,
     write_trajectories,
 )
+from algorithms.step_batch import concat_batches
 from algorithms.trainer import Trainer
 from algorithms.warm_start import apply_init_checkpoint, base_fingerprint
 
@@ -179,10 +180,7 @@ class SFTTrainer(Trainer):
         (self.run_dir / "config.json").write_text(json.dumps(config.to_dict(), indent=2),
                                                   encoding="utf-8")
         self.examples = self._examples()
-        self.logger = MetricsLogger(
-            self.run_dir, tensorboard=config.run.tensorboard, wandb=config.run.wandb,
-            wandb_project=config.run.wandb_project, config=config.to_dict(),
-            truncate_after=self.start_iteration if config.run.resume else None)
+        self.logger = run_logger(self.run_dir, config, self.start_iteration)
 
     def _sync_engine(self) -> None:
         """Give the engine the current weights (no engine before the first evaluation)."""

@@ -11,7 +11,8 @@
     runs/<run_name>/eval/iter_XXXXXX.json  held-out results per task type
 
 When a folder may be used, and what a failed setup leaves: :mod:`algorithms.run_folder`.
-Held-out evaluation: :mod:`algorithms.evaluation`. Every seed of iteration ``k`` is
+Held-out evaluation: :mod:`algorithms.evaluation`; an iteration's phases after its
+rollout: :mod:`algorithms.update_phases`. Every seed of iteration ``k`` is
 derived from ``(run.seed, k)`` (:mod:`algorithms.seeds`), so resuming from the checkpoint
 after iteration ``k`` replays iteration ``k + 1`` exactly as an uninterrupted run would.
 
@@ -27,8 +28,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +39,11 @@ from algorithms.build import (
     VecEnvFactory,
     build_learner,
     build_policy,
+    build_vec_env,
+    check_model_sources,
     engine_source,
     make_run_engine,
+    sync_engine_weights,
     vector_env_factory,
 )
 from algorithms.config import TrainConfig
@@ -50,45 +52,31 @@ from algorithms.console import (
     on_terminal,
     progress_bar,
     quiet_dependency_bars,
+    torchrun_line,
 )
 from algorithms.distributed import SINGLE, Ranks, WeightMirror
 from algorithms.evaluation import evaluate
-from algorithms.learner import Learner, warmup_factor
-from algorithms.memory import release_freed_memory
+from algorithms.learner import Learner
 from algorithms.metrics import (
     MetricsLogger,
     iteration_metrics,
     plot_curves,
+    run_logger,
 )
 from algorithms.policy import (
     Policy,
-    check_model_source,
     resolve_device,
 )
 from algorithms.records import trajectory_records, write_run_records
-from algorithms.rollout import (
-    StepBatch,
+from algorithms.run_checkpoint import (
+    restore_run_checkpoint,
+    restored_message,
+    save_run_checkpoint,
 )
-from algorithms.run_checkpoint import restore_run_checkpoint, save_run_checkpoint
 from algorithms.run_folder import default_run_dir, discard_new_run, prepare_on_rank0
 from algorithms.sampling import Sampler, rollout_settings
-from algorithms.seeds import iteration_seed
 from algorithms.termination import Terminated, TermSignal
-
-UPDATE_PHASES = ("log_probs", "advantages", "update", "weight_sync")
-"""The timed phases of an iteration after its rollout (``time/<phase>``)."""
-
-
-@contextmanager
-def timed(phase: str, timings: dict[str, float]) -> Iterator[None]:
-    """Time the block as ``timings["time/<phase>"]``; freed heap pages go back to the
-    system before and after it (:mod:`algorithms.memory`), so each phase starts from
-    live memory."""
-    start = time.perf_counter()
-    release_freed_memory()
-    yield
-    release_freed_memory()
-    timings[f"time/{phase}"] = time.perf_counter() - start
+from algorithms.update_phases import UPDATE_PHASES, learn, timed
 
 
 class Trainer:
@@ -145,10 +133,7 @@ class Trainer:
         A setup that fails in a new run leaves no run files behind (see
         :func:`~algorithms.run_folder.discard_new_run`), so the same command can be tried again."""
         config = self.config
-        if self._policy is None:  # one line now, not after minutes of retries
-            check_model_source(config.model.name_or_path)
-        if config.use_critic and config.model.critic == "separate":
-            check_model_source(config.model.critic_name_or_path)
+        check_model_sources(config, policy_given=self._policy is not None)
         checkpoint = prepare_on_rank0(config, self.run_dir, self.ranks)
         try:
             self._build(checkpoint)
@@ -165,10 +150,8 @@ class Trainer:
         kwargs = config.env.eval_kwargs() if config.run.eval_only else config.env.kwargs()
         self._say(f"tasks: {registration.task_source(config.env.env_id, kwargs)}")
         if ranks.distributed:
-            self._say(f"torchrun: {ranks.world_size} ranks "
-                      f"({'NCCL' if self.device.type == 'cuda' else 'gloo'}); rank 0 rolls "
-                      f"out groups {self.group_first}..{self.group_first + self.group_count - 1}"
-                      f" of {config.env.num_groups}; FSDP2 shards the policy")
+            self._say(torchrun_line(ranks.world_size, self.device.type, self.group_first,
+                                    self.group_count, config.env.num_groups))
         if ranks.main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         if not self.bars:  # a log file: no bars redrawn by the libraries either
@@ -190,21 +173,14 @@ class Trainer:
             (self.run_dir / "config.json").write_text(
                 json.dumps(config.to_dict(), indent=2), encoding="utf-8")
         if not config.run.eval_only:
-            self._say(f"building {self.group_count * config.env.group_size} "
-                      f"{config.env.env_id} envs ({config.env.backend} backend"
-                      f"{', per rank' if ranks.distributed else ''})")
-            self.vec_env = self.make_vec_env(config.env.kwargs(),
-                                             self.group_count * config.env.group_size,
-                                             config.env.group_size)
+            self.vec_env = build_vec_env(config, self.make_vec_env, self.group_count, ranks,
+                                         self._say)
             # sampled at the temperature the learner scores at (Learner.temperature)
             self.sampler = Sampler(config, self.vec_env, self.engine, self.policy.tokenizer,
                                    self.learner.temperature, ranks, self.group_first,
                                    self.bars, self._say)
         if ranks.main:
-            self.logger = MetricsLogger(
-                self.run_dir, tensorboard=config.run.tensorboard, wandb=config.run.wandb,
-                wandb_project=config.run.wandb_project, config=config.to_dict(),
-                truncate_after=self.start_iteration if config.run.resume else None)
+            self.logger = run_logger(self.run_dir, config, self.start_iteration)
 
     def _restore(self, checkpoint: Path) -> None:
         """Load ``checkpoint`` (:func:`~algorithms.run_checkpoint.restore_run_checkpoint`)
@@ -213,20 +189,13 @@ class Trainer:
                                          optimizer=self.config.run.resume)
         self.start_iteration = int(payload["iteration"])
         self._sync_engine()
-        verb = "resumed" if self.config.run.resume else "evaluating"
-        saved = payload["meta"].get("world_size", 1)
-        self._say(f"{verb} {self.run_dir} at iteration {self.start_iteration} from "
-                  f"checkpoint {payload['path']}"
-                  + (f" (saved by {saved} ranks)" if saved != self.ranks.world_size else ""))
+        self._say(restored_message(payload, self.run_dir, resume=self.config.run.resume,
+                                   world_size=self.ranks.world_size))
 
     def _sync_engine(self) -> None:
         """Give the engine the policy's current weights (through the mirror when the
         policy is sharded)."""
-        if self.mirror is not None:
-            self.mirror.refresh(self.policy.model)
-            self.engine.sync_weights(self.mirror.model)
-        else:
-            self.engine.sync_weights(self.policy.model)
+        sync_engine_weights(self.engine, self.policy.model, self.mirror)
 
     def _say(self, message: str) -> None:
         if self.progress:
@@ -251,7 +220,9 @@ class Trainer:
         batch = self.learner.training_batch(sampled)
         signals, stats, lr = None, {}, None
         if len(batch):
-            batch, signals, stats, lr = self._update(iteration, batch, timings)
+            batch, signals, stats, lr = learn(self.learner, batch, self.config,
+                                              iteration=iteration, timings=timings,
+                                              sync_weights=self._sync_engine, bars=self.bars)
         else:
             self._say(f"iteration {iteration + 1}: every trajectory ended on an env error; "
                       "nothing to train on, the update is skipped")
@@ -266,34 +237,6 @@ class Trainer:
                                                  trained=batch, signals=signals),
                               num_trajectories=rollout.num_trajectories)
         return metrics
-
-    def _update(self, iteration: int, batch: StepBatch, timings: dict[str, float]
-                ) -> tuple[StepBatch, Any, dict[str, float], float]:
-        """Score ``batch``, compute its advantages, update the policy and give the engine
-        the new weights, each phase timed into ``timings``. Returns the scored batch, the
-        advantages, the update's statistics and its learning rate."""
-        config, learner, bars = self.config, self.learner, self.bars
-        prefix = f"iter {iteration + 1}"
-        with timed("log_probs", timings), progress_bar(
-                bars, total=learner.score_passes(batch), leave=False,
-                desc=f"{prefix} log-probs (micro-batches)") as bar:
-            batch = learner.score(batch, progress=bar,
-                                  with_old_log_probs=not learner.single_pass(batch))
-        with timed("advantages", timings):
-            signals = learner.advantages(batch)
-        with timed("update", timings):
-            lr = config.learner.lr * warmup_factor(iteration, config.run.iterations,
-                                                   config.learner.lr_warmup_ratio)
-            learner.set_policy_lr(lr)
-            with progress_bar(bars, total=learner.micro_batches_per_update(batch), leave=False,
-                              desc=f"{prefix} update (micro-batches)") as bar:
-                stats = learner.update(batch, signals,
-                                       seed=iteration_seed(config.run.seed, iteration, 1),
-                                       progress=bar)
-        with timed("weight_sync", timings):
-            self._sync_engine()
-        return batch, signals, stats, lr
-
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, iteration: int) -> dict[str, float]:
@@ -344,7 +287,8 @@ class Trainer:
             for iteration in range(self.start_iteration, config.run.iterations):
                 # every rank stops before the same iteration (a rank that saw no SIGTERM
                 # follows the others)
-                if iteration > self.start_iteration and self._any_rank(term.requested):
+                if (iteration > self.start_iteration
+                        and distributed.any_rank(term.requested, self.ranks)):
                     raise Terminated(checkpoint=saved or self.save(iteration, last),
                                      iteration=iteration)
                 term.iteration_started(iteration)
@@ -368,12 +312,6 @@ class Trainer:
                 if self.logger is not None:
                     plot_curves(self.logger.path, self.run_dir / "curves.png")
         return last
-
-    def _any_rank(self, flag: bool) -> bool:
-        """Whether ``flag`` holds on any rank (a collective under torchrun)."""
-        if not self.ranks.distributed:
-            return flag
-        return any(distributed.all_gather_objects(flag, self.ranks))
 
     def save(self, iteration: int, metrics: dict[str, float]) -> Path:
         """Write an atomic checkpoint after ``iteration`` completed iterations

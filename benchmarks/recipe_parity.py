@@ -33,8 +33,9 @@ verl-agent's ``mean_std_norm``; ``mean``: ``mean_norm``):
   ``dynamic_multi_turn_loop``'s while loop (:func:`verl_dynamic_loop`).
 - this project: :func:`~algorithms.estimation.rewards_and_penalties`, :meth:`Learner.advantages` and
   :func:`~algorithms.estimation.overlong_costs` on a :class:`~algorithms.rollout.StepBatch`,
-  :func:`algorithms.losses.policy_loss` with :attr:`Learner.loss_recipe` and the weights of
-  :meth:`Learner._micro_weights`, for each ``--algo`` with the config ``train.py`` builds
+  :func:`algorithms.losses.policy_loss` with :attr:`Learner.loss_recipe` and the weights
+  of :func:`~algorithms.micro_batches.micro_weights`, for each ``--algo`` with the config
+  ``train.py`` builds
   (:func:`~algorithms.config.with_algo` over ``TrainConfig()``, responses of at most 24
   tokens; a learner object holding only its config: those methods read nothing else);
   GSPO's policy term alone through :func:`algorithms.losses.gspo_policy_loss`; dynamic
@@ -117,7 +118,8 @@ from algorithms.config import EnvConfig, LearnerConfig, TrainConfig, replace, wi
 from algorithms.dynamic_sampling import sample_until_full, varied_group_rows
 from algorithms.estimation import overlong_costs, rewards_and_penalties
 from algorithms.learner import Learner
-from algorithms.rollout import StepBatch, StepLog, intern_anchors
+from algorithms.micro_batches import micro_weights
+from algorithms.step_batch import StepBatch, StepLog, intern_anchors
 
 GROUP_SIZE = 8
 MAX_STEPS = 50
@@ -355,8 +357,8 @@ def our_config(algo: str = "gigpo", normalize: str | None = None, **learner_chan
 
 def our_learner(config: TrainConfig) -> Learner:
     """A :class:`Learner` that holds only ``config``: :meth:`Learner.advantages`,
-    :func:`~algorithms.estimation.rewards_and_penalties`, :attr:`Learner.loss_recipe` and
-    :meth:`Learner._micro_weights` read nothing else (no model is needed)."""
+    :func:`~algorithms.estimation.rewards_and_penalties` and :attr:`Learner.loss_recipe`
+    read nothing else (no model is needed)."""
     learner = Learner.__new__(Learner)
     learner.config = config
     learner.learner = config.learner
@@ -475,7 +477,7 @@ def our_loss(rollout: Rollout, token_advantages: torch.Tensor, config: TrainConf
              dtype: torch.dtype, per_token_positions: np.ndarray | None = None
              ) -> LossOutputs:
     """This project's loss terms: :func:`losses.policy_loss` with the learner's
-    :attr:`~Learner.loss_recipe`, weighted by :meth:`~Learner._micro_weights`
+    :attr:`~Learner.loss_recipe`, weighted by :func:`~algorithms.micro_batches.micro_weights`
     (``per_token_positions``: see :func:`run_loss`)."""
     learner = our_learner(config)
     recipe = learner.loss_recipe
@@ -485,7 +487,7 @@ def our_loss(rollout: Rollout, token_advantages: torch.Tensor, config: TrainConf
                                   ref_log_probs=ref, entropy=entropies)[0]
 
     def weight(micro_tokens: int, mini_tokens: int) -> float:
-        return learner._micro_weights(micro_tokens, mini_tokens, True)[0]
+        return micro_weights(micro_tokens, mini_tokens, True, config.learner)[0]
 
     sizes = (config.learner.mini_batch_size, config.learner.micro_batch_size)
     return run_loss(rollout, token_advantages, micro_loss, weight, sizes, dtype, trim=True,

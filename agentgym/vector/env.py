@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -60,11 +59,13 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from agentgym.vector.backend import (
-    BACKENDS,
-    DEFAULT_STEP_TIMEOUT,
-    Backend,
-    check_step_timeout,
+from agentgym.vector.backend import DEFAULT_STEP_TIMEOUT, Backend
+from agentgym.vector.checks import (
+    check_actions,
+    check_arguments,
+    check_spaces,
+    pop_reset_mask,
+    pop_task_ids,
 )
 from agentgym.vector.host import EnvFailure
 
@@ -124,26 +125,8 @@ class TextVectorEnv(VectorEnv):
     ):
         env_fns = list(env_fns)
         num_envs = len(env_fns)
-        if num_envs == 0:
-            raise ValueError("env_fns is empty")
-        if not all(callable(fn) for fn in env_fns):
-            raise ValueError("env_fns must be zero-argument callables returning envs")
-        if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-            raise ValueError(f"group_size must be a positive int, got {group_size!r}")
-        if num_envs % group_size != 0:
-            raise ValueError(
-                f"the number of envs ({num_envs}) must be a multiple of group_size ({group_size})"
-            )
-        if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-        if num_workers is None:
-            num_workers = min(num_envs, os.cpu_count() or 1)
-        elif isinstance(num_workers, bool) or not isinstance(num_workers, int):
-            raise ValueError(f"num_workers must be an int or None, got {num_workers!r}")
-        elif not 1 <= num_workers <= num_envs:
-            raise ValueError(f"num_workers must be in [1, {num_envs}], got {num_workers}")
-        step_timeout = check_step_timeout(step_timeout, backend)
-
+        num_workers, step_timeout = check_arguments(env_fns, group_size, backend, num_workers,
+                                                    step_timeout)
         self.num_envs = num_envs
         self.group_size = group_size
         self.backend = backend
@@ -151,18 +134,7 @@ class TextVectorEnv(VectorEnv):
         self.step_timeout = step_timeout
         self._backend: Backend = _make_backend(backend, env_fns, num_workers, step_timeout)
         try:
-            first = self._backend.spaces[0]
-            for i, spaces in enumerate(self._backend.spaces):
-                if spaces.observation_space != first.observation_space:
-                    raise RuntimeError(
-                        f"env {i} has observation space {spaces.observation_space}, "
-                        f"env 0 has {first.observation_space}"
-                    )
-                if spaces.action_space != first.action_space:
-                    raise RuntimeError(
-                        f"env {i} has action space {spaces.action_space}, "
-                        f"env 0 has {first.action_space}"
-                    )
+            first = check_spaces(self._backend.spaces)
         except BaseException:
             self._backend.close()
             raise
@@ -202,8 +174,8 @@ class TextVectorEnv(VectorEnv):
         """
         self._check_open()
         options = dict(options) if options is not None else None
-        reset_mask = self._pop_reset_mask(options)
-        task_ids = self._pop_task_ids(options)
+        reset_mask = pop_reset_mask(options, self.num_envs)
+        task_ids = pop_task_ids(options, self.num_envs)
         seeds = self._seeds(seed)
         requests: dict[int, tuple[int | None, dict[str, Any] | None]] = {}
         for i in np.flatnonzero(reset_mask):
@@ -249,7 +221,7 @@ class TextVectorEnv(VectorEnv):
             gymnasium.error.ResetNeeded: an env was never reset.
         """
         self._check_open()
-        actions = self._check_actions(actions)
+        actions = check_actions(actions, self.num_envs)
         if self._needs_reset.any():
             missing = np.flatnonzero(self._needs_reset).tolist()
             raise gym.error.ResetNeeded(f"call reset() before step(); envs never reset: {missing}")
@@ -329,47 +301,6 @@ class TextVectorEnv(VectorEnv):
     def _check_open(self) -> None:
         if self.closed:
             raise gym.error.ClosedEnvironmentError("the vector env is closed")
-
-    def _check_actions(self, actions: Any) -> Sequence[Any]:
-        if isinstance(actions, np.ndarray):
-            if actions.ndim != 1:
-                raise ValueError(f"actions must be 1-D, got an array of shape {actions.shape}")
-        elif isinstance(actions, (str, bytes)) or not isinstance(actions, Sequence):
-            raise ValueError(
-                f"actions must be a sequence of {self.num_envs} actions (list, tuple or "
-                f"1-D array), got {type(actions).__name__}"
-            )
-        if len(actions) != self.num_envs:
-            raise ValueError(f"expected {self.num_envs} actions, got {len(actions)}")
-        return actions
-
-    def _pop_reset_mask(self, options: dict[str, Any] | None) -> np.ndarray:
-        if options is None or "reset_mask" not in options:
-            return np.ones(self.num_envs, dtype=np.bool_)
-        mask = options.pop("reset_mask")
-        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
-            raise TypeError("options['reset_mask'] must be a numpy array of dtype bool")
-        if mask.shape != (self.num_envs,):
-            raise ValueError(
-                f"options['reset_mask'] must have shape ({self.num_envs},), got {mask.shape}"
-            )
-        if not mask.any():
-            raise ValueError("options['reset_mask'] must contain at least one True")
-        return mask
-
-    def _pop_task_ids(self, options: dict[str, Any] | None) -> list[Any] | None:
-        if options is None or "task_ids" not in options:
-            return None
-        task_ids = options.pop("task_ids")
-        if isinstance(task_ids, (str, bytes)) or not isinstance(task_ids, (Sequence, np.ndarray)):
-            raise ValueError(
-                f"options['task_ids'] must be a sequence of {self.num_envs} task ids (or None)"
-            )
-        if len(task_ids) != self.num_envs:
-            raise ValueError(
-                f"options['task_ids'] has {len(task_ids)} entries, expected {self.num_envs}"
-            )
-        return list(task_ids)
 
     def _seeds(self, seed: Any) -> list[int | None]:
         if seed is None:

@@ -46,7 +46,6 @@ seeds. Catalog, search index and goals are shared by all envs of a process
 
 from __future__ import annotations
 
-import re
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict
 from types import MappingProxyType
@@ -54,6 +53,14 @@ from typing import Any, Literal
 
 from agentgym.core import AnchorMode, TextEnv, Transition
 from agentgym.webshop import pages
+from agentgym.webshop.actions import (
+    ACTION_PARSINGS,
+    SEARCH_PLACEHOLDER,
+    ActionParsing,
+    admissible_actions,
+    parse_action,
+)
+from agentgym.webshop.browser import Browser
 from agentgym.webshop.goals import (
     DEFAULT_PRICE_SEED,
     GOAL_SOURCES,
@@ -69,15 +76,9 @@ from agentgym.webshop.search import StemmerChoice
 from agentgym.webshop.shop import DataSource, RankingChoice, get_shop
 
 RewardMode = Literal["success", "score"]
-ActionParsing = Literal["upstream", "lenient"]
-SEARCH_PLACEHOLDER = "search[<your query>]"
-"""The admissible-action template that stands for every ``search[...]`` (not an action)."""
 DEFAULT_MAX_STEPS = 15
 """Steps per episode in the GiGPO WebShop recipe."""
 DEFAULT_SUCCESS_REWARD = 10.0
-
-_LENIENT_ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
-_UPSTREAM_ACTION = re.compile(r"(.+)\[(.+)\]")  # WebShop's parse_action, matched at the start
 
 
 class WebShopEnv(TextEnv):
@@ -148,7 +149,7 @@ class WebShopEnv(TextEnv):
             raise ValueError(f"reward must be 'success' or 'score', got {reward!r}")
         if option_match not in OPTION_MATCHES:
             raise ValueError(f"option_match must be one of {OPTION_MATCHES}, got {option_match!r}")
-        if action_parsing not in ("upstream", "lenient"):
+        if action_parsing not in ACTION_PARSINGS:
             raise ValueError(
                 f"action_parsing must be 'upstream' or 'lenient', got {action_parsing!r}"
             )
@@ -178,13 +179,7 @@ class WebShopEnv(TextEnv):
             raise ValueError(f"nouns must be 'auto', 'spacy' or 'simple', got {nouns!r}")
         self.nouns: NounBackend = nouns
         self._goal: Goal | None = None
-        self._page = pages.search_page("", self.style)
-        self._query: str | None = None
-        self._results: tuple[str, ...] = ()
-        self._page_number = 0
-        self._asin: str | None = None
-        self._options: dict[str, str] = {}
-        self._sub_page: str | None = None
+        self._browser = Browser(self.shop, self.style, show_attributes)
         self._score = 0.0
 
     # ------------------------------------------------------------------ contract
@@ -208,21 +203,20 @@ class WebShopEnv(TextEnv):
     @property
     def page(self) -> pages.Page:
         """The page on screen."""
-        return self._page
+        return self._browser.page
 
     @property
     def current_asin(self) -> str | None:
         """The product whose page (or sub-page) is open, else ``None``."""
-        return self._asin
+        return self._browser.asin
 
     @property
     def selected_options(self) -> Mapping[str, str]:
         """Option name -> value chosen on the open product (read-only view)."""
-        return MappingProxyType(self._options)
+        return MappingProxyType(self._browser.options)
 
     def admissible_actions(self) -> tuple[str, ...]:
-        search = (SEARCH_PLACEHOLDER,) if self._page.has_search_bar else ()
-        return search + tuple(f"click[{c}]" for c in self._page.clickables)
+        return admissible_actions(self._browser.page)
 
     def expert_action(self) -> str | None:
         """The privileged oracle's next action (:func:`agentgym.webshop.oracle.oracle_action`:
@@ -235,18 +229,12 @@ class WebShopEnv(TextEnv):
         return oracle_action(self)
 
     def state_key(self) -> Hashable:
-        return (
-            self._page.kind,
-            self._query,
-            self._page_number,
-            self._asin,
-            tuple(sorted(self._options.items())),
-            self._sub_page,
-        )
+        return self._browser.state_key()
 
     def observation_anchor(self, observation: str) -> Hashable:
-        if observation == self._page.text:
-            return self._page.text_without_instruction
+        page = self._browser.page
+        if observation == page.text:
+            return page.text_without_instruction
         return observation
 
     def _reset_task(self, task_id: str) -> tuple[str, dict[str, Any]]:
@@ -260,137 +248,61 @@ class WebShopEnv(TextEnv):
                 f"task {task_id!r} belongs to the {goal_split!r} split, not {self.split!r}"
             )
         self._goal = self.goal_table.goal(index)
-        self._to_search_page()
+        self._browser.start(self._goal.instruction)
         self._score = 0.0
-        return self._page.text, {"score": 0.0}
+        return self._browser.page.text, {"score": 0.0}
 
     def _step_text(self, action: str) -> Transition:
-        parsed = self._parse(action)
+        parsed = parse_action(action, self.action_parsing)
         if parsed is None:
             return self._invalid()
         verb, argument = parsed
+        page = self._browser.page
         if verb == "search":
             if not argument or f"search[{argument.strip()}]" == SEARCH_PLACEHOLDER:
                 return self._invalid()
-            if self.action_parsing == "lenient" and not self._page.has_search_bar:
+            if self.action_parsing == "lenient" and not page.has_search_bar:
                 return self._invalid()
-            self._show_results(argument, page_number=1)
+            self._browser.search(argument)
             return self._valid()
-        if verb != "click" or argument == "search" or argument not in self._page.clickables:
+        if verb != "click" or argument == "search" or argument not in page.clickables:
             return self._invalid()
-        return self._click(argument)
-
-    def _parse(self, action: str) -> tuple[str, str] | None:
-        """``(verb, argument)`` as ``action_parsing`` reads ``action``, else ``None``."""
-        if self.action_parsing == "lenient":
-            match = _LENIENT_ACTION.match(action)
-            if match is None:
-                return None
-            return match.group(1).lower(), match.group(2).strip().lower()
-        match = _UPSTREAM_ACTION.match(action)
-        if match is None:
-            return None
-        return match.group(1), match.group(2).lower()
-
-    # ------------------------------------------------------------------ navigation
-    def _click(self, label: str) -> Transition:
-        kind = self._page.kind
-        if label == pages.BUY_NOW.lower():
+        if argument == pages.BUY_NOW.lower():
             return self._buy()
-        if label == pages.BACK_TO_SEARCH.lower():
-            self._to_search_page()
-        elif label == pages.NEXT_PAGE.lower():
-            self._show_page(self._page_number + 1)
-        elif label == pages.PREV_PAGE.lower() and kind == "results":
-            self._show_page(self._page_number - 1)
-        elif label == pages.PREV_PAGE.lower() and kind == "sub_page":
-            self._show_item()
-        elif label == pages.PREV_PAGE.lower():  # item page -> its results page
-            self._show_page(self._page_number)
-        elif kind == "item" and label in (s.lower() for s in self._sub_page_names()):
-            self._sub_page = next(s for s in self._sub_page_names() if s.lower() == label)
-            product = self.shop.product(self._asin)  # type: ignore[arg-type]
-            self._page = pages.sub_page(self.task, product, self._sub_page, self.style)
-        elif kind == "results":
-            self._asin = next(a for a in self._visible_asins() if a.lower() == label)
-            self._options = {}
-            self._show_item()
-        else:  # an option value on the item page; a later group wins, as in WebShop
-            product = self.shop.product(self._asin)  # type: ignore[arg-type]
-            name = [n for n, values in product.options.items() if label in values][-1]
-            self._options[name] = label
-            self._show_item()
+        self._browser.click(argument)
         return self._valid()
 
     def _buy(self) -> Transition:
-        assert self._goal is not None and self._asin is not None
-        product = self.shop.product(self._asin)
+        asin = self._browser.asin
+        assert self._goal is not None and asin is not None
+        product = self.shop.product(asin)
         info = webshop_score(
             product,
             self._goal,
-            price=self.shop.price(self._asin),
-            options=self._options,
+            price=self.shop.price(asin),
+            options=self._browser.options,
             nouns=noun_extractor(self.nouns),  # spaCy loads on the first purchase
             option_match=self.option_match,
         )
         self._score = info.score
-        self._page = pages.done_page(info.score)
-        self._sub_page = None
+        self._browser.show_done(info.score)
         if self.reward_mode == "score":
             reward = info.score
         else:
             reward = self.success_reward if info.score == 1.0 else 0.0
         return Transition(
-            observation=self._page.text,
+            observation=self._browser.page.text,
             reward=reward,
             terminated=True,
-            info={"score": info.score, "reward_info": _reward_info(info, self._asin)},
+            info={"score": info.score, "reward_info": _reward_info(info, asin)},
         )
-
-    def _to_search_page(self) -> None:
-        self._page = pages.search_page(self.task, self.style)
-        self._query = None
-        self._results = ()
-        self._page_number = 0
-        self._asin = None
-        self._options = {}
-        self._sub_page = None
-
-    def _show_results(self, query: str, *, page_number: int) -> None:
-        self._query = query
-        self._results = self.shop.search(query, pages.MAX_RESULTS)
-        self._show_page(page_number)
-
-    def _show_page(self, page_number: int) -> None:
-        self._page_number = max(1, page_number)
-        self._asin = None
-        self._options = {}
-        self._sub_page = None
-        products = [self.shop.product(a) for a in self._visible_asins()]
-        self._page = pages.results_page(
-            self.task, products, page=self._page_number, total=len(self._results), style=self.style
-        )
-
-    def _visible_asins(self) -> tuple[str, ...]:
-        start = (self._page_number - 1) * pages.RESULTS_PER_PAGE
-        return self._results[start : start + pages.RESULTS_PER_PAGE]
-
-    def _show_item(self) -> None:
-        self._sub_page = None
-        product = self.shop.product(self._asin)  # type: ignore[arg-type]
-        self._page = pages.item_page(
-            self.task, product, show_attributes=self.show_attributes, style=self.style
-        )
-
-    def _sub_page_names(self) -> tuple[str, ...]:
-        return pages.sub_page_names(self.show_attributes)
 
     def _valid(self) -> Transition:
-        return Transition(observation=self._page.text, info={"score": self._score})
+        return Transition(observation=self._browser.page.text, info={"score": self._score})
 
     def _invalid(self) -> Transition:
         return Transition(
-            observation=self._page.text, valid_action=False, info={"score": self._score}
+            observation=self._browser.page.text, valid_action=False, info={"score": self._score}
         )
 
 

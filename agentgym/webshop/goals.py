@@ -34,7 +34,6 @@ demand, so 100,000 products with hundreds of thousands of goals stay cheap.
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from collections import Counter
@@ -394,9 +393,3 @@ def _rng_from_state(state: object | None) -> random.Random:
     if state is not None:
         rng.setstate(state)  # type: ignore[arg-type]
     return rng
-
-
-def all_combinations(product: Product) -> list[tuple[str, ...]]:
-    """Every option combination of ``product`` in goal order (for tests and oracles)."""
-    names = sorted(product.options)
-    return list(itertools.product(*(product.options[n] for n in names)))

@@ -10,7 +10,8 @@ from agentgym.scripted import ScriptedTextEnv
 from agentgym.vector import TextVectorEnv
 from algorithms.config import PromptConfig
 from algorithms.engines import FailedGeneration, stop_length
-from algorithms.rollout import RolloutSettings, StepBatch, collect_rollout
+from algorithms.rollout import RolloutSettings, collect_rollout
+from algorithms.step_batch import StepBatch
 
 
 class ScriptedEngine:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from algorithms.rollout import StepBatch, StepLog
+from algorithms.step_batch import StepBatch, StepLog
 
 
 def hand_batch(trajectories: Sequence[tuple[int, list[float], list[str], bool]],

@@ -330,7 +330,8 @@ def test_blocks_of_groups_concatenate_to_the_rollout_of_all_groups():
     4 groups: same tasks, rows, ids, anchors and bootstrap prompts."""
     from agentgym.vector import make_vector_env
     from algorithms.config import PromptConfig
-    from algorithms.rollout import RolloutSettings, collect_rollout, concat_batches
+    from algorithms.rollout import RolloutSettings, collect_rollout
+    from algorithms.step_batch import concat_batches
     from tests.algorithms.fakes import ScriptedEngine
     from tests.algorithms.tiny import make_tokenizer
 

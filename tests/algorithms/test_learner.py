@@ -365,7 +365,7 @@ def test_score_progress_counts_the_bootstrap_passes():
 
 def test_scores_are_taken_at_the_configured_sampling_temperature():
     """Old, reference and current log-probs all use generation.temperature (one place)."""
-    from algorithms.learner import _rows
+    from algorithms.micro_batches import window_rows as _rows
     from algorithms.policy import score_responses
 
     policy = make_policy()

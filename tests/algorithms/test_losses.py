@@ -26,6 +26,7 @@ from algorithms.losses import (  # noqa: E402
     masked_whiten,
     policy_loss,
     ppo_clip_policy_loss,
+    step_value_loss,
 )
 
 F64 = torch.float64
@@ -407,6 +408,19 @@ class TestValueLoss:
         _, constant = clipped_value_loss(torch.full((4,), 2.5, dtype=F64), returns, returns, mask)
         assert perfect["explained_variance"].item() == pytest.approx(1.0)
         assert constant["explained_variance"].item() == pytest.approx(0.0)
+
+    def test_step_value_loss_counts_every_step(self):
+        """The learner's per-step value loss: NumPy old values and returns, no mask."""
+        values = torch.tensor([1.0, 0.0, 2.0], requires_grad=True)
+        old = np.array([0.5, 0.0, 0.0])
+        returns = np.array([0.0, 1.0, 2.0])
+        # row 0: unclipped 1, clipped (0.7-0)^2 = 0.49 -> 1; row 1: 1 both;
+        # row 2: unclipped 0, clipped (0.2-2)^2 = 3.24 -> 3.24
+        loss = step_value_loss(values, old, returns, clip_range=0.2)
+        assert loss.dtype == torch.float32
+        assert loss.item() == pytest.approx(0.5 * (1.0 + 1.0 + 3.24) / 3)
+        unclipped = step_value_loss(values, old, returns, clip_range=None)
+        assert unclipped.item() == pytest.approx(0.5 * (1.0 + 1.0 + 0.0) / 3)
 
 
 # --------------------------------------------------------------------------- KL, entropy

@@ -13,7 +13,7 @@ from algorithms.metrics import (  # noqa: E402
     step_group_metrics,
     trajectory_table,
 )
-from algorithms.rollout import StepBatch, StepLog  # noqa: E402
+from algorithms.step_batch import StepBatch, StepLog  # noqa: E402
 
 
 def _batch() -> StepBatch:

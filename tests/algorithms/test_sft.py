@@ -235,7 +235,7 @@ def test_the_loss_agrees_with_the_rl_scorer(words):
         # the same rows as the learner sees them: left-padded prompts, right-padded responses
         prompts = [e.input_ids[: e.loss_mask.index(1)] for e in examples]
         responses = [e.input_ids[e.loss_mask.index(1):] for e in examples]
-        from algorithms.rollout import pad_left, pad_right
+        from algorithms.step_batch import pad_left, pad_right
 
         p_ids, p_mask = pad_left(prompts, 0)
         r_ids, r_mask = pad_right(responses, 0)

@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from algorithms.rollout import pad_left, pad_right
+from algorithms.step_batch import pad_left, pad_right
 from algorithms.transcript import transcript_view
 from tests.algorithms.hand_batch import hand_batch
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from types import MappingProxyType
 
 from agentgym.webshop.data import Product
@@ -48,3 +49,11 @@ def make_goal(**overrides) -> Goal:
 def split_nouns(text: str) -> tuple[str, ...]:
     """A deterministic stand-in for spaCy: every lowercased word is a noun."""
     return tuple(text.lower().split())
+
+
+def all_combinations(product: Product) -> list[tuple[str, ...]]:
+    """Every option combination of ``product`` in goal order (option names sorted, the
+    last varying fastest): the ``itertools.product`` reference for the goal table's own
+    arithmetic."""
+    names = sorted(product.options)
+    return list(itertools.product(*(product.options[n] for n in names)))

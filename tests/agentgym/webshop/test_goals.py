@@ -15,12 +15,11 @@ from agentgym.webshop.goals import (
     NO_PRICE_CAP,
     GoalSplit,
     GoalTable,
-    all_combinations,
     price_clause,
     purchase_prices,
     sample_price_cap,
 )
-from tests.agentgym.webshop.helpers import make_product
+from tests.agentgym.webshop.helpers import all_combinations, make_product
 from tests.conftest import shared_data_path
 
 
