@@ -279,7 +279,7 @@ class PromptConfig:
     """Path of a text file with the user message, written with named placeholders
     (``{task}``, ``{observation}``, ``{admissible_actions}``, ``{history}``,
     ``{step_count}``, ``{current_step}``, ``{history_length}``; ``{{``/``}}`` for literal
-    braces; see :data:`algorithms.prompts.TEMPLATE_PLACEHOLDERS`). ``None``: our own
+    braces; see :data:`algorithms.templates.TEMPLATE_PLACEHOLDERS`). ``None``: our own
     wording. An unknown placeholder is an error before the model loads."""
 
     chat_template: bool = True
@@ -792,7 +792,7 @@ class TrainConfig:
         if self.prompt.max_prompt_tokens < 16 or self.generation.max_new_tokens < 1:
             problems.append("prompt.max_prompt_tokens must be >= 16, max_new_tokens >= 1")
         if self.prompt.template is not None:
-            from algorithms.prompts import load_template
+            from algorithms.templates import load_template
 
             try:
                 load_template(self.prompt.template)

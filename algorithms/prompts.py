@@ -15,20 +15,20 @@ format that alone exceed the budget raise :class:`PromptTooLongError`.
 
 Users who need a paper's exact prompt give their own wording as a template file
 (``--prompt.template PATH``) with the named placeholders of
-:data:`TEMPLATE_PLACEHOLDERS`; :func:`load_template` rejects any other name.
+:data:`~algorithms.templates.TEMPLATE_PLACEHOLDERS` (:mod:`algorithms.templates`).
 The message is wrapped in the tokenizer's chat template unless
 ``--prompt.no-chat-template`` asks for the raw text (base models).
 """
 
 from __future__ import annotations
 
-import string
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # only annotations: config validation imports this module
+from algorithms.templates import load_template, render_template
+
+if TYPE_CHECKING:  # only annotations
     from algorithms.config import PromptConfig
 
 _CUT_MARK = "[...] "
@@ -63,81 +63,6 @@ class BuiltPrompt:
         """Whether anything was cut to fit the token budget."""
         return (self.history_dropped > 0 or self.observation_chars_cut > 0
                 or self.actions_dropped > 0)
-
-
-TEMPLATE_PLACEHOLDERS: dict[str, str] = {
-    "task": "the env's instruction (its info['task'])",
-    "observation": "the current observation (in the transcript layout: the first one)",
-    "admissible_actions": "the actions the env accepts now, comma-separated (empty when the "
-                          "env is free-form or prompt.show_admissible_actions is off)",
-    "history": "the window's (observation, action) pairs, oldest first, one line each: "
-               "[Observation j: 'text', Action j: 'text'] with j the step number "
-               "(empty on the first step and in the transcript layout)",
-    "step_count": "steps taken so far (0 on the first step)",
-    "current_step": "the number of this step, step_count + 1",
-    "history_length": "how many pairs {history} holds",
-}
-"""The placeholders a prompt template may use, with what each is replaced by."""
-
-
-def load_template(path: str | Path) -> str:
-    """Read a prompt template and check its placeholders.
-
-    A template is plain text with ``{name}`` placeholders from
-    :data:`TEMPLATE_PLACEHOLDERS` (``{{`` and ``}}`` stand for literal braces).
-
-    Args:
-        path: the template file (UTF-8).
-
-    Returns:
-        The template text.
-
-    Raises:
-        OSError: the file cannot be read.
-        ValueError: a placeholder is unknown, positional, or has a format spec or a
-            conversion, or a brace is unmatched; the message names the known placeholders.
-    """
-    text = Path(path).expanduser().read_text(encoding="utf-8")
-    known = ", ".join(f"{{{name}}}" for name in TEMPLATE_PLACEHOLDERS)
-    try:
-        fields = [(name, spec, conversion)
-                  for _, name, spec, conversion in string.Formatter().parse(text)
-                  if name is not None]
-    except ValueError as error:
-        raise ValueError(f"template {path}: {error} (write {{{{ and }}}} for literal "
-                         f"braces); known placeholders: {known}") from None
-    for name, spec, conversion in fields:
-        if name not in TEMPLATE_PLACEHOLDERS:
-            raise ValueError(f"template {path}: unknown placeholder {{{name}}}; known "
-                             f"placeholders: {known}")
-        if spec or conversion:
-            raise ValueError(f"template {path}: placeholder {{{name}}} may not carry a "
-                             "format spec or conversion")
-    return text
-
-
-def render_template(template: str, *, task: str, history: Sequence[tuple[str, str]],
-                    first_step: int, observation: str, admissible_actions: Sequence[str],
-                    step_count: int, config: PromptConfig) -> str:
-    """The user message from a template checked by :func:`load_template`.
-
-    Args:
-        template: the template text.
-        task: the env's instruction.
-        history: (observation, action) pairs, oldest first, already windowed.
-        first_step: the step number (1-based) of ``history[0]``.
-        observation: the current observation.
-        admissible_actions: actions the env accepts now.
-        step_count: steps taken so far.
-        config: prompt settings (``show_admissible_actions``).
-    """
-    lines = [f"[Observation {first_step + i}: '{past.strip()}', Action {first_step + i}: "
-             f"'{action.strip()}']" for i, (past, action) in enumerate(history)]
-    actions = admissible_actions if config.show_admissible_actions else ()
-    return template.format(
-        task=task.strip(), observation=observation.strip(),
-        admissible_actions=", ".join(actions), history="\n".join(lines),
-        step_count=step_count, current_step=step_count + 1, history_length=len(history))
 
 
 def answer_instruction(config: PromptConfig) -> str:
