@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from algorithms.config import ALGO_ESTIMATORS, PRESET_HELP, PRESETS, TrainConfig, with_algo
 
 if TYPE_CHECKING:
-    from algorithms.termination import Terminated
+    from algorithms.runs.termination import Terminated
 
 
 def default_preset() -> str:
@@ -137,12 +137,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
 
     Under ``torchrun`` every rank runs this; rank 0 alone prints."""
     config = parse_config(argv)
-    from algorithms import distributed
-    from algorithms.metrics import read_metrics, run_summary
-    from algorithms.run_folder import default_run_dir
-    from algorithms.sft_stage import STAGE_DIR, needs_stage, run_stage
-    from algorithms.termination import Terminated
-    from algorithms.trainer import Trainer
+    from algorithms.agent.metrics import read_metrics, run_summary
+    from algorithms.runs import distributed
+    from algorithms.runs.run_folder import default_run_dir
+    from algorithms.runs.termination import Terminated
+    from algorithms.sft.stage import STAGE_DIR, needs_stage, run_stage
+    from algorithms.training.trainer import Trainer
 
     ranks = distributed.init_from_environment(device=config.run.device,
                                               timeout_s=config.run.dist_timeout)
@@ -156,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             except KeyboardInterrupt:
                 raise Interrupted(run_dir / STAGE_DIR) from None
         if config.algo == "sft" and not config.run.eval_only:
-            from algorithms.sft import SFTTrainer
+            from algorithms.sft.trainer import SFTTrainer
 
             trainer = SFTTrainer(config, ranks=ranks)
         else:
@@ -229,7 +229,7 @@ class Interrupted(Exception):
     """
 
     def __init__(self, run_dir: Path, stop: Terminated | None = None):
-        from algorithms.checkpoint import latest_checkpoint
+        from algorithms.runs.checkpoint import latest_checkpoint
 
         self.status = 130 if stop is None else 143
         resume = "(continue with --resume and the same flags)"
@@ -254,14 +254,14 @@ def cli() -> None:
     of the iteration in progress when it ends within ``--run.term-grace`` seconds."""
     import gymnasium
 
-    from algorithms.checkpoint import CheckpointError
     from algorithms.config import ConfigError
-    from algorithms.distributed import DistributedError
     from algorithms.engines import EngineUnavailableError
-    from algorithms.launch import rank_prefix
-    from algorithms.policy import PolicyLoadError
-    from algorithms.sft_data import SFTDataError
-    from algorithms.termination import Terminated
+    from algorithms.runs.checkpoint import CheckpointError
+    from algorithms.runs.distributed import DistributedError
+    from algorithms.runs.launch import rank_prefix
+    from algorithms.runs.termination import Terminated
+    from algorithms.sft.data import SFTDataError
+    from algorithms.training.policy import PolicyLoadError
 
     where = rank_prefix()
     try:
@@ -291,7 +291,7 @@ def cli() -> None:
 def distributed_failure(error: BaseException) -> str | None:
     """A one-line cause for a failed collective of a torchrun job (another rank died, or
     did not answer within --run.dist-timeout), or ``None`` for any other error."""
-    from algorithms.launch import launched_with_ranks
+    from algorithms.runs.launch import launched_with_ranks
 
     if not launched_with_ranks():
         return None
@@ -306,6 +306,6 @@ def distributed_failure(error: BaseException) -> str | None:
 
 
 if __name__ == "__main__":
-    from algorithms.launch import run_worker
+    from algorithms.runs.launch import run_worker
 
     run_worker(cli)  # under torchrun, each rank ends without teardown (see there)

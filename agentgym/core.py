@@ -260,7 +260,7 @@ class TextEnv(gym.Env[str, str]):
 
     def expert_action(self) -> str | None:
         """The next action of the env's own expert in the current state (demonstrations
-        for supervised warm starts, ``python -m algorithms.sft make-data``).
+        for supervised warm starts, ``python -m algorithms.sft.trainer make-data``).
 
         An env declares an expert by overriding this; the default raises
         :class:`NotImplementedError`. The expert may be privileged (it may read the hidden

@@ -24,7 +24,7 @@ The learner is chosen by :attr:`TrainConfig.algo`:
 scripts' values (:data:`ALGO_SETTINGS`, applied by :func:`with_algo`; ``docs/estimators.md``).
 
 ``sft`` is no RL learner: supervised fine-tuning on expert trajectories in the RL prompt
-layout (:class:`SFTConfig`, :mod:`algorithms.sft`), whose checkpoint an RL run starts
+layout (:class:`SFTConfig`, :mod:`algorithms.sft.trainer`), whose checkpoint an RL run starts
 from with ``--model.init-checkpoint``.
 """
 
@@ -645,7 +645,7 @@ class RunConfig:
     """Trajectories per iteration and per evaluation written to
     ``records/{train,eval}/iter_*.jsonl.gz`` (whole groups first; 0: none): per step the
     observation, the prompt as the model saw it, the response, action, validity, reward,
-    anchor, step group and advantages (format: ``algorithms.records``). Browse them with
+    anchor, step group and advantages (format: ``algorithms.agent.records``). Browse them with
     ``python -m agentgym.viewer RUN_DIR``."""
 
     term_grace: float = 20.0
@@ -673,7 +673,7 @@ class SFTConfig:
     prompt layout of the RL stage (see ``docs/sft.md``)."""
 
     data: str | None = None
-    """Expert trajectories, a JSONL file (format: :mod:`algorithms.sft_data`). ``None``:
+    """Expert trajectories, a JSONL file (format: :mod:`algorithms.sft.data`). ``None``:
     ``episodes`` expert episodes are played on the training env (its declared expert,
     ``TextEnv.expert_action``) and written to the run folder as ``sft_data.jsonl``."""
 
@@ -707,7 +707,7 @@ class SFTConfig:
     """An RL run (any ``algo`` but ``sft``) without ``model.init_checkpoint`` first runs
     this SFT stage (the ``sft.*`` settings, no evaluation) in ``<run>/sft/``, a run folder
     of its own, and starts from its last checkpoint, as ``--model.init-checkpoint <run>/sft``
-    would: one command for "SFT, then RL" (:mod:`algorithms.sft_stage`). A finished stage
+    would: one command for "SFT, then RL" (:mod:`algorithms.sft.stage`). A finished stage
     is reused (``--resume``), an unfinished one continued; ``--run.overwrite`` redoes it.
     Ignored with ``model.init_checkpoint`` or ``run.eval_only``."""
 
@@ -1102,7 +1102,7 @@ walkthroughs (3-6 steps on generated games, against 5-10 for the other four)."""
 
 def _cpu_alfworld() -> TrainConfig:
     """SmolLM2-135M on ALFWorld on two CPU cores: an SFT warm start on the env's own
-    expert, then GiGPO, in one run (``--sft.warm-start``, :mod:`algorithms.sft_stage`).
+    expert, then GiGPO, in one run (``--sft.warm-start``, :mod:`algorithms.sft.stage`).
 
     Games: generated ones (no download) unless ``$ALFWORLD_DATA`` points at official data;
     training on the ``train`` split, evaluation on ``valid_seen`` (other games in the

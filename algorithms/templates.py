@@ -1,7 +1,7 @@
 """User prompt templates (``--prompt.template PATH``): the placeholders a template may
 use, reading and checking a template file, and filling one in.
 
-Apart from :mod:`algorithms.prompts` because the config checks a template before anything
+Apart from :mod:`algorithms.agent.prompts` because the config checks a template before anything
 loads (:meth:`~algorithms.config.TrainConfig.validate`): this module sits below both.
 """
 

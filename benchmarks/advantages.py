@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from algorithms.advantages import (
+from algorithms.objectives.advantages import (
     discounted_returns,
     gae_advantages,
     gigpo_advantages,
@@ -62,7 +62,7 @@ def make_batch(
 
     ``layout``: "time-major" (step t of every live env, then step t + 1: what a loop over
     a vectorized env appends) or "trajectory-major" (each trajectory's rows together,
-    ascending ids: what :mod:`algorithms.rollout` hands the learner).
+    ascending ids: what :mod:`algorithms.agent.rollout` hands the learner).
     """
     # early in training most episodes fail and run to the step limit
     succeeded = rng.random(n_trajectories) < 0.3

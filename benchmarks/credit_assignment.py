@@ -2,7 +2,7 @@
 
 The question of issue 23, asked the way the GiGPO paper asks it: a language-model policy,
 warm-started by supervised fine-tuning to a modest success rate, trained by the real
-:class:`~algorithms.trainer.Trainer` with the default recipe (verl-agent's, the defaults of
+:class:`~algorithms.training.trainer.Trainer` with the default recipe (verl-agent's, the defaults of
 :class:`~algorithms.config.LearnerConfig`) on long-horizon tasks, and evaluated on
 held-out tasks, with every method run on the same seeds from the same start.
 
@@ -13,7 +13,7 @@ Stages, per task:
    vocabulary of a word-level tokenizer (:mod:`benchmarks.tiny_llm`).
 2. **Policy**: a random Llama of hidden 64 and 2 layers over that vocabulary
    (:func:`benchmarks.tiny_llm.tiny_policy`, base seed 0 for every run).
-3. **Warm start**: ``--algo sft`` (:class:`~algorithms.sft.SFTTrainer`) on the env's
+3. **Warm start**: ``--algo sft`` (:class:`~algorithms.sft.trainer.SFTTrainer`) on the env's
    expert with perturbed steps, evaluated on the held-out tasks every few optimizer
    steps; the first checkpoint whose held-out success lies in the target range (default
    10-30%, else the one closest to its middle, the later of ties) is the start of every
@@ -185,8 +185,8 @@ def task_texts(name: str, task: Task) -> list[str]:
     of expert episodes (clean and with half the steps perturbed, so that observations off
     the expert's path are seen too) on the training and evaluation tasks, and the
     prompt's own words (a rendered prompt and the answer instruction)."""
-    from algorithms.prompts import answer_instruction, render_user_message
-    from algorithms.sft_data import expert_trajectories
+    from algorithms.agent.prompts import answer_instruction, render_user_message
+    from algorithms.sft.data import expert_trajectories
 
     config = base_config(task)
     train = {**task.env_kwargs, "max_steps": task.max_steps}
@@ -228,7 +228,7 @@ def warm_start(workdir: Path, name: str, task: Task, words: list[str],
         ``workdir/<name>/sft_start.json``.
     """
     from algorithms.config import replace
-    from algorithms.sft import SFTTrainer
+    from algorithms.sft.trainer import SFTTrainer
     from benchmarks.tiny_llm import tiny_policy
 
     out = workdir / name / "sft_start.json"
@@ -281,7 +281,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from algorithms.config import replace
-    from algorithms.trainer import Trainer
+    from algorithms.training.trainer import Trainer
     from benchmarks.tiny_llm import tiny_policy
 
     torch.set_num_threads(1)

@@ -89,8 +89,8 @@ def _nbytes(tensor) -> int:
 def worker(argv: list[str], out: Path) -> None:
     """Train as ``train.py argv`` would, counting collective bytes per iteration."""
     import train
-    from algorithms import distributed
-    from algorithms.trainer import Trainer
+    from algorithms.runs import distributed
+    from algorithms.training.trainer import Trainer
 
     config = train.parse_config(argv)
     ranks = distributed.init_from_environment(device=config.run.device,
@@ -200,6 +200,6 @@ def _mean_bytes(counts: dict, kind: str) -> float:
 
 
 if __name__ == "__main__":
-    from algorithms.launch import run_worker
+    from algorithms.runs.launch import run_worker
 
     run_worker(main)  # a torchrun worker ends without teardown (see there)

@@ -28,7 +28,7 @@ import torch
 from algorithms.config import GenerationConfig, ModelConfig, VLLMConfig
 from algorithms.engines import make_engine
 from algorithms.engines.hf import HFEngine
-from algorithms.policy import load_policy
+from algorithms.training.policy import load_policy
 
 QUESTIONS = ("Tell me a story about a dragon.", "List three colors.", "Name a fruit.",
              "What is the capital of France?", "Explain rain to a child.",

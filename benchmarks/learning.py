@@ -13,9 +13,9 @@ previous observation and action), as hashed word n-grams (n <= 4), through a 2-l
 to a softmax over the six KeyDoor actions; choosing one the env does not admit costs the
 invalid-action penalty (0.1), as in training. What is compared is exactly the project's
 credit assignment: rollouts through :class:`agentgym.vector.TextVectorEnv` (groups share a
-task), advantages from :mod:`algorithms.advantages` (``gigpo_advantages`` with either
+task), advantages from :mod:`algorithms.objectives.advantages` (``gigpo_advantages`` with either
 anchor, ``grpo_advantages``, ``gae_advantages``), the PPO-clip loss and value loss from
-:mod:`algorithms.losses`, and every hyper-parameter not set in :class:`BenchSpec` from
+:mod:`algorithms.objectives.losses`, and every hyper-parameter not set in :class:`BenchSpec` from
 :class:`algorithms.config.LearnerConfig` (gamma 0.95, lambda 0.95, clip 0.2, omega 1, std
 normalization, trajectory episode statistics). Every method gets the same policy network,
 seeds, batch, epochs and learning rate; PPO adds a value network of the same shape.
@@ -52,15 +52,15 @@ import torch
 from agentgym.core import DEFAULT_INVALID_ACTION_PENALTY
 from agentgym.keydoor import DIRECTIONS
 from agentgym.vector import make_vector_env
-from algorithms.advantages import (
+from algorithms.agent.metrics import step_group_metrics
+from algorithms.config import LearnerConfig
+from algorithms.objectives.advantages import (
     gae_advantages,
     gigpo_advantages,
     grpo_advantages,
     step_groups,
 )
-from algorithms.config import LearnerConfig
-from algorithms.losses import clipped_value_loss, ppo_clip_policy_loss
-from algorithms.metrics import step_group_metrics
+from algorithms.objectives.losses import clipped_value_loss, ppo_clip_policy_loss
 
 METHODS: dict[str, tuple[str, str]] = {
     "gigpo-observation": ("gigpo", "observation"),

@@ -31,16 +31,16 @@ verl-agent's ``mean_std_norm``; ``mean``: ``mean_norm``):
   :data:`OVERLONG`) and the groups ``agent_system.multi_turn_rollout.utils.
   filter_group_data`` keeps, one rollout at a time and inside a transcription of
   ``dynamic_multi_turn_loop``'s while loop (:func:`verl_dynamic_loop`).
-- this project: :func:`~algorithms.estimation.rewards_and_penalties`, :meth:`Learner.advantages` and
-  :func:`~algorithms.estimation.overlong_costs` on a :class:`~algorithms.rollout.StepBatch`,
-  :func:`algorithms.losses.policy_loss` with :attr:`Learner.loss_recipe` and the weights
-  of :func:`~algorithms.micro_batches.micro_weights`, for each ``--algo`` with the config
+- this project: :func:`~algorithms.training.estimation.rewards_and_penalties`, :meth:`Learner.advantages` and
+  :func:`~algorithms.training.estimation.overlong_costs` on a :class:`~algorithms.agent.rollout.StepBatch`,
+  :func:`algorithms.objectives.losses.policy_loss` with :attr:`Learner.loss_recipe` and the weights
+  of :func:`~algorithms.training.micro_batches.micro_weights`, for each ``--algo`` with the config
   ``train.py`` builds
   (:func:`~algorithms.config.with_algo` over ``TrainConfig()``, responses of at most 24
   tokens; a learner object holding only its config: those methods read nothing else);
-  GSPO's policy term alone through :func:`algorithms.losses.gspo_policy_loss`; dynamic
-  sampling through :func:`~algorithms.dynamic_sampling.varied_group_rows` and
-  :func:`~algorithms.dynamic_sampling.sample_until_full` (the trainer's loop).
+  GSPO's policy term alone through :func:`algorithms.objectives.losses.gspo_policy_loss`; dynamic
+  sampling through :func:`~algorithms.agent.dynamic_sampling.varied_group_rows` and
+  :func:`~algorithms.agent.dynamic_sampling.sample_until_full` (the trainer's loop).
 
 Printed per term: the largest absolute difference over every token, seed and batch of
 the per-token advantages, the per-token loss (one token alone), the micro- and
@@ -113,13 +113,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from algorithms import losses
+from algorithms.agent.dynamic_sampling import sample_until_full, varied_group_rows
+from algorithms.agent.step_batch import StepBatch, StepLog, intern_anchors
 from algorithms.config import EnvConfig, LearnerConfig, TrainConfig, replace, with_algo
-from algorithms.dynamic_sampling import sample_until_full, varied_group_rows
-from algorithms.estimation import overlong_costs, rewards_and_penalties
-from algorithms.learner import Learner
-from algorithms.micro_batches import micro_weights
-from algorithms.step_batch import StepBatch, StepLog, intern_anchors
+from algorithms.objectives import losses
+from algorithms.training.estimation import overlong_costs, rewards_and_penalties
+from algorithms.training.learner import Learner
+from algorithms.training.micro_batches import micro_weights
 
 GROUP_SIZE = 8
 MAX_STEPS = 50
@@ -183,7 +183,7 @@ GROUP_KINDS = (
 
 @dataclass(frozen=True)
 class Rollout:
-    """One synthetic batch, trajectory-major (what :mod:`algorithms.rollout` builds).
+    """One synthetic batch, trajectory-major (what :mod:`algorithms.agent.rollout` builds).
 
     Attributes:
         batch: the (N,) step batch (rewards, penalties, ids, anchors, padded tokens).
@@ -357,7 +357,7 @@ def our_config(algo: str = "gigpo", normalize: str | None = None, **learner_chan
 
 def our_learner(config: TrainConfig) -> Learner:
     """A :class:`Learner` that holds only ``config``: :meth:`Learner.advantages`,
-    :func:`~algorithms.estimation.rewards_and_penalties` and :attr:`Learner.loss_recipe`
+    :func:`~algorithms.training.estimation.rewards_and_penalties` and :attr:`Learner.loss_recipe`
     read nothing else (no model is needed)."""
     learner = Learner.__new__(Learner)
     learner.config = config
@@ -477,7 +477,7 @@ def our_loss(rollout: Rollout, token_advantages: torch.Tensor, config: TrainConf
              dtype: torch.dtype, per_token_positions: np.ndarray | None = None
              ) -> LossOutputs:
     """This project's loss terms: :func:`losses.policy_loss` with the learner's
-    :attr:`~Learner.loss_recipe`, weighted by :func:`~algorithms.micro_batches.micro_weights`
+    :attr:`~Learner.loss_recipe`, weighted by :func:`~algorithms.training.micro_batches.micro_weights`
     (``per_token_positions``: see :func:`run_loss`)."""
     learner = our_learner(config)
     recipe = learner.loss_recipe
@@ -515,14 +515,14 @@ def our_gspo_term(rollout: Rollout, token_advantages: torch.Tensor, dtype: torch
 
 def our_overlong(rollout: Rollout, buffer: int, factor: float) -> np.ndarray:
     """(N,) DAPO's overlong cost of each row, as
-    :func:`~algorithms.estimation.overlong_costs` charges it with ``overlong_buffer=buffer``, ``overlong_penalty_factor=factor``."""
+    :func:`~algorithms.training.estimation.overlong_costs` charges it with ``overlong_buffer=buffer``, ``overlong_penalty_factor=factor``."""
     config = our_config("grpo", overlong_buffer=buffer, overlong_penalty_factor=factor)
     return overlong_costs(rollout.batch, config)
 
 
 def our_dynamic_sample(rollouts: Callable[[int], Rollout], num_groups: int,
                        max_rollouts: int) -> list[np.ndarray]:
-    """Which rows of each rollout :func:`~algorithms.dynamic_sampling.sample_until_full`
+    """Which rows of each rollout :func:`~algorithms.agent.dynamic_sampling.sample_until_full`
     (the trainer's dynamic sampling, ``--learner.dynamic-sampling``) keeps: one (N_r,)
     bool array per rollout made. ``rollouts(r)`` is the ``r``-th rollout of the
     iteration (group ids in ``[0, num_groups)``)."""
@@ -1380,9 +1380,9 @@ def _loss_differences(ours: LossOutputs, theirs: LossOutputs, prefix: str = ""
 
 
 def our_step_returns(rollout: Rollout, config: TrainConfig) -> np.ndarray:
-    """(N,) the step returns GiGPO normalizes: :func:`~algorithms.advantages.gigpo_terms`
-    with the arguments :func:`~algorithms.estimation.estimate_advantages` passes it."""
-    from algorithms import advantages as estimators
+    """(N,) the step returns GiGPO normalizes: :func:`~algorithms.objectives.advantages.gigpo_terms`
+    with the arguments :func:`~algorithms.training.estimation.estimate_advantages` passes it."""
+    from algorithms.objectives import advantages as estimators
 
     rewards, penalties = rewards_and_penalties(rollout.batch, config)
     settings = config.learner

@@ -5,10 +5,10 @@ hidden size 64, a vocabulary of the prompt's and the env's words, every grid sym
 action word one token), built in-process: no download; an RL iteration takes 10-30 s on two
 loaded CPU cores. The run goes through the project's real code paths:
 
-1. **SFT warm start** (``algorithms.sft.SFTTrainer``, ``--algo sft``): expert episodes on
+1. **SFT warm start** (``algorithms.sft.trainer.SFTTrainer``, ``--algo sft``): expert episodes on
    the training rooms by ``SokobanEnv.expert_action`` (breadth-first search), trained at
    lr 1e-3 for a fixed number of optimizer steps (``Budget``).
-2. **RL from it** (``algorithms.trainer.Trainer`` with ``model.init_checkpoint`` = the SFT
+2. **RL from it** (``algorithms.training.trainer.Trainer`` with ``model.init_checkpoint`` = the SFT
    run, as ``--model.init-checkpoint`` does): GiGPO, then GRPO, from the same checkpoint,
    with the same seeds, batch and budget; everything not set in :func:`rl_config` is the
    learner's default (verl-agent's recipe).
@@ -40,11 +40,11 @@ import numpy as np
 import torch
 
 from agentgym.sokoban import SokobanEnv
+from algorithms.agent.prompts import answer_instruction
 from algorithms.config import CPU_DEMO_LOSS, PRESETS, ModelConfig, TrainConfig, replace
-from algorithms.policy import wrap_model
-from algorithms.prompts import answer_instruction
-from algorithms.sft import SFTTrainer
-from algorithms.trainer import Trainer
+from algorithms.sft.trainer import SFTTrainer
+from algorithms.training.policy import wrap_model
+from algorithms.training.trainer import Trainer
 from tests.algorithms.tiny import make_policy, make_tokenizer
 
 ENV_ID = "AgentGym/Sokoban-v0"

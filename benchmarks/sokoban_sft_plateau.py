@@ -3,9 +3,9 @@
 Two diagnostics behind docs/envs/sokoban.md, "Why the earlier attempt did not learn":
 
 * ``sft``: the SFT samples of :mod:`benchmarks.sokoban_learning` (the BFS expert's
-  episodes in the cpu-demo prompt, built by ``algorithms.sft_data.build_examples``), the
+  episodes in the cpu-demo prompt, built by ``algorithms.sft.data.build_examples``), the
   last ``--held-out`` of them held out, trained by a bare AdamW loop on
-  ``algorithms.sft.response_nll`` (random batches; no clipping, no scheduler). Prints the
+  ``algorithms.sft.trainer.response_nll`` (random batches; no clipping, no scheduler). Prints the
   batch and held-out loss per response token every 100 steps. ``--input grid`` keeps only
   the 36 grid cells, ``<action>`` and the response of each sample (a shorter input, for
   comparison; the learning check itself always uses the full prompt).
@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from algorithms.sft import collate, response_nll
-from algorithms.sft_data import SFTExample, build_examples, expert_trajectories
+from algorithms.sft.data import SFTExample, build_examples, expert_trajectories
+from algorithms.sft.trainer import collate, response_nll
 from benchmarks.sokoban_learning import ENV_ID, Budget, sft_config, tiny_policy
 
 SYMBOLS = ("#", "_", "O", "X", "√", "P", "S")

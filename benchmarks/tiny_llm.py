@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import torch
 
 from algorithms.config import ModelConfig
-from algorithms.policy import Policy, wrap_model
+from algorithms.training.policy import Policy, wrap_model
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[EOS]")
 TAG_PATTERN = r"</?[a-z]+>"

@@ -44,9 +44,9 @@ from typing import Any
 
 import numpy as np
 
-from algorithms import advantages as adv
 from algorithms.config import PRESETS, replace
-from algorithms.trainer import Trainer
+from algorithms.objectives import advantages as adv
+from algorithms.training.trainer import Trainer
 
 PHASES = ("rollout", "log_probs", "advantages", "update", "weight_sync")
 MEMORY_PHASES = ("setup", *PHASES, "checkpoint")

@@ -50,7 +50,7 @@ from trl.models import unwrap_model_for_generation
 import agentgym  # noqa: F401  (registers the env ids)
 from algorithms.config import PRESETS
 from algorithms.integrations.episode import ChatEpisode
-from algorithms.policy import load_causal_lm
+from algorithms.training.policy import load_causal_lm
 
 DEMO = PRESETS["cpu-demo"]
 """Defaults: the ``cpu-demo`` preset of ``train.py`` (env, prompt, lengths, learning rate)."""

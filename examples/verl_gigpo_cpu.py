@@ -32,7 +32,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset
 from algorithms.config import PRESETS
 from algorithms.integrations import verl as integration
 from algorithms.integrations.multiturn import turn_spans
-from algorithms.policy import load_causal_lm
+from algorithms.training.policy import load_causal_lm
 
 DEMO = PRESETS["cpu-demo"]
 

@@ -144,3 +144,27 @@ def test_algorithms_imports_no_env_module(graph):
              if name.split(".")[0] in ("train", "algorithms") for target in targets
              if target.startswith("agentgym.") and target.split(".")[1] in ENV_PACKAGES]
     assert named == []
+
+
+ALGORITHMS_LAYERS = ("algorithms.sft", "algorithms.integrations", "algorithms.training",
+                     "algorithms.agent", "algorithms.engines", "algorithms.runs",
+                     "algorithms.config", "algorithms.templates", "algorithms.objectives")
+"""``algorithms``' own rooms, top to bottom: each may import those after it, never one
+before it (the pure maths at the bottom imports nothing of ``algorithms``)."""
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "algorithms" and len(parts) > 1 else None
+
+
+def test_algorithms_rooms_import_only_rooms_below_them(graph):
+    rooms = {_room(name) for name in graph} - {None}
+    assert rooms == set(ALGORITHMS_LAYERS)  # a new room must be placed in the order
+    upward = [f"{name} -> {target}" for name, targets in graph.items() for target in targets
+              if _room(name) and _room(target) and _room(name) != _room(target)
+              and ALGORITHMS_LAYERS.index(_room(target)) < ALGORITHMS_LAYERS.index(_room(name))]
+    assert upward == []
+    assert not any(_room(target) for name, targets in graph.items()
+                   if _room(name) == "algorithms.objectives" for target in targets
+                   if _room(target) != "algorithms.objectives")

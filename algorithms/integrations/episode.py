@@ -5,8 +5,8 @@ the first prompt, then the model's answer, the env's reply, the next answer, ...
 the env's tokens masked out of the loss. :class:`ChatEpisode` is the env side of that
 loop, shared by :mod:`algorithms.integrations.verl` and ``examples/trl_grpo.py``: it
 builds the user messages (the same wording as our per-step prompts,
-:func:`algorithms.prompts.render_user_message`, without the history block since the chat
-holds it), parses each answer (:func:`algorithms.parsing.parse_action`), steps the env,
+:func:`algorithms.agent.prompts.render_user_message`, without the history block since the chat
+holds it), parses each answer (:func:`algorithms.agent.parsing.parse_action`), steps the env,
 charges the invalid-action penalty, and records every turn for the advantage estimator.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from algorithms.agent.parsing import parse_action
+from algorithms.agent.prompts import render_user_message
 from algorithms.config import EnvConfig, PromptConfig
-from algorithms.parsing import parse_action
-from algorithms.prompts import render_user_message
 
 
 @dataclass(frozen=True)

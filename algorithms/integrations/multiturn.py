@@ -3,7 +3,7 @@
 Multi-turn trainers (verl's agent loops, TRL's ``rollout_func``) keep a whole episode in
 one token sequence: the model's answers (mask 1) and the env's replies (mask 0). GiGPO's
 steps are then the turns, the runs of ones in a row's mask. These pure functions map
-such rows onto :func:`~algorithms.advantages.gigpo_advantages` and back onto tokens.
+such rows onto :func:`~algorithms.objectives.advantages.gigpo_advantages` and back onto tokens.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.advantages import gigpo_advantages
 from algorithms.config import LearnerConfig
+from algorithms.objectives.advantages import gigpo_advantages
 
 
 def turn_spans(response_mask: np.ndarray) -> list[tuple[int, int]]:
@@ -51,7 +51,7 @@ def gigpo_token_advantages(
         turn_rewards: B lists, row b's T_b step rewards in time order.
         turn_anchors: B lists of T_b hashable anchors (the state each action was taken in).
         gamma, step_weight, normalize, episode_stats, similarity_threshold: see
-            :func:`~algorithms.advantages.gigpo_advantages`. The turn rewards already
+            :func:`~algorithms.objectives.advantages.gigpo_advantages`. The turn rewards already
             carry any invalid-action penalty (it is in the returns here).
 
     Returns:

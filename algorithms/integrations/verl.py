@@ -4,7 +4,7 @@ Importing this module registers two things with verl:
 
 - ``"gigpo"`` in verl's advantage-estimator registry
   (``verl.trainer.ppo.core_algos.register_adv_est``): :func:`compute_gigpo_advantage`,
-  which calls our :func:`~algorithms.advantages.gigpo_advantages`.
+  which calls our :func:`~algorithms.objectives.advantages.gigpo_advantages`.
 - ``"agentgym"`` in verl's agent-loop registry
   (``verl.experimental.agent_loop.register``): :class:`AgentGymAgentLoop`, which plays
   one AgentGym env episode per sample as a growing chat.

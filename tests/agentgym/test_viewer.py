@@ -30,7 +30,7 @@ REPO = Path(__file__).parents[2]
 def runs(tmp_path_factory) -> list[Path]:
     """Two recorded runs on the scripted env (tiny model): GiGPO and GRPO, evaluated."""
     pytest.importorskip("transformers")
-    from algorithms.trainer import Trainer
+    from algorithms.training.trainer import Trainer
     from tests.algorithms.scripted_config import scripted_config
     from tests.algorithms.tiny import make_policy
 
@@ -229,7 +229,7 @@ def more_runs(tmp_path_factory) -> list[Path]:
     hand-written run folder whose env has task types: 12 iterations of metrics and an
     evaluation with success per task type (the files the viewer reads, nothing else)."""
     pytest.importorskip("transformers")
-    from algorithms.trainer import Trainer
+    from algorithms.training.trainer import Trainer
     from tests.algorithms.scripted_config import scripted_config
     from tests.algorithms.tiny import make_policy
 

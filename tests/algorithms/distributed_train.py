@@ -18,11 +18,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from algorithms import distributed
-from algorithms import sampling as sampling_module
+from algorithms.agent import sampling as sampling_module
 from algorithms.config import replace
-from algorithms.launch import run_worker
-from algorithms.trainer import Trainer
+from algorithms.runs import distributed
+from algorithms.runs.launch import run_worker
+from algorithms.training.trainer import Trainer
 from tests.algorithms.scripted_config import scripted_config
 from tests.algorithms.tiny import make_policy
 

@@ -18,10 +18,10 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from algorithms import distributed
 from algorithms.config import ModelConfig, replace
-from algorithms.launch import run_worker
-from algorithms.learner import Learner
+from algorithms.runs import distributed
+from algorithms.runs.launch import run_worker
+from algorithms.training.learner import Learner
 from tests.algorithms.test_learner import _config, _rollout
 from tests.algorithms.tiny import make_model, make_policy
 

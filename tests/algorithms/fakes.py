@@ -8,10 +8,10 @@ from typing import Any
 
 from agentgym.scripted import ScriptedTextEnv
 from agentgym.vector import TextVectorEnv
+from algorithms.agent.rollout import RolloutSettings, collect_rollout
+from algorithms.agent.step_batch import StepBatch
 from algorithms.config import PromptConfig
 from algorithms.engines import FailedGeneration, stop_length
-from algorithms.rollout import RolloutSettings, collect_rollout
-from algorithms.step_batch import StepBatch
 
 
 class ScriptedEngine:

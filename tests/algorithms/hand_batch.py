@@ -1,4 +1,4 @@
-"""A :class:`~algorithms.rollout.StepBatch` written by hand, for the advantage paths of the
+"""A :class:`~algorithms.agent.rollout.StepBatch` written by hand, for the advantage paths of the
 learner (one-token prompts and responses: no model needed)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from algorithms.step_batch import StepBatch, StepLog
+from algorithms.agent.step_batch import StepBatch, StepLog
 
 
 def hand_batch(trajectories: Sequence[tuple[int, list[float], list[str], bool]],

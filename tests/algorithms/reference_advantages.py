@@ -1,4 +1,4 @@
-"""Loop reference implementations of :mod:`algorithms.advantages` (the readable spec).
+"""Loop reference implementations of :mod:`algorithms.objectives.advantages` (the readable spec).
 
 Written the way a reader first writes them: Python loops over groups, trajectories and
 time steps. Slow on purpose and kept simple so that they are obviously right; the tests

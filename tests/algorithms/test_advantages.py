@@ -1,4 +1,4 @@
-"""Tests for algorithms.advantages: hand-computed cases, loop reference, invariances."""
+"""Tests for algorithms.objectives.advantages: hand-computed cases, loop reference, invariances."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from algorithms.advantages import (
+from algorithms.objectives.advantages import (
     discounted_returns,
     gae_advantages,
     gigpo_advantages,
@@ -584,7 +584,7 @@ def test_inputs_are_never_mutated_nor_aliased(batch):
 
 
 def test_advantages_module_does_not_import_torch():
-    code = "import sys, algorithms.advantages; sys.exit('torch' in sys.modules)"
+    code = "import sys, algorithms.objectives.advantages; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 

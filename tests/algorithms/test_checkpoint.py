@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from algorithms import checkpoint as ckpt
-from algorithms.checkpoint import (
+from algorithms.runs import checkpoint as ckpt
+from algorithms.runs.checkpoint import (
     CheckpointError,
     best_checkpoint,
     flatten_state,
@@ -119,8 +119,8 @@ def test_every_rename_is_preceded_and_followed_by_fsync(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ckpt.os, "fsync", fsync)
     monkeypatch.setattr(ckpt.os, "replace", replace)
-    monkeypatch.setattr("algorithms.atomic.os.fsync", fsync)
-    monkeypatch.setattr("algorithms.atomic.os.replace", replace)
+    monkeypatch.setattr("algorithms.runs.atomic.os.fsync", fsync)
+    monkeypatch.setattr("algorithms.runs.atomic.os.replace", replace)
     save_checkpoint(tmp_path, 1, _learner_state(), {})
     root = str((tmp_path / "checkpoints").resolve())
     folder = f"{root}/iter_000001"
@@ -200,8 +200,8 @@ def test_missing_checkpoint_is_a_clear_error(tmp_path):
 
 def _sharded(run_dir: Path) -> Path:
     """A one-process DCP checkpoint of a small state (DCP needs no process group)."""
-    from algorithms.checkpoint import save_sharded_checkpoint
-    from algorithms.distributed import SINGLE
+    from algorithms.runs.checkpoint import save_sharded_checkpoint
+    from algorithms.runs.distributed import SINGLE
 
     weights = {"scorer": {"w": torch.arange(6.0).reshape(2, 3)}}
     optimizer = {"scorer": {"state": {"w": {"exp_avg": torch.ones(2, 3)}}}}
@@ -209,7 +209,7 @@ def _sharded(run_dir: Path) -> Path:
 
 
 def test_a_sharded_checkpoint_loads_back(tmp_path):
-    from algorithms.checkpoint import is_sharded, load_sharded_checkpoint
+    from algorithms.runs.checkpoint import is_sharded, load_sharded_checkpoint
 
     folder = _sharded(tmp_path)
     assert is_sharded(tmp_path) and latest_checkpoint(tmp_path) == folder
@@ -222,7 +222,7 @@ def test_a_sharded_checkpoint_loads_back(tmp_path):
 
 
 def test_a_malicious_sharded_checkpoint_index_runs_nothing(tmp_path):
-    from algorithms.checkpoint import load_sharded_checkpoint
+    from algorithms.runs.checkpoint import load_sharded_checkpoint
 
     marker = tmp_path / "pwned"
     folder = _sharded(tmp_path / "run")

@@ -1,4 +1,4 @@
-"""Data-parallel training (algorithms.distributed): 2 gloo ranks update like 1 process,
+"""Data-parallel training (algorithms.runs.distributed): 2 gloo ranks update like 1 process,
 the work split never splits a group, every rank makes the same number of passes."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from algorithms import distributed  # noqa: E402
-from algorithms.distributed import DistributedError, Ranks  # noqa: E402
+from algorithms.runs import distributed  # noqa: E402
+from algorithms.runs.distributed import DistributedError, Ranks  # noqa: E402
 from tests.algorithms.distributed_update import CASES  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -329,9 +329,9 @@ def test_blocks_of_groups_concatenate_to_the_rollout_of_all_groups():
     """Two ranks' blocks (group offsets 0 and 2), concatenated, equal one rollout of the
     4 groups: same tasks, rows, ids, anchors and bootstrap prompts."""
     from agentgym.vector import make_vector_env
+    from algorithms.agent.rollout import RolloutSettings, collect_rollout
+    from algorithms.agent.step_batch import concat_batches
     from algorithms.config import PromptConfig
-    from algorithms.rollout import RolloutSettings, collect_rollout
-    from algorithms.step_batch import concat_batches
     from tests.algorithms.fakes import ScriptedEngine
     from tests.algorithms.tiny import make_tokenizer
 

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from algorithms.dynamic_sampling import sample_until_full, varied_group_rows
+from algorithms.agent.dynamic_sampling import sample_until_full, varied_group_rows
 from tests.algorithms.hand_batch import hand_batch
 
 
@@ -116,10 +116,10 @@ def test_sample_until_full_refuses_bad_sizes():
 
 def test_the_trainer_trains_on_the_kept_groups(tmp_path, monkeypatch):
     pytest.importorskip("transformers")
-    import algorithms.sampling as sampling_module
+    import algorithms.agent.sampling as sampling_module
+    from algorithms.agent.metrics import read_metrics
     from algorithms.config import replace
-    from algorithms.metrics import read_metrics
-    from algorithms.trainer import Trainer
+    from algorithms.training.trainer import Trainer
     from tests.algorithms.scripted_config import scripted_config
     from tests.algorithms.tiny import make_policy
 

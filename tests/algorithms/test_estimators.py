@@ -9,18 +9,18 @@ import dataclasses
 import numpy as np
 import pytest
 
-from algorithms.advantages import (
-    grpo_advantages,
-    overlong_penalties,
-    reinforce_pp_advantages,
-    rloo_advantages,
-)
 from algorithms.config import (
     ALGO_SETTINGS,
     ConfigError,
     TrainConfig,
     replace,
     with_algo,
+)
+from algorithms.objectives.advantages import (
+    grpo_advantages,
+    overlong_penalties,
+    reinforce_pp_advantages,
+    rloo_advantages,
 )
 from tests.algorithms.hand_batch import hand_batch
 
@@ -114,7 +114,7 @@ def torch_whiten_reference(centered: np.ndarray, token_counts: np.ndarray) -> np
     """verl's path: broadcast each row's value to its tokens, whiten the (N, T) matrix under
     the response mask (our losses.masked_whiten has verl's formula), read one token."""
     torch = pytest.importorskip("torch")
-    from algorithms.losses import masked_whiten
+    from algorithms.objectives.losses import masked_whiten
 
     width = int(token_counts.max())
     mask = torch.arange(width)[None, :] < torch.as_tensor(token_counts)[:, None]
@@ -278,7 +278,7 @@ def tiny_policy():
 def _learner(policy, algo: str, **learner: object):
     import torch
 
-    from algorithms.learner import Learner
+    from algorithms.training.learner import Learner
 
     config = replace(with_algo(TrainConfig(), algo), learner={"kl_coef": 0.0, **learner},
                      env={"group_size": 2, "num_groups": 2}, run={"device": "cpu"},
@@ -319,7 +319,7 @@ def test_the_learner_charges_the_overlong_cost_on_the_rows_own_penalty(tiny_poli
     batch = dataclasses.replace(batch, response_mask=(np.arange(64)[None, :]
                                                       < tokens[:, None]).astype(np.int64),
                                 response_ids=np.ones((7, 64), dtype=np.int64))
-    from algorithms.estimation import overlong_costs, rewards_and_penalties
+    from algorithms.training.estimation import overlong_costs, rewards_and_penalties
 
     learner = _learner(tiny_policy, "grpo", overlong_buffer=16, overlong_penalty_factor=1.0)
     rewards, penalties = rewards_and_penalties(batch, learner.config)
@@ -355,7 +355,7 @@ def test_each_algo_trains_end_to_end(tmp_path, algo):
     pytest.importorskip("transformers")
     import torch
 
-    from algorithms.trainer import Trainer
+    from algorithms.training.trainer import Trainer
     from tests.algorithms.scripted_config import scripted_config
     from tests.algorithms.tiny import make_policy
 

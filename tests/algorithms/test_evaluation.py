@@ -1,4 +1,4 @@
-"""Held-out evaluation (algorithms.evaluation): crashed episodes counted apart."""
+"""Held-out evaluation (algorithms.agent.evaluation): crashed episodes counted apart."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from algorithms.trainer import Trainer  # noqa: E402
+from algorithms.training.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
 
 def test_evaluation_counts_crashed_episodes_apart():
-    from algorithms.evaluation import eval_rows, eval_summary
+    from algorithms.agent.evaluation import eval_rows, eval_summary
     from tests.algorithms.fakes import CUT_TASKS, cut_rollout
 
     def _eval_results(batches):
@@ -68,7 +68,7 @@ def test_evaluation_where_every_episode_crashes_at_once(tmp_path):
 
 
 def test_evaluation_rates_are_over_the_steps_of_the_episodes_that_ended():
-    from algorithms.evaluation import _crashed_eval_row, eval_summary
+    from algorithms.agent.evaluation import _crashed_eval_row, eval_summary
 
     def row(length, format_errors, invalid):
         return {"task_id": "t", "task_type": "pick", "success": False, "return": 0.0,

@@ -1,4 +1,4 @@
-"""algorithms.launch: a torchrun worker ends with the status Python would give, after the
+"""algorithms.runs.launch: a torchrun worker ends with the status Python would give, after the
 atexit handlers and a flush, but without the interpreter's teardown (where gloo's
 threads abort a finished run); one process ends as usual."""
 
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from algorithms import launch
+from algorithms.runs import launch
 
 REPO = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import atexit, os, sys
 from pathlib import Path
-from algorithms.launch import run_worker
+from algorithms.runs.launch import run_worker
 
 marks = Path(sys.argv[1])
 
@@ -88,7 +88,7 @@ def test_one_process_lets_exceptions_through(monkeypatch):
 
 def test_launch_does_not_import_torch():
     """train.py imports it before the training stack: --help stays fast."""
-    code = "import sys, algorithms.launch; print('torch' in sys.modules)"
+    code = "import sys, algorithms.runs.launch; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                             text=True, timeout=120)
     assert result.stdout.strip() == "False", result.stderr

@@ -12,10 +12,10 @@ import torch
 pytest.importorskip("transformers")
 
 from agentgym.vector import make_vector_env  # noqa: E402
+from algorithms.agent.rollout import RolloutSettings  # noqa: E402
 from algorithms.config import ModelConfig, PromptConfig, TrainConfig, replace  # noqa: E402
-from algorithms.estimation import Advantages  # noqa: E402
-from algorithms.learner import Learner  # noqa: E402
-from algorithms.rollout import RolloutSettings  # noqa: E402
+from algorithms.training.estimation import Advantages  # noqa: E402
+from algorithms.training.learner import Learner  # noqa: E402
 from tests.algorithms.fakes import ScriptedEngine, collect_and_close, cut_rollout  # noqa: E402
 from tests.algorithms.hand_batch import hand_batch  # noqa: E402
 from tests.algorithms.tiny import make_model, make_policy  # noqa: E402
@@ -365,8 +365,8 @@ def test_score_progress_counts_the_bootstrap_passes():
 
 def test_scores_are_taken_at_the_configured_sampling_temperature():
     """Old, reference and current log-probs all use generation.temperature (one place)."""
-    from algorithms.micro_batches import window_rows as _rows
-    from algorithms.policy import score_responses
+    from algorithms.training.micro_batches import window_rows as _rows
+    from algorithms.training.policy import score_responses
 
     policy = make_policy()
     config = replace(_config("grpo", kl_coef=0.01, mini_batch_size=64, micro_batch_size=64),
@@ -405,7 +405,7 @@ def test_the_full_model_kl_reference_does_not_move_with_the_policy():
 
 
 def _mean_kl(batch, kind: str) -> float:
-    from algorithms import losses
+    from algorithms.objectives import losses
 
     mask = torch.as_tensor(batch.response_mask, dtype=torch.float32)
     tokens = losses.kl_penalty(torch.as_tensor(batch.old_log_probs),
@@ -443,7 +443,7 @@ def test_gigpo_uses_the_configured_gamma():
     """One group of four trajectories whose steps all share one anchor state: the step
     group has every step, their discounted returns depend on gamma beyond an affine map,
     so the normalized step advantages change with gamma."""
-    from algorithms.advantages import gigpo_terms
+    from algorithms.objectives.advantages import gigpo_terms
 
     policy = make_policy()
     batch = _rollout(policy.tokenizer)

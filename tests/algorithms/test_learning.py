@@ -27,9 +27,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from algorithms.agent.metrics import read_metrics  # noqa: E402
 from algorithms.config import CPU_DEMO_LOSS, replace  # noqa: E402
-from algorithms.metrics import read_metrics  # noqa: E402
-from algorithms.trainer import Trainer  # noqa: E402
+from algorithms.training.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 

@@ -14,20 +14,20 @@ pytest.importorskip("peft")
 
 from safetensors import safe_open  # noqa: E402
 
-from algorithms.checkpoint import (  # noqa: E402
+from algorithms.agent.metrics import read_metrics  # noqa: E402
+from algorithms.config import ModelConfig, replace  # noqa: E402
+from algorithms.runs.checkpoint import (  # noqa: E402
     CheckpointError,
     check_model_identity,
     latest_checkpoint,
     load_checkpoint,
 )
-from algorithms.config import ModelConfig, replace  # noqa: E402
-from algorithms.metrics import read_metrics  # noqa: E402
-from algorithms.policy import (  # noqa: E402
+from algorithms.training.policy import (  # noqa: E402
     frozen_weights_fingerprint,
     lora_settings,
     model_identity,
 )
-from algorithms.trainer import Trainer  # noqa: E402
+from algorithms.training.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.tiny import make_model, make_policy  # noqa: E402
 
@@ -188,7 +188,7 @@ def test_check_model_identity_rules(tmp_path):
 
 def test_the_adapters_initialisation_is_a_function_of_the_seed():
     """So that a LoRA run is reproduced by its seed alone, and seeds differ."""
-    from algorithms.policy import attach_lora
+    from algorithms.training.policy import attach_lora
 
     def lora_a(seed: int) -> torch.Tensor:
         model = attach_lora(make_model(40, seed=0), LORA, seed=seed)

@@ -1,4 +1,4 @@
-"""Tests for algorithms.losses: hand cases, a per-token loop reference, mask invariance."""
+"""Tests for algorithms.objectives.losses: hand cases, a per-token loop reference, mask invariance."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from algorithms.losses import (  # noqa: E402
+from algorithms.objectives.losses import (  # noqa: E402
     AGGREGATIONS,
     KL_KINDS,
     LossRecipe,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from algorithms import memory
+from algorithms.runs import memory
 
 
 def _rss_bytes() -> int:

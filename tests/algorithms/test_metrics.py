@@ -7,13 +7,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from algorithms.metrics import (  # noqa: E402
+from algorithms.agent.metrics import (  # noqa: E402
     advantage_metrics,
     rollout_metrics,
     step_group_metrics,
     trajectory_table,
 )
-from algorithms.step_batch import StepBatch, StepLog  # noqa: E402
+from algorithms.agent.step_batch import StepBatch, StepLog  # noqa: E402
 
 
 def _batch() -> StepBatch:

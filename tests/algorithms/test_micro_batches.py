@@ -1,4 +1,4 @@
-"""Each rank's micro-batches and their weights (algorithms/micro_batches.py), by hand."""
+"""Each rank's micro-batches and their weights (algorithms/training/micro_batches.py), by hand."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("torch")
 
 from algorithms.config import LearnerConfig  # noqa: E402
-from algorithms.distributed import SINGLE, Ranks  # noqa: E402
-from algorithms.micro_batches import chunks, micro_weights, rank_chunks  # noqa: E402
+from algorithms.runs.distributed import SINGLE, Ranks  # noqa: E402
+from algorithms.training.micro_batches import chunks, micro_weights, rank_chunks  # noqa: E402
 
 
 def _listed(pairs):

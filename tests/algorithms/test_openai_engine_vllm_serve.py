@@ -23,7 +23,7 @@ httpx = pytest.importorskip("httpx")
 from algorithms.config import ModelConfig  # noqa: E402
 from algorithms.engines import FailedGeneration  # noqa: E402
 from algorithms.engines.openai import OpenAIEngine  # noqa: E402
-from algorithms.policy import load_policy  # noqa: E402
+from algorithms.training.policy import load_policy  # noqa: E402
 
 STARTUP_SECONDS = 600
 
@@ -117,7 +117,7 @@ def test_evaluation_through_the_rollout(server, policy, tmp_path):
     """``--eval-only`` with ``--generation.engine openai``: the trainer's evaluation
     plays ALFWorld episodes through the server."""
     from algorithms.config import PRESETS, replace
-    from algorithms.trainer import Trainer
+    from algorithms.training.trainer import Trainer
 
     config = replace(PRESETS["cpu-demo"],
                      generation={"engine": "openai",

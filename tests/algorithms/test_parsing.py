@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from algorithms.parsing import ParsedAction, parse_action
+from algorithms.agent.parsing import ParsedAction, parse_action
 
 
 @pytest.mark.parametrize(

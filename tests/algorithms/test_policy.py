@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("transformers")
 
 from algorithms.config import ModelConfig  # noqa: E402
-from algorithms.policy import (  # noqa: E402
+from algorithms.training.policy import (  # noqa: E402
     PolicyLoadError,
     default_model_file,
     load_policy,
@@ -77,7 +77,7 @@ def test_score_responses_matches_a_plain_forward_pass():
 def test_model_sources_that_cannot_load_fail_at_once(tmp_path, monkeypatch):
     """A path that does not exist is named as a folder (not parsed as a bad hub id); a hub
     id is fine when cached, refused at once when offline and not cached."""
-    from algorithms.policy import check_model_source
+    from algorithms.training.policy import check_model_source
 
     constants = pytest.importorskip("huggingface_hub.constants")
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))

@@ -1,4 +1,4 @@
-"""The two prompt layouts behind one interface (algorithms.prompt_strategies), by hand:
+"""The two prompt layouts behind one interface (algorithms.agent.prompt_strategies), by hand:
 the window prompt is built from the slot; the transcript grows by the response, the env's
 text (its first ``max_observation_tokens``) and the answer opener, and ends over budget."""
 
@@ -10,14 +10,14 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from algorithms.config import PromptConfig  # noqa: E402
-from algorithms.env_slot import EnvSlot  # noqa: E402
-from algorithms.prompt_strategies import (  # noqa: E402
+from algorithms.agent.env_slot import EnvSlot  # noqa: E402
+from algorithms.agent.prompt_strategies import (  # noqa: E402
     TranscriptPrompts,
     WindowPrompts,
     prompt_strategy,
 )
-from algorithms.prompts import BuiltPrompt, PromptBuilder  # noqa: E402
+from algorithms.agent.prompts import BuiltPrompt, PromptBuilder  # noqa: E402
+from algorithms.config import PromptConfig  # noqa: E402
 from tests.algorithms.tiny import make_tokenizer  # noqa: E402
 
 INFO = {"task": "open the red door", "admissible_actions": ("look", "open red door"),

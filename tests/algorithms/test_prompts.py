@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from algorithms.agent.prompts import PromptBuilder, PromptTooLongError, render_user_message
 from algorithms.config import PromptConfig
-from algorithms.prompts import PromptBuilder, PromptTooLongError, render_user_message
 from algorithms.templates import load_template
 
 HISTORY = [("obs one", "act one"), ("obs two", "act two"), ("obs three", "act three")]

@@ -17,15 +17,15 @@ import torch
 
 pytest.importorskip("transformers")
 
-from algorithms import losses  # noqa: E402
 from algorithms.config import (  # noqa: E402
     ConfigError,
     LearnerConfig,
     TrainConfig,
     replace,
 )
-from algorithms.estimation import Advantages  # noqa: E402
-from algorithms.learner import Learner  # noqa: E402
+from algorithms.objectives import losses  # noqa: E402
+from algorithms.training.estimation import Advantages  # noqa: E402
+from algorithms.training.learner import Learner  # noqa: E402
 from tests.algorithms.hand_batch import hand_batch  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
@@ -62,7 +62,7 @@ def test_the_penalty_lands_on_its_own_row_only():
     step = 4.7 / (4.7 * math.sqrt(2) + EPS)
     np.testing.assert_allclose(got, episode + [step, 0, -step, 0], rtol=1e-12)
     # the estimator's public function takes the penalties the same way
-    from algorithms.advantages import gigpo_advantages
+    from algorithms.objectives.advantages import gigpo_advantages
 
     direct = gigpo_advantages(batch.env_rewards, batch.traj_ids, batch.group_ids,
                               batch.anchors, episode_stats="steps", penalties=batch.penalties)
@@ -105,7 +105,7 @@ def test_the_winning_step_of_a_success_with_an_invalid_step_keeps_a_positive_adv
 
 
 def test_row_penalties_need_statistics_over_steps():
-    from algorithms.advantages import grpo_advantages
+    from algorithms.objectives.advantages import grpo_advantages
 
     with pytest.raises(ValueError, match="episode_stats='steps'"):
         grpo_advantages([0.0, 1.0], [0, 1], [0, 0], penalties=[0.1, 0.0],
@@ -260,8 +260,8 @@ def test_micro_batch_losses_add_up_as_configured(weighting):
     fresh = make_policy()
     fresh.model.load_state_dict(policy.model.state_dict())
     learner_fresh = Learner(fresh, config, CPU)
-    from algorithms.micro_batches import window_rows as _rows
-    from algorithms.scoring import score_rows as _score
+    from algorithms.training.micro_batches import window_rows as _rows
+    from algorithms.training.scoring import score_rows as _score
 
     total = 0.0
     for rows, tokens in (([0, 1], 4), ([2, 3], 3)):
@@ -284,8 +284,8 @@ def test_the_learners_entropy_bonus_pushes_the_weights_up_the_entropy():
     """Zero advantages and no KL: the update's gradient is the entropy bonus's alone,
     ``-entropy_coef * d(token mean of H over the 7 response tokens)/dw``, and a small step
     against it raises the entropy (one micro-batch of the 4 rows)."""
-    from algorithms.micro_batches import window_rows as _rows
-    from algorithms.scoring import score_rows as _score
+    from algorithms.training.micro_batches import window_rows as _rows
+    from algorithms.training.scoring import score_rows as _score
 
     policy = make_policy()
     config = _config("grpo", lr=0.0, weight_decay=0.0, entropy_coef=0.1, max_grad_norm=1e9,
@@ -349,7 +349,7 @@ def test_a_non_finite_gradient_skips_the_step():
 
 
 def test_the_warmup_is_verls_constant_schedule_with_warmup():
-    from algorithms.learner import warmup_factor
+    from algorithms.training.learner import warmup_factor
 
     # int(0.3 * 10) = 3 warmup iterations: factors 0, 1/3, 2/3, then 1.
     assert [warmup_factor(i, 10, 0.3) for i in range(5)] == [0.0, 1 / 3, 2 / 3, 1.0, 1.0]
@@ -358,8 +358,8 @@ def test_the_warmup_is_verls_constant_schedule_with_warmup():
 
 
 def test_the_trainer_warms_the_learning_rate_up(tmp_path):
-    from algorithms.metrics import read_metrics
-    from algorithms.trainer import Trainer
+    from algorithms.agent.metrics import read_metrics
+    from algorithms.training.trainer import Trainer
     from tests.algorithms.scripted_config import scripted_config
 
     config = replace(scripted_config("grpo", iterations=3, lr=1e-3),

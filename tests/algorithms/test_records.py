@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("transformers")
 
 from agentgym.viewer.data import RECORD_FORMAT, read_records  # noqa: E402
-from algorithms.records import FORMAT, recorded_trajectories  # noqa: E402
-from algorithms.trainer import Trainer  # noqa: E402
+from algorithms.agent.records import FORMAT, recorded_trajectories  # noqa: E402
+from algorithms.training.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 

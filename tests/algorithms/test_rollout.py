@@ -9,9 +9,9 @@ pytest.importorskip("transformers")
 
 from agentgym.scripted import ScriptedTextEnv  # noqa: E402
 from agentgym.vector import make_vector_env  # noqa: E402
+from algorithms.agent.prompts import PromptBuilder  # noqa: E402
+from algorithms.agent.rollout import NoStepsError, RolloutSettings, collect_rollout, info_rows  # noqa: E402
 from algorithms.config import PromptConfig  # noqa: E402
-from algorithms.prompts import PromptBuilder  # noqa: E402
-from algorithms.rollout import NoStepsError, RolloutSettings, collect_rollout, info_rows  # noqa: E402
 from tests.algorithms.fakes import (  # noqa: E402
     CUT_PROMPT,
     CUT_TASKS,

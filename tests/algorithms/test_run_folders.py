@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from algorithms.checkpoint import CheckpointError, latest_checkpoint  # noqa: E402
+from algorithms.agent.metrics import read_metrics  # noqa: E402
 from algorithms.config import ConfigError, replace  # noqa: E402
-from algorithms.metrics import read_metrics  # noqa: E402
-from algorithms.run_folder import RunFolderError, default_run_dir  # noqa: E402
-from algorithms.trainer import Trainer  # noqa: E402
+from algorithms.runs.checkpoint import CheckpointError, latest_checkpoint  # noqa: E402
+from algorithms.runs.run_folder import RunFolderError, default_run_dir  # noqa: E402
+from algorithms.training.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from algorithms.metrics import CURVE_PANELS, plot_curves, run_summary
+from algorithms.agent.metrics import CURVE_PANELS, plot_curves, run_summary
 
 
 def _records():
@@ -73,7 +73,7 @@ def test_curves_have_four_panels_with_integer_iteration_ticks(tmp_path):
 def test_gigpo_term_metrics_count_steps_that_shared_a_state():
     import numpy as np
 
-    from algorithms.metrics import gigpo_term_metrics
+    from algorithms.agent.metrics import gigpo_term_metrics
 
     # step groups: {0, 1, 2} (size 3), {3} alone, {4, 5} (size 2): 5 of 6 steps shared.
     metrics = gigpo_term_metrics(np.array([1.0, -1.0, 1.0, -1.0, 0.5, -0.5]),

@@ -1,5 +1,5 @@
-"""An iteration's rollout (algorithms.sampling) and the vector envs it is given
-(algorithms.build)."""
+"""An iteration's rollout (algorithms.agent.sampling) and the vector envs it is given
+(algorithms.training.build)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from algorithms.agent.metrics import read_metrics  # noqa: E402
 from algorithms.config import replace  # noqa: E402
-from algorithms.metrics import read_metrics  # noqa: E402
-from algorithms.trainer import Trainer  # noqa: E402
+from algorithms.training.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
 
 def test_a_rollout_without_steps_is_tried_again(tmp_path, monkeypatch):
-    import algorithms.sampling as sampling_module
-    from algorithms.rollout import NoStepsError
+    import algorithms.agent.sampling as sampling_module
+    from algorithms.agent.rollout import NoStepsError
 
     calls = []
     real = sampling_module.collect_rollout
@@ -36,8 +36,8 @@ def test_a_rollout_without_steps_is_tried_again(tmp_path, monkeypatch):
 
 
 def test_rollout_retries_run_out(tmp_path, monkeypatch):
-    import algorithms.sampling as sampling_module
-    from algorithms.rollout import NoStepsError
+    import algorithms.agent.sampling as sampling_module
+    from algorithms.agent.rollout import NoStepsError
 
     calls = []
 

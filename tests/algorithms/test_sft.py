@@ -12,19 +12,10 @@ import torch
 
 pytest.importorskip("transformers")
 
-from algorithms.checkpoint import CheckpointError  # noqa: E402
+from algorithms.agent.prompts import PromptBuilder  # noqa: E402
 from algorithms.config import PRESETS, ConfigError, ModelConfig, PromptConfig, replace  # noqa: E402
-from algorithms.policy import score_responses  # noqa: E402
-from algorithms.prompts import PromptBuilder  # noqa: E402
-from algorithms.sft import (  # noqa: E402
-    SFTTrainer,
-    batch_rows,
-    collate,
-    main,
-    response_nll,
-    sft_steps,
-)
-from algorithms.sft_data import (  # noqa: E402
+from algorithms.runs.checkpoint import CheckpointError  # noqa: E402
+from algorithms.sft.data import (  # noqa: E402
     ExpertStep,
     ExpertTrajectory,
     NoExpertError,
@@ -35,7 +26,16 @@ from algorithms.sft_data import (  # noqa: E402
     render_answer,
     write_trajectories,
 )
-from algorithms.warm_start import apply_init_checkpoint, base_fingerprint  # noqa: E402
+from algorithms.sft.trainer import (  # noqa: E402
+    SFTTrainer,
+    batch_rows,
+    collate,
+    main,
+    response_nll,
+    sft_steps,
+)
+from algorithms.training.policy import score_responses  # noqa: E402
+from algorithms.training.warm_start import apply_init_checkpoint, base_fingerprint  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
 KEYDOOR = "AgentGym/KeyDoor-v0"
@@ -235,7 +235,7 @@ def test_the_loss_agrees_with_the_rl_scorer(words):
         # the same rows as the learner sees them: left-padded prompts, right-padded responses
         prompts = [e.input_ids[: e.loss_mask.index(1)] for e in examples]
         responses = [e.input_ids[e.loss_mask.index(1):] for e in examples]
-        from algorithms.step_batch import pad_left, pad_right
+        from algorithms.agent.step_batch import pad_left, pad_right
 
         p_ids, p_mask = pad_left(prompts, 0)
         r_ids, r_mask = pad_right(responses, 0)
@@ -355,7 +355,7 @@ def test_a_checkpoint_of_another_base_model_is_refused(tmp_path, words):
 
 
 def test_the_trainer_starts_rl_from_the_checkpoint(tmp_path, words):
-    from algorithms.trainer import Trainer
+    from algorithms.training.trainer import Trainer
 
     run_dir, trained = _sft_checkpoint(tmp_path, words, lora=0)
     config = replace(PRESETS["cpu-demo"], model={"lora_rank": 0,

@@ -1,4 +1,4 @@
-"""``--sft.warm-start``: the SFT stage inside an RL run (algorithms/sft_stage.py)."""
+"""``--sft.warm-start``: the SFT stage inside an RL run (algorithms/sft/stage.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import torch
 pytest.importorskip("transformers")
 
 from algorithms.config import PRESETS, ConfigError, replace  # noqa: E402
-from algorithms.run_folder import RunFolderError  # noqa: E402
-from algorithms.sft import SFTTrainer  # noqa: E402
-from algorithms.sft_stage import FINISHED, STAGE_DIR, needs_stage, run_stage  # noqa: E402
-from algorithms.trainer import Trainer  # noqa: E402
+from algorithms.runs.run_folder import RunFolderError  # noqa: E402
+from algorithms.sft.stage import FINISHED, STAGE_DIR, needs_stage, run_stage  # noqa: E402
+from algorithms.sft.trainer import SFTTrainer  # noqa: E402
+from algorithms.training.trainer import Trainer  # noqa: E402
 from tests.algorithms.test_sft import keydoor_words, tiny  # noqa: E402
 
 

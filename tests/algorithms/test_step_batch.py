@@ -1,4 +1,4 @@
-"""The step batch (algorithms.step_batch): select() and concat_batches() carry every
+"""The step batch (algorithms.agent.step_batch): select() and concat_batches() carry every
 per-row field, the text part included; anchors interned to dense ids."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from algorithms.step_batch import StepLog, concat_batches, intern_anchors  # noqa: E402
+from algorithms.agent.step_batch import StepLog, concat_batches, intern_anchors  # noqa: E402
 from tests.algorithms.fakes import cut_rollout  # noqa: E402
 from tests.algorithms.hand_batch import hand_batch  # noqa: E402
 from tests.algorithms.tiny import make_tokenizer  # noqa: E402
@@ -49,7 +49,7 @@ def test_every_field_with_one_entry_per_row_is_carried_by_select(part):
     same holds for the batch's text part (``StepLog``)."""
     from dataclasses import fields
 
-    from algorithms.step_batch import StepLog
+    from algorithms.agent.step_batch import StepLog
 
     def of(batch):
         return batch if part == "batch" else batch.log

@@ -1,4 +1,4 @@
-"""SIGTERM during a run (``algorithms.termination``), with real signals: the iteration in
+"""SIGTERM during a run (``algorithms.runs.termination``), with real signals: the iteration in
 progress finishes and is checkpointed within ``--run.term-grace``, the run ends with
 status 143 saying where the checkpoint is, and ``--resume`` continues it; under torchrun
 both ranks stop after the same iteration."""
@@ -18,12 +18,12 @@ import torch
 
 pytest.importorskip("transformers")
 
-from algorithms.build import vector_env_factory  # noqa: E402
-from algorithms.checkpoint import latest_checkpoint  # noqa: E402
+from algorithms.agent.metrics import read_metrics  # noqa: E402
 from algorithms.config import replace  # noqa: E402
-from algorithms.metrics import read_metrics  # noqa: E402
-from algorithms.termination import Terminated  # noqa: E402
-from algorithms.trainer import Trainer  # noqa: E402
+from algorithms.runs.checkpoint import latest_checkpoint  # noqa: E402
+from algorithms.runs.termination import Terminated  # noqa: E402
+from algorithms.training.build import vector_env_factory  # noqa: E402
+from algorithms.training.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.test_distributed import _train_py  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402

@@ -11,10 +11,10 @@ import torch
 pytest.importorskip("transformers")
 
 from agentgym.viewer.data import read_records  # noqa: E402
-from algorithms.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
+from algorithms.agent.metrics import read_metrics  # noqa: E402
 from algorithms.config import replace  # noqa: E402
-from algorithms.metrics import read_metrics  # noqa: E402
-from algorithms.trainer import Trainer  # noqa: E402
+from algorithms.runs.checkpoint import latest_checkpoint, load_checkpoint  # noqa: E402
+from algorithms.training.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 

@@ -13,11 +13,11 @@ import torch
 pytest.importorskip("transformers")
 
 from agentgym.vector import make_vector_env  # noqa: E402
+from algorithms.agent.metrics import rollout_metrics  # noqa: E402
+from algorithms.agent.rollout import RolloutSettings, collect_rollout  # noqa: E402
 from algorithms.config import PromptConfig, TrainConfig, replace  # noqa: E402
-from algorithms.learner import Learner  # noqa: E402
-from algorithms.metrics import rollout_metrics  # noqa: E402
-from algorithms.rollout import RolloutSettings, collect_rollout  # noqa: E402
-from algorithms.transcript import transcript_view  # noqa: E402
+from algorithms.training.learner import Learner  # noqa: E402
+from algorithms.training.transcript import transcript_view  # noqa: E402
 from tests.algorithms.fakes import ScriptedEngine  # noqa: E402
 from tests.algorithms.tiny import make_model, make_policy, make_tokenizer  # noqa: E402
 

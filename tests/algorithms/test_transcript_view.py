@@ -1,4 +1,4 @@
-"""The learner's view of a transcript-layout batch (algorithms.transcript): hand-computed
+"""The learner's view of a transcript-layout batch (algorithms.training.transcript): hand-computed
 sequences, offsets and response starts; every row checked to be a prefix of its
 trajectory's transcript, the first row that is not named."""
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from algorithms.step_batch import pad_left, pad_right
-from algorithms.transcript import transcript_view
+from algorithms.agent.step_batch import pad_left, pad_right
+from algorithms.training.transcript import transcript_view
 from tests.algorithms.hand_batch import hand_batch
 
 

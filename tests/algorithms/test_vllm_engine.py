@@ -21,7 +21,7 @@ pytest.importorskip("vllm", reason="vllm is not installed (docs/vllm-cpu.md)")
 from algorithms.config import GenerationConfig, ModelConfig, VLLMConfig  # noqa: E402
 from algorithms.engines import make_engine  # noqa: E402
 from algorithms.engines.vllm import VLLMEngine, vllm_weight_items  # noqa: E402
-from algorithms.policy import load_policy  # noqa: E402
+from algorithms.training.policy import load_policy  # noqa: E402
 
 MAX_MODEL_LEN = 256
 BF16_TOLERANCE = 0.3
@@ -154,7 +154,7 @@ def test_full_model_sync_after_an_optimizer_step(engine, policy):
 
 
 def test_lora_sync_merges_on_the_fly(engine, policy):
-    from algorithms.policy import attach_lora
+    from algorithms.training.policy import attach_lora
 
     config = ModelConfig(lora_rank=4, lora_alpha=8,
                          lora_target_modules=("q_proj", "k_proj", "v_proj", "gate_proj",

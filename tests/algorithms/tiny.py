@@ -9,9 +9,9 @@ from __future__ import annotations
 import torch
 
 from agentgym.scripted import DEFAULT_DOORS
+from algorithms.agent.prompts import answer_instruction, render_user_message
 from algorithms.config import ModelConfig, PromptConfig
-from algorithms.policy import Policy, wrap_model
-from algorithms.prompts import answer_instruction, render_user_message
+from algorithms.training.policy import Policy, wrap_model
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[EOS]")
 

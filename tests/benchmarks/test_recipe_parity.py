@@ -22,7 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from algorithms.step_batch import StepLog, concat_batches  # noqa: E402
+from algorithms.agent.step_batch import StepLog, concat_batches  # noqa: E402
 from benchmarks import recipe_parity as parity  # noqa: E402
 
 WORST_LINE = re.compile(r"^worst difference with defaults: \d\.\de[-+]\d\d \((.+), (std|mean)\)$")

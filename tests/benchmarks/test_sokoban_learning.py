@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from agentgym.sokoban import SokobanEnv  # noqa: E402
-from algorithms.sft_data import build_examples, expert_trajectories  # noqa: E402
+from algorithms.sft.data import build_examples, expert_trajectories  # noqa: E402
 from benchmarks.sokoban_learning import (  # noqa: E402
     ENV_ID,
     Budget,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from algorithms.advantages import gigpo_advantages, grpo_advantages
 from algorithms.integrations.multiturn import gigpo_token_advantages, turn_spans
+from algorithms.objectives.advantages import gigpo_advantages, grpo_advantages
 
 
 def test_turn_spans_are_the_runs_of_ones():

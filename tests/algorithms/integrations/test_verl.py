@@ -32,10 +32,10 @@ from verl.trainer.ppo.core_algos import AdvantageEstimator  # noqa: E402
 
 import agentgym  # noqa: E402,F401
 from agentgym.openenv.codec import anchor_key  # noqa: E402
-from algorithms.advantages import gigpo_advantages  # noqa: E402
 from algorithms.config import LearnerConfig  # noqa: E402
 from algorithms.integrations import verl as integration  # noqa: E402
 from algorithms.integrations.multiturn import turn_spans  # noqa: E402
+from algorithms.objectives.advantages import gigpo_advantages  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -157,7 +157,7 @@ def test_bad_config_and_missing_columns_are_clear_errors():
 @pytest.fixture(scope="module")
 def smollm():
     from algorithms.config import ModelConfig
-    from algorithms.policy import PolicyLoadError, load_causal_lm
+    from algorithms.training.policy import PolicyLoadError, load_causal_lm
 
     try:
         model, tokenizer, *_ = load_causal_lm(ModelConfig(), torch.device("cpu"))

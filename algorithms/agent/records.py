@@ -1,0 +1,201 @@
+"""Rollout records: what the agent saw and did, step by step, for people and the viewer.
+
+Each training iteration and each evaluation writes the trajectories of its first groups
+(at most ``run.record_trajectories`` trajectories, whole groups first) to one
+gzip-compressed JSON-lines file, written atomically::
+
+    records/train/iter_000003.jsonl.gz    the rollout of iteration 3
+    records/eval/iter_000010.jsonl.gz     the evaluation after iteration 10
+
+The first line is a header, every further line one trajectory (the format
+``agentgym.viewer`` reads; :data:`FORMAT` is its version)::
+
+    {"kind": "header", "format": 1, "split": "train", "iteration": 3, "algo": "gigpo",
+     "trajectories": 4, "groups": 2, "rollout_trajectories": 16}
+    {"kind": "trajectory", "iteration": 3, "split": "train", "group": 0, "traj_id": 1,
+     "task_id": "...", "task_type": "...", "task": "...", "trained": true,
+     "outcome": {"success": false, "truncated": true, "env_error": false,
+                 "return": 0.0, "penalized_return": -0.2, "length": 3},
+     "steps": [{"step": 0, "observation": "...", "prompt": "...", "response": "...",
+                "action": "...", "format_ok": true, "valid_action": false,
+                "env_reward": 0.0, "reward": -0.1, "anchor": null, "prompt_cut": false,
+                "advantage": 0.41, "episode_advantage": 0.3, "step_advantage": 0.11,
+                "step_group": 5, "step_group_size": 2,
+                "step_group_members": [[0, 0], [1, 0]]}, ...]}
+
+``prompt`` is the prompt as the model saw it (chat template included, special tokens
+kept); gzip shares its repeated instructions across steps, so no prefix table is needed.
+``anchor`` is ``null`` when it equals the observation (GiGPO's default anchor), else its
+text. Advantages and step groups are those of the update; they are ``null`` on
+trajectories the update left out (``trained`` false: GiGPO and GRPO drop episodes that
+ended on an env error), on iterations whose update was skipped, and in evaluation
+records. ``episode_advantage`` / ``step_advantage`` are GiGPO's two terms (GRPO: the
+episode term only; PPO: neither, ``advantage`` is GAE's).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from algorithms.agent.step_batch import StepBatch
+from algorithms.runs.atomic import write_atomic
+
+FORMAT = 1
+"""Version of the record format above."""
+
+
+def records_path(run_dir: Path, split: str, iteration: int) -> Path:
+    """``run_dir/records/<split>/iter_XXXXXX.jsonl.gz``."""
+    return Path(run_dir) / "records" / split / f"iter_{iteration:06d}.jsonl.gz"
+
+
+def recorded_trajectories(batch: StepBatch, group_ids: np.ndarray, limit: int) -> list[int]:
+    """Trajectory ids to record: whole groups in order while they fit in ``limit``, or
+    the first ``limit`` trajectories of the first group when one group is larger.
+
+    Args:
+        batch: the rollout.
+        group_ids: (N,) group of each row (``batch.group_ids``).
+        limit: most trajectories to record (0: none).
+    """
+    if limit <= 0 or len(batch) == 0:
+        return []
+    by_group: dict[int, list[int]] = defaultdict(list)
+    for traj, group in zip(batch.traj_ids[batch.last_step], group_ids[batch.last_step],
+                           strict=True):
+        by_group[int(group)].append(int(traj))
+    chosen: list[int] = []
+    for group in sorted(by_group):
+        members = sorted(by_group[group])
+        if len(chosen) + len(members) > limit:
+            break
+        chosen += members
+    if not chosen:
+        chosen = sorted(by_group[min(by_group)])[:limit]
+    return chosen
+
+
+def _float_or_none(values: np.ndarray | None, row: int | None) -> float | None:
+    if values is None or row is None:
+        return None
+    return float(values[row])
+
+
+def trajectory_records(batch: StepBatch, tokenizer: Any, *, iteration: int, split: str,
+                       limit: int, trained: StepBatch | None = None,
+                       signals: Any = None) -> list[dict[str, Any]]:
+    """The records of the first groups of ``batch`` (format in the module docstring).
+
+    Args:
+        batch: the whole rollout (every step).
+        tokenizer: decodes the prompts.
+        iteration: the iteration number written in the records.
+        split: ``"train"`` or ``"eval"``.
+        limit: most trajectories to record.
+        trained: the batch the update used (rows of ``batch``, possibly fewer).
+        signals: the update's :class:`~algorithms.training.learner.Advantages`, over ``trained``.
+
+    Returns:
+        One dict per recorded trajectory, in trajectory order.
+    """
+    chosen = recorded_trajectories(batch, batch.group_ids, limit)
+    trained_row: dict[tuple[int, int], int] = {}
+    members: dict[int, list[list[int]]] = defaultdict(list)
+    group_ids = None
+    if trained is not None and signals is not None:
+        trained_row = {(int(t), int(s)): i for i, (t, s) in
+                       enumerate(zip(trained.traj_ids, trained.step_index, strict=True))}
+        group_ids = signals.step_group_ids
+        if group_ids is not None:
+            for i, group in enumerate(group_ids):
+                members[int(group)].append([int(trained.traj_ids[i]),
+                                            int(trained.step_index[i])])
+    wanted = set(chosen)
+    steps_of: dict[int, list[int]] = defaultdict(list)
+    for row, traj in enumerate(batch.traj_ids):
+        if int(traj) in wanted:
+            steps_of[int(traj)].append(row)
+    records = []
+    for traj in chosen:
+        rows = steps_of[traj]
+        first = rows[0]
+        steps = []
+        for row in rows:
+            key = (traj, int(batch.step_index[row]))
+            t_row = trained_row.get(key)
+            group = None if group_ids is None or t_row is None else int(group_ids[t_row])
+            observation = batch.log.observations[row] if batch.log.observations else ""
+            anchor = batch.anchors[row]
+            prompt_tokens = batch.prompt_ids[row][batch.prompt_mask[row].astype(bool)]
+            steps.append({
+                "step": int(batch.step_index[row]),
+                "observation": observation,
+                "prompt": tokenizer.decode(prompt_tokens.tolist(), skip_special_tokens=False),
+                "response": batch.log.response_texts[row],
+                "action": batch.log.actions[row],
+                "format_ok": bool(batch.format_ok[row]),
+                "valid_action": bool(batch.valid_action[row]),
+                "env_reward": float(batch.env_rewards[row]),
+                "reward": float(batch.rewards[row]),
+                "anchor": None if anchor == observation else str(anchor),
+                "prompt_cut": bool(batch.prompt_cut[row]),
+                "advantage": _float_or_none(None if signals is None else signals.advantages,
+                                            t_row),
+                "episode_advantage": _float_or_none(getattr(signals, "episode", None), t_row),
+                "step_advantage": _float_or_none(getattr(signals, "step", None), t_row),
+                "step_group": group,
+                "step_group_size": None if group is None else len(members[group]),
+                "step_group_members": None if group is None else members[group],
+            })
+        records.append({
+            "kind": "trajectory", "iteration": iteration, "split": split,
+            "group": int(batch.group_ids[first]), "traj_id": traj,
+            "task_id": batch.log.task_ids[first], "task_type": batch.log.task_types[first],
+            "task": batch.log.tasks[first] if batch.log.tasks else "",
+            "trained": bool(trained_row) and (traj, int(batch.step_index[first]))
+            in trained_row,
+            "outcome": {
+                "success": bool(batch.success[first]),
+                "truncated": bool(batch.truncated[first]),
+                "env_error": bool(batch.env_error[first]),
+                "return": float(batch.env_rewards[rows].sum()),
+                "penalized_return": float(batch.rewards[rows].sum()),
+                "length": len(rows),
+            },
+            "steps": steps,
+        })
+    return records
+
+
+def write_records(path: Path, records: list[dict[str, Any]], header: dict[str, Any]) -> Path:
+    """Write ``header`` and ``records`` as gzip JSON lines to ``path``, atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as archive:
+        head = {"kind": "header", "format": FORMAT, **header,
+                "trajectories": len(records),
+                "groups": len({r["group"] for r in records})}
+        archive.write((json.dumps(head) + "\n").encode("utf-8"))
+        for record in records:
+            archive.write((json.dumps(record) + "\n").encode("utf-8"))
+    write_atomic(path, buffer.getvalue())
+    return path
+
+
+def write_run_records(run_dir: Path, config: Any, split: str, iteration: int,
+                      records: list[dict[str, Any]], num_trajectories: int) -> None:
+    """Write a run's ``records/<split>/iter_XXXXXX.jsonl.gz`` (nothing when ``records`` is
+    empty), its header naming the run's algorithm and env."""
+    if not records:
+        return
+    write_records(records_path(run_dir, split, iteration), records,
+                  {"split": split, "iteration": iteration, "algo": config.algo,
+                   "env_id": config.env.env_id, "rollout_trajectories": num_trajectories})

@@ -1,0 +1,157 @@
+"""The run folder: where a run writes, and when a folder may be (re)used.
+
+A training run owns ``runs/<run_name>/`` (the layout is :mod:`algorithms.training.trainer`'s
+docstring). A folder that already holds a run is never silently reused: a new run there is
+refused (:class:`RunFolderError`) unless ``run.overwrite``; ``run.resume`` needs a
+checkpoint there and the same settings outside ``run.*``. ``run.eval_only`` writes to a
+folder of its own (:func:`eval_only_dir`). A setup that fails in a new run removes what it
+wrote (:func:`discard_new_run`), so the same command can be tried again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from algorithms.runs import distributed
+from algorithms.runs.checkpoint import CheckpointError, latest_checkpoint, resolve_checkpoint
+from algorithms.config import ConfigError, TrainConfig
+from algorithms.runs.distributed import Ranks
+
+RUN_FILES = ("config.json", "metrics.jsonl", "tensorboard", "curves.png", "checkpoints",
+             "records", "eval", "wandb")
+"""What a run writes in its folder (``run.overwrite`` deletes these, nothing else)."""
+
+
+class RunFolderError(ConfigError):
+    """A run folder that cannot be used as asked (reuse without overwrite, nothing to
+    resume)."""
+
+
+def default_run_dir(config: TrainConfig) -> Path:
+    """``output_dir/run_name``, the name defaulting to ``<preset>-<algo>-seed<seed>``;
+    for ``eval_only`` without a ``run_name``, :func:`eval_only_dir`."""
+    run = config.run
+    if run.eval_only and run.run_name is None:
+        return eval_only_dir(config)
+    name = run.run_name or f"{config.preset}-{config.algo}-seed{run.seed}"
+    return Path(run.output_dir) / name
+
+
+def eval_only_dir(config: TrainConfig) -> Path:
+    """Where ``--eval-only`` writes: ``<run>/eval/<checkpoint>-<split>`` for a checkpoint
+    of ``<run>``, or ``output_dir/initial-<preset>/eval/initial-<split>`` for the
+    untrained model. ``<split>`` is the evaluation env's ``split`` (``default`` when it
+    sets none)."""
+    split = str(config.env.eval_kwargs().get("split", "default"))
+    if config.run.checkpoint is None:
+        base = Path(config.run.output_dir) / f"initial-{config.preset}"
+        return base / "eval" / f"initial-{split}"
+    folder = resolve_checkpoint(Path(config.run.checkpoint))
+    return folder.parent.parent / "eval" / f"{folder.name}-{split}"
+
+
+def holds_run(run_dir: Path) -> list[str]:
+    """The run files present in ``run_dir`` (empty: the folder holds no run)."""
+    return [name for name in RUN_FILES if (Path(run_dir) / name).exists()]
+
+
+def prepare_run_folder(config: TrainConfig, run_dir: Path) -> Path | None:
+    """Check ``run_dir`` against the run's mode, before anything is loaded; with
+    ``run.overwrite``, delete the run files a previous run left there.
+
+    Returns:
+        The checkpoint to load: the newest of the run (resume), the one to evaluate
+        (eval-only), or ``None``.
+
+    Raises:
+        RunFolderError: a new run in a folder holding one (without ``run.overwrite``), or
+            a resume with nothing to resume.
+        ConfigError: a resume with settings that differ from the saved ones.
+        CheckpointError: the checkpoint to evaluate is missing or refused.
+    """
+    run = config.run
+    if run.eval_only:
+        checkpoint = resolve_checkpoint(Path(run.checkpoint)) if run.checkpoint else None
+    elif run.resume:
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise RunFolderError(
+                f"--resume: no checkpoint to resume in {run_dir} (no "
+                "checkpoints/latest there); check --run.run-name / --run.output-dir, "
+                "or start the run without --resume")
+        saved = run_dir / "config.json"
+        if saved.exists():
+            stored = TrainConfig.from_dict(json.loads(saved.read_text(encoding="utf-8")))
+            changed = config_changes(stored.to_dict(), config.to_dict())
+            if changed:
+                raise ConfigError(
+                    f"--run.resume with a config that differs from {saved} "
+                    f"({'; '.join(changed)}); resume with the same settings (only run.* "
+                    "may change)")
+    else:
+        checkpoint = None
+    present = holds_run(run_dir)
+    if present and not run.resume:
+        if not run.overwrite:
+            hint = ("evaluate into another folder with --run.run-name NAME" if run.eval_only
+                    else "continue it with --resume, or pick another folder with "
+                    "--run.run-name NAME" if latest_checkpoint(run_dir) is not None
+                    else "it has no checkpoint to resume (it stopped before its first "
+                    "one); pick another folder with --run.run-name NAME")
+            raise RunFolderError(
+                f"{run_dir} already holds a run ({', '.join(present)}); {hint}, or "
+                "replace it with --run.overwrite")
+        for name in present:
+            path = run_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return checkpoint
+
+
+def prepare_on_rank0(config: TrainConfig, run_dir: Path, ranks: Ranks) -> Path | None:
+    """:func:`prepare_run_folder` decided by rank 0 alone (only it touches the folder);
+    every rank of a torchrun job gets its answer, or raises its error."""
+    if not ranks.distributed:
+        return prepare_run_folder(config, run_dir)
+    answer: tuple[str, str] | Path | None = None
+    if ranks.main:
+        try:
+            answer = prepare_run_folder(config, run_dir)
+        except (ConfigError, CheckpointError) as error:
+            answer = (type(error).__name__, str(error))
+    answer = distributed.broadcast_object(answer, ranks)
+    if isinstance(answer, tuple):
+        kind = CheckpointError if answer[0] == "CheckpointError" else ConfigError
+        raise kind(answer[1])
+    return answer
+
+
+def discard_new_run(run_dir: Path) -> None:
+    """Delete the run files a failed setup of a new run wrote, and the run folder when
+    that leaves it empty. :func:`prepare_run_folder` left none there before (it refuses a
+    folder holding a run, or empties it with ``run.overwrite``), so every file removed is
+    this setup's."""
+    for name in holds_run(run_dir):
+        path = run_dir / name
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink()
+    with contextlib.suppress(OSError):  # not empty: something of the user's is there
+        run_dir.rmdir()
+
+
+def config_changes(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """``"section.field: saved X, now Y"`` for each setting outside ``run`` that differs."""
+    changes = []
+    for name in sorted(set(saved) | set(current)):
+        if name == "run":
+            continue
+        old, new = saved.get(name), current.get(name)
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes += [f"{name}.{key}: saved {old.get(key)!r}, now {new.get(key)!r}"
+                        for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+        elif old != new:
+            changes.append(f"{name}: saved {old!r}, now {new!r}")
+    return changes
+

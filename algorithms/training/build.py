@@ -1,0 +1,163 @@
+"""The parts a run is built from: the policy, the generation engine and the vector envs.
+
+:class:`~algorithms.training.trainer.Trainer` builds each with the functions here unless it is
+handed one (``policy=``, ``engine=``, ``make_vec_env=``): tests and other libraries pass
+their own parts instead of patching the trainer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from algorithms.config import EnvConfig, TrainConfig
+from algorithms.engines import make_engine
+from algorithms.runs.distributed import Ranks, WeightMirror
+from algorithms.runs.memory import release_around_each_call
+from algorithms.training.learner import Learner
+from algorithms.training.policy import (
+    Policy,
+    check_model_source,
+    default_model_conversion,
+    load_policy,
+)
+
+VecEnvFactory = Callable[[dict[str, Any], int, int], Any]
+"""``(env kwargs, num_envs, group_size) -> vector env``."""
+
+
+def check_model_sources(config: TrainConfig, *, policy_given: bool) -> None:
+    """Fail in one line, before any retries, when the policy's model (unless a policy was
+    given) or the ``separate`` critic's cannot be had
+    (:func:`~algorithms.training.policy.check_model_source`)."""
+    if not policy_given:
+        check_model_source(config.model.name_or_path)
+    if config.use_critic and config.model.critic == "separate":
+        check_model_source(config.model.critic_name_or_path)
+
+
+def build_policy(config: TrainConfig, device: torch.device, ranks: Ranks,
+                 say: Callable[[str], None], policy: Policy | None = None) -> Policy:
+    """The run's policy on ``device``: ``policy`` when given, else loaded
+    (:func:`load_run_policy`), with ``model.init_checkpoint``'s weights
+    (:func:`with_init_checkpoint`); says what it is."""
+    if policy is None:
+        policy = load_run_policy(config, device, ranks, say)
+    policy = with_init_checkpoint(policy, config, device, ranks)
+    say(f"policy: {policy.source}; "
+        f"{sum(p.numel() for p in policy.model.parameters()) / 1e6:.1f}M parameters")
+    policy.model.to(device)
+    return policy
+
+
+def build_learner(policy: Policy, config: TrainConfig, device: torch.device,
+                  ranks: Ranks) -> Learner:
+    """The learner of ``policy``; freed heap pages go back to the system around each
+    micro-batch's forward pass (:mod:`algorithms.runs.memory`), so that the next pass starts
+    from live memory."""
+    learner = Learner(policy, config, device, ranks=ranks)
+    for scorer in (learner.scorer, learner.reference_scorer):
+        if scorer is not None:
+            release_around_each_call(scorer)
+    return learner
+
+
+def load_run_policy(config: TrainConfig, device: torch.device, ranks: Ranks,
+                    say: Callable[[str], None]) -> Policy:
+    """Load the policy of ``config.model`` on ``device`` (float32 master weights for FSDP2
+    mixed precision under torchrun on GPUs)."""
+    convert_to = default_model_conversion() if config.model.name_or_path is None else None
+    say(f"loading the policy ({config.model.name_or_path or 'default model'}) on {device}" + (
+        "" if convert_to is None else
+        f"; converting the default GGUF model to HF format first (once, tens of seconds on "
+        f"a CPU; then loaded from {convert_to})"))
+    return load_policy(run_model_config(config, device, ranks), device, seed=config.run.seed)
+
+
+def run_model_config(config: TrainConfig, device: torch.device, ranks: Ranks) -> Any:
+    """``config.model`` as this process loads it: under torchrun on GPUs, ``dtype="auto"``
+    means float32 master weights (FSDP2 computes in bfloat16)."""
+    model = config.model
+    if ranks.distributed and device.type == "cuda" and model.dtype == "auto":
+        return dataclasses.replace(model, dtype="float32")
+    return model
+
+
+def with_init_checkpoint(policy: Policy, config: TrainConfig, device: torch.device,
+                         ranks: Ranks) -> Policy:
+    """``policy`` with ``model.init_checkpoint``'s weights loaded, e.g. an SFT warm start
+    (unchanged without one)."""
+    if config.model.init_checkpoint is None:
+        return policy
+    from algorithms.training.warm_start import apply_init_checkpoint
+
+    return apply_init_checkpoint(policy, run_model_config(config, device, ranks),
+                                 seed=config.run.seed)
+
+
+def engine_source(config: TrainConfig, policy: Policy, device: torch.device,
+                  ranks: Ranks) -> tuple[Policy, WeightMirror | None]:
+    """The policy the engine samples from, and the mirror behind it: ``policy`` itself in
+    one process; under torchrun a full copy of it (refreshed from the shards after each
+    update; on a GPU the HF engine's copy samples in bfloat16, like FSDP2's compute).
+    Call it before the learner shards the policy: FSDP2's modules cannot be copied."""
+    if not ranks.distributed:
+        return policy, None
+    from algorithms.engines import resolve_engine
+
+    on_host = resolve_engine(config.generation, policy) != "hf"
+    mirror = WeightMirror(
+        policy.model, torch.device("cpu") if on_host else device,
+        dtype=torch.bfloat16 if device.type == "cuda" and not on_host else None)
+    return dataclasses.replace(policy, model=mirror.model), mirror
+
+
+def make_run_engine(config: TrainConfig, policy: Policy, device: torch.device,
+                    ranks: Ranks) -> Any:
+    """The generation engine of ``config.generation`` sampling from ``policy`` (see
+    :func:`engine_source`); sampling seeds differ per rank."""
+    max_len = config.prompt.max_prompt_tokens + config.generation.max_new_tokens
+    return make_engine(config.generation, policy, device,
+                       seed=config.run.seed + 1_000_003 * ranks.rank, max_model_len=max_len)
+
+
+def sync_engine_weights(engine: Any, model: torch.nn.Module, mirror: WeightMirror | None
+                        ) -> None:
+    """Give ``engine`` the weights of ``model``: through ``mirror``'s full copy when the
+    policy is sharded (see :func:`engine_source`), else directly."""
+    if mirror is not None:
+        mirror.refresh(model)
+        engine.sync_weights(mirror.model)
+    else:
+        engine.sync_weights(model)
+
+
+def vector_env_factory(env: EnvConfig) -> VecEnvFactory:
+    """Builds ``env.env_id``'s vector envs with the configured backend, workers and step
+    timeout (connecting to ``env.ray_address``'s Ray cluster first when set)."""
+
+    def make(kwargs: dict[str, Any], num_envs: int, group_size: int) -> Any:
+        from agentgym.vector import make_vector_env
+
+        if env.backend == "ray" and env.ray_address is not None:
+            from agentgym.vector.ray_backend import connect_ray
+
+            connect_ray(env.ray_address)
+        return make_vector_env(env.env_id, num_envs, group_size=group_size,
+                               backend=env.backend, num_workers=env.num_workers,
+                               step_timeout=env.step_timeout, **kwargs)
+
+    return make
+
+
+def build_vec_env(config: TrainConfig, make_vec_env: VecEnvFactory, group_count: int,
+                  ranks: Ranks, say: Callable[[str], None]) -> Any:
+    """The training envs of this rank: ``group_count`` groups of ``env.group_size``, made
+    by ``make_vec_env`` with the training kwargs."""
+    env = config.env
+    say(f"building {group_count * env.group_size} {env.env_id} envs ({env.backend} backend"
+        f"{', per rank' if ranks.distributed else ''})")
+    return make_vec_env(env.kwargs(), group_count * env.group_size, env.group_size)
