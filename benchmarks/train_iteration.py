@@ -156,7 +156,7 @@ def run_layout(preset: str, layout: str, iterations: int,
         with memory.phase("setup"):
             trainer.setup()
         setup_seconds = time.perf_counter() - start
-        memory.wrap(trainer, "_rollout", "rollout")
+        memory.wrap(trainer.sampler, "sample", "rollout")
         memory.wrap(trainer, "_sync_engine", "weight_sync")
         for method, name in (("score", "log_probs"), ("advantages", "advantages"),
                              ("update", "update")):
