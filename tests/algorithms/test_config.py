@@ -207,3 +207,14 @@ def test_cli_reaches_the_layout_template_chat_template_and_stop_flags(tmp_path):
     bad.write_text("Q: {question}", encoding="utf-8")
     with pytest.raises(ValueError, match=r"unknown placeholder \{question\}"):
         parse_config(["--preset", "cpu-demo", "--prompt.template", str(bad)])
+
+
+def test_the_env_id_help_names_every_registered_env():
+    import gymnasium as gym
+
+    import agentgym  # noqa: F401  (registers the ids)
+    from algorithms.config import EnvConfig, field_docs
+
+    text = field_docs(EnvConfig)["env_id"]
+    missing = [k for k in gym.registry if k.startswith("AgentGym/") and f"``{k}``" not in text]
+    assert missing == []
