@@ -195,3 +195,28 @@ def test_chunk_size_must_be_positive():
     rows = _scoring_rows(model.get_output_embeddings().weight.shape[0])
     with pytest.raises(ValueError, match="chunk_tokens must be >= 1"):
         score_responses(model, *rows, chunk_tokens=0)
+
+
+def test_the_gguf_conversion_bar_is_shown_on_a_terminal_only(capsys):
+    import io
+
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    from algorithms.training.policy import gguf_bar_for
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    from transformers.utils import logging as hf_logging
+
+    original = gguf_utils.tqdm
+    for stream, shown in ((io.StringIO(), False), (Terminal(), True)):
+        with gguf_bar_for(stream):
+            for _ in gguf_utils.tqdm(range(3), desc="Converting"):
+                pass
+            for _ in hf_logging.tqdm(range(3), desc="Writing model shards"):
+                pass
+        err = capsys.readouterr().err
+        assert ("Converting" in err, "Writing model shards" in err) == (shown, shown)
+        assert gguf_utils.tqdm is original and hf_logging.is_progress_bar_enabled()
