@@ -370,3 +370,23 @@ def test_each_algo_trains_end_to_end(tmp_path, algo):
     after = dict(trainer.policy.model.named_parameters())
     assert any(not torch.equal(before[n], after[n].detach()) for n in before)
     assert np.isfinite(metrics["update/policy_loss"]) and metrics["update/steps"] > 0
+
+
+@pytest.mark.parametrize("algo", ["grpo", "rloo", "gigpo"])
+def test_the_terms_logged_beside_the_advantages(algo):
+    """What the metrics and records read: the episode term (for GRPO and RLOO the whole
+    advantage), and for GiGPO the step term and the step groups (A = A_E + w A_S, Eq. 8)."""
+    from algorithms.training.estimation import estimate_advantages
+
+    batch = _two_groups()
+    config = with_algo(TrainConfig(), algo)
+    result = estimate_advantages(batch, config)
+    if algo != "gigpo":
+        np.testing.assert_array_equal(result.episode, result.advantages)
+        assert result.step_group_ids is None
+        return
+    np.testing.assert_allclose(result.advantages,
+                               result.episode + config.learner.step_weight * result.step)
+    groups = result.step_group_ids
+    assert groups[0] == groups[2] != groups[1]  # A's and B's first steps share s0
+    assert groups[4] == groups[5] != groups[0]  # C's and D's c0, in the other task
