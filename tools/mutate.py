@@ -228,6 +228,20 @@ def _replayed(path: Path, module: str, every: list[Mutant]) -> list[Mutant]:
     return chosen
 
 
+def _not_copied(root: Path):
+    """``copytree``'s ignore function: caches everywhere, but ``runs/`` (training outputs)
+    only at the top (``algorithms/runs/`` is code)."""
+    caches = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.egg-info")
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = set(caches(folder, names))
+        if Path(folder).resolve() == root:
+            skipped |= {"runs"} & set(names)
+        return skipped
+
+    return ignore
+
+
 def _run_tests(scratch: Path, tests: list[str], timeout: float,
                killers: list[str] | None = None) -> str:
     """``"passed"``, ``"failed"`` or ``"timeout"``. With a ``killers`` list, every test
@@ -273,8 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="agentgym-mutants-") as tmp:
         scratch = Path(tmp) / "repo"
-        shutil.copytree(root, scratch, ignore=shutil.ignore_patterns(
-            ".git", "runs", "__pycache__", ".pytest_cache", "*.egg-info"))
+        shutil.copytree(root, scratch, ignore=_not_copied(root))
         for module in args.module or sorted(TARGETS):
             tests = args.tests or TARGETS[module]
             start = time.monotonic()
