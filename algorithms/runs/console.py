@@ -25,8 +25,9 @@ def progress_bar(show: bool, **kwargs: Any) -> Any:
 
 
 def quiet_dependency_bars() -> None:
-    """Turn off the progress bars of transformers ("Loading weights", the GGUF
-    conversion) and of huggingface_hub (downloads), where they are installed."""
+    """Turn off the progress bars of transformers ("Loading weights", writing shards) and
+    of huggingface_hub (downloads), where they are installed. (The GGUF conversion's bar
+    is a bare ``tqdm``: :func:`algorithms.training.policy.gguf_bar_for` handles it.)"""
     try:
         from transformers.utils import logging as transformers_logging
     except ImportError:

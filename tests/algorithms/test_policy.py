@@ -210,13 +210,18 @@ def test_the_gguf_conversion_bar_is_shown_on_a_terminal_only(capsys):
 
     from transformers.utils import logging as hf_logging
 
-    original = gguf_utils.tqdm
-    for stream, shown in ((io.StringIO(), False), (Terminal(), True)):
-        with gguf_bar_for(stream):
-            for _ in gguf_utils.tqdm(range(3), desc="Converting"):
-                pass
-            for _ in hf_logging.tqdm(range(3), desc="Writing model shards"):
-                pass
-        err = capsys.readouterr().err
-        assert ("Converting" in err, "Writing model shards" in err) == (shown, shown)
-        assert gguf_utils.tqdm is original and hf_logging.is_progress_bar_enabled()
+    original, enabled = gguf_utils.tqdm, hf_logging.is_progress_bar_enabled()
+    hf_logging.enable_progress_bar()  # a run before may have turned them off (console.py)
+    try:
+        for stream, shown in ((io.StringIO(), False), (Terminal(), True)):
+            with gguf_bar_for(stream):
+                for _ in gguf_utils.tqdm(range(3), desc="Converting"):
+                    pass
+                for _ in hf_logging.tqdm(range(3), desc="Writing model shards"):
+                    pass
+            err = capsys.readouterr().err
+            assert ("Converting" in err, "Writing model shards" in err) == (shown, shown)
+            assert gguf_utils.tqdm is original and hf_logging.is_progress_bar_enabled()
+    finally:
+        if not enabled:
+            hf_logging.disable_progress_bar()
