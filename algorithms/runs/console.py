@@ -5,6 +5,8 @@ Free of torch (``train.py`` may use it before the training stack is imported).
 
 from __future__ import annotations
 
+import functools
+
 import sys
 from typing import Any
 
@@ -25,15 +27,20 @@ def progress_bar(show: bool, **kwargs: Any) -> Any:
 
 
 def quiet_dependency_bars() -> None:
-    """Turn off the progress bars of transformers ("Loading weights", writing shards) and
-    of huggingface_hub (downloads), where they are installed. (The GGUF conversion's bar
-    is a bare ``tqdm``: :func:`algorithms.training.policy.gguf_bar_for` handles it.)"""
+    """Turn off the progress bars of transformers ("Loading weights", writing shards, and
+    the default model's GGUF conversion, a bare ``tqdm`` outside transformers' switch) and
+    of huggingface_hub (downloads), where they are installed."""
     try:
         from transformers.utils import logging as transformers_logging
     except ImportError:
         pass
     else:
         transformers_logging.disable_progress_bar()
+        import transformers.modeling_gguf_pytorch_utils as gguf_loading
+
+        bar = getattr(gguf_loading, "tqdm", None)
+        if bar is not None and not isinstance(bar, functools.partial):
+            gguf_loading.tqdm = functools.partial(bar, disable=True)
     try:
         from huggingface_hub.utils import disable_progress_bars
     except ImportError:

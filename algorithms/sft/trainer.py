@@ -51,7 +51,7 @@ from algorithms.agent.sampling import rollout_settings
 from algorithms.agent.step_batch import concat_batches
 from algorithms.config import ConfigError, TrainConfig, replace
 from algorithms.engines import make_engine
-from algorithms.runs.console import progress_bar
+from algorithms.runs.console import on_terminal, progress_bar, quiet_dependency_bars
 from algorithms.runs.run_folder import prepare_run_folder
 from algorithms.runs.seeds import iteration_seed
 from algorithms.sft.data import (
@@ -157,6 +157,8 @@ class SFTTrainer(Trainer):
             raise ConfigError("--algo sft runs in one process; start it without torchrun")
         checkpoint = prepare_run_folder(config, self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not (self.progress and on_terminal()):  # a log file: no libraries' bars
+            quiet_dependency_bars()
         if config.run.torch_threads is not None:
             torch.set_num_threads(config.run.torch_threads)
         if self._policy is None:

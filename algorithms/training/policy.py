@@ -16,16 +16,11 @@ micro-batch are never all alive at once, with or without autograd.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import functools
 import hashlib
-import importlib
 import importlib.util
 import os
-import sys
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -219,32 +214,6 @@ def _hub_unreachable(endpoint: str) -> str | None:
         return f"{endpoint}: {cause}"
 
 
-@contextlib.contextmanager
-def gguf_bar_for(stream: Any) -> Iterator[None]:
-    """The default model's one-time conversion bars (transformers' GGUF tensor bar, a bare
-    ``tqdm`` it calls itself, and its "Writing model shards" bar) shown only when ``stream``
-    is a terminal: in a log file their redraws would bury the run's lines. The conversion
-    runs once per machine, for a few seconds."""
-    from transformers.utils import logging as hf_logging
-
-    module = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
-    bar = getattr(module, "tqdm", None)
-    if stream.isatty():
-        yield
-        return
-    shown = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    if bar is not None:
-        module.tqdm = functools.partial(bar, disable=True)
-    try:
-        yield
-    finally:
-        if bar is not None:
-            module.tqdm = bar
-        if shown:
-            hf_logging.enable_progress_bar()
-
-
 def _from_pretrained(loader: Any, path: str, gguf_file: str | None, **kwargs: Any) -> Any:
     if gguf_file is not None:
         kwargs["gguf_file"] = gguf_file
@@ -286,9 +255,8 @@ def load_causal_lm(
     try:
         tokenizer = _from_pretrained(AutoTokenizer, path, gguf_file,
                                      trust_remote_code=config.trust_remote_code)
-        with gguf_bar_for(sys.stderr) if convert_to is not None else contextlib.nullcontext():
-            model = _from_pretrained(AutoModelForCausalLM, path, gguf_file, dtype=dtype,
-                                     trust_remote_code=config.trust_remote_code)
+        model = _from_pretrained(AutoModelForCausalLM, path, gguf_file, dtype=dtype,
+                                 trust_remote_code=config.trust_remote_code)
     except (OSError, ValueError, ImportError, RuntimeError, KeyError) as error:
         hint = ""
         if name is not None and not Path(name).expanduser().exists():
@@ -300,8 +268,7 @@ def load_causal_lm(
         ) from error
     if convert_to is not None:
         convert_to.parent.mkdir(parents=True, exist_ok=True)
-        with gguf_bar_for(sys.stderr):
-            _save_converted(model, tokenizer, convert_to)
+        _save_converted(model, tokenizer, convert_to)
     model.to(device)
     return model, tokenizer, source, path, gguf_file
 

@@ -197,31 +197,28 @@ def test_chunk_size_must_be_positive():
         score_responses(model, *rows, chunk_tokens=0)
 
 
-def test_the_gguf_conversion_bar_is_shown_on_a_terminal_only(capsys):
-    import io
-
+def test_quieting_the_dependencies_bars_covers_the_gguf_conversion(capsys):
+    """A run into a log file turns off transformers' bars, the GGUF conversion's bare
+    tqdm included (it ignores transformers' switch)."""
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
-
-    from algorithms.training.policy import gguf_bar_for
-
-    class Terminal(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
     from transformers.utils import logging as hf_logging
 
+    from algorithms.runs.console import quiet_dependency_bars
+
     original, enabled = gguf_utils.tqdm, hf_logging.is_progress_bar_enabled()
-    hf_logging.enable_progress_bar()  # a run before may have turned them off (console.py)
     try:
-        for stream, shown in ((io.StringIO(), False), (Terminal(), True)):
-            with gguf_bar_for(stream):
-                for _ in gguf_utils.tqdm(range(3), desc="Converting"):
-                    pass
-                for _ in hf_logging.tqdm(range(3), desc="Writing model shards"):
-                    pass
-            err = capsys.readouterr().err
-            assert ("Converting" in err, "Writing model shards" in err) == (shown, shown)
-            assert gguf_utils.tqdm is original and hf_logging.is_progress_bar_enabled()
+        for _ in gguf_utils.tqdm(range(3), desc="Converting"):
+            pass
+        assert "Converting" in capsys.readouterr().err  # the bar as transformers draws it
+        quiet_dependency_bars()
+        quiet_dependency_bars()  # twice: still one layer, still quiet
+        for _ in gguf_utils.tqdm(range(3), desc="Converting"):
+            pass
+        for _ in hf_logging.tqdm(range(3), desc="Writing model shards"):
+            pass
+        assert capsys.readouterr().err == ""
+        assert gguf_utils.tqdm.func is original
     finally:
-        if not enabled:
-            hf_logging.disable_progress_bar()
+        gguf_utils.tqdm = original
+        if enabled:
+            hf_logging.enable_progress_bar()
