@@ -200,12 +200,18 @@ def test_chunk_size_must_be_positive():
 def test_quieting_the_dependencies_bars_covers_the_gguf_conversion(capsys):
     """A run into a log file turns off transformers' bars, the GGUF conversion's bare
     tqdm included (it ignores transformers' switch)."""
+    import functools
+
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
     from transformers.utils import logging as hf_logging
 
     from algorithms.runs.console import quiet_dependency_bars
 
     original, enabled = gguf_utils.tqdm, hf_logging.is_progress_bar_enabled()
+    # an earlier run in this process may have quieted them already: start from the bars
+    plain = original.func if isinstance(original, functools.partial) else original
+    gguf_utils.tqdm = plain
+    hf_logging.enable_progress_bar()
     try:
         for _ in gguf_utils.tqdm(range(3), desc="Converting"):
             pass
@@ -217,8 +223,8 @@ def test_quieting_the_dependencies_bars_covers_the_gguf_conversion(capsys):
         for _ in hf_logging.tqdm(range(3), desc="Writing model shards"):
             pass
         assert capsys.readouterr().err == ""
-        assert gguf_utils.tqdm.func is original
+        assert gguf_utils.tqdm.func is plain
     finally:
         gguf_utils.tqdm = original
-        if enabled:
-            hf_logging.enable_progress_bar()
+        if not enabled:
+            hf_logging.disable_progress_bar()
