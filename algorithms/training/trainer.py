@@ -344,12 +344,12 @@ class Trainer:
         """Close the envs, the logger and the engine (a vLLM engine shuts down here, while
         a torchrun job's process group still exists). An overlapped rollout still running
         ends on the closed engine's error first."""
-        if self.overlap is not None:
+        if self.overlap is not None:  # kept, closed: its spans stay readable
             self.overlap.cancel()
             if self.engine is not None and hasattr(self.engine, "close"):
                 self.engine.close()
+                self.engine = None
             self.overlap.close()
-            self.overlap = None
         if self.vec_env is not None:
             self.vec_env.close()
             self.vec_env = None
