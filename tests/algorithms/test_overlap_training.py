@@ -90,8 +90,8 @@ class CopyEngine(HFEngine):
         self.versions.append(self._snapshot())
 
 
-def _overlapped(algo: str = "gigpo", **run):
-    return scripted_config(algo, iterations=3, max_staleness=1, **run)
+def _overlapped(algo: str = "gigpo", iterations: int = 3, **run):
+    return scripted_config(algo, iterations=iterations, max_staleness=1, **run)
 
 
 def test_k1_batches_carry_the_version_that_sampled_them_and_its_log_probs(tmp_path):
@@ -180,7 +180,7 @@ def test_an_engine_dying_mid_overlap_ends_the_run_and_resume_continues(tmp_path)
                       run_dir=tmp_path)
     with pytest.raises(RuntimeError, match="generation worker process died"):
         trainer.run()
-    checkpoint = latest_checkpoint(tmp_path / "checkpoints")
+    checkpoint = latest_checkpoint(tmp_path)
     assert checkpoint is not None and checkpoint.name.endswith("2")
     assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
     resumed = Trainer(replace(config, run={"resume": True}), policy=make_policy(seed=0),
@@ -222,3 +222,30 @@ def test_tis_at_k0_weights_the_loss_and_logs_its_figures(tmp_path):
     assert last["update/behaviour_gap"] < 1e-4
     assert last["update/is_weight_max"] == pytest.approx(1.0, abs=1e-3)
     assert last["update/is_clipped_fraction"] == 0.0
+
+
+def test_ctrl_c_during_an_overlapped_iteration_loses_nothing_committed(tmp_path):
+    config = _overlapped(iterations=3)
+    policy = make_policy(seed=0)
+    engine = CopyEngine(policy, delay=0.05)
+    trainer = Trainer(config, policy=policy, engine=engine, run_dir=tmp_path)
+    trainer.setup()
+    update = trainer.learner.update
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # iteration 2's update, with iteration 3's rollout under way
+            raise KeyboardInterrupt
+        return update(*args, **kwargs)
+
+    trainer.learner.update = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        trainer.run()
+    assert trainer.overlap.spans[-1][0] == 2  # iteration 3's rollout had started
+    assert latest_checkpoint(tmp_path).name == "iter_000001"
+    assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]
+    resumed = Trainer(replace(config, run={"resume": True}), policy=make_policy(seed=0),
+                      engine=CopyEngine(make_policy(seed=0)), run_dir=tmp_path)
+    resumed.run()
+    assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
