@@ -7,7 +7,9 @@ then runs on cores of its own while the learner updates the policy in the parent
 worker samples from the weights of its last :meth:`HFWorkerEngine.sync_weights` (a
 snapshot; the parent's optimizer never writes into it).
 
-Everything crosses the pipe as bytes serialized by ``torch.save`` (``torch.load`` with
+The model crosses as a whole pickled module (PEFT wrapper and all), its module hooks
+defined inside functions replaced by no-ops (:func:`local_hooks`: gradient checkpointing's
+input-grad hook, which only matters for gradients, is the one a policy has). Everything crosses the pipe as bytes serialized by ``torch.save`` (``torch.load`` with
 ``map_location="cpu"`` on the other side), never through multiprocessing's own pickler:
 torch registers that pickler to move tensors into shared memory, which would make the
 worker's weights the parent's live ones.
@@ -54,6 +56,64 @@ def _dumps(payload: Any) -> bytes:
 
 def _loads(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks",
+               "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+               "_load_state_dict_post_hooks")
+
+
+class LeftOutHook:
+    """What a module hook defined inside a function becomes in the worker's copy: a
+    no-op (returns ``None``: the module's inputs, outputs or state are left as they are).
+
+    Args:
+        name: the original hook's qualified name, for ``repr``.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"LeftOutHook({self.name!r})"
+
+
+def local_hooks(model: Any) -> dict[int, Any]:
+    """``id -> hook`` for ``model``'s module hooks defined inside a function (pickle cannot
+    name them). The one a policy carries is transformers' ``enable_input_require_grads``
+    hook (gradient checkpointing under LoRA): it makes the embeddings' output require
+    grad, which matters for backward passes only, never for sampling."""
+    found = {}
+    for module in model.modules():
+        for attribute in _HOOK_DICTS:
+            for hook in (module.__dict__.get(attribute) or {}).values():
+                function = getattr(hook, "hook", hook)  # torch wraps some in _WrappedHook
+                name = getattr(function, "__qualname__", "")
+                if "<locals>" in name or "<lambda>" in name:
+                    found[id(function)] = function
+    return found
+
+
+def _model_bytes(payload: Any, hooks: dict[int, Any]) -> bytes:
+    """``torch.save`` bytes of ``payload``, with each of ``hooks`` (wherever it is
+    referenced: hook dicts, hook handles) written as a :class:`LeftOutHook`."""
+
+    class Pickler(pickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            if id(obj) in hooks and hooks[id(obj)] is obj:
+                return LeftOutHook, (obj.__qualname__,)
+            return NotImplemented
+
+    class PickleModule:
+        pass
+
+    PickleModule.Pickler = Pickler  # type: ignore[attr-defined]
+    buffer = io.BytesIO()
+    torch.save(payload, buffer, pickle_module=PickleModule)
+    return buffer.getvalue()
 
 
 def trainable_weights(model: Any) -> dict[str, torch.Tensor]:
@@ -202,9 +262,15 @@ class HFWorkerEngine:
         self.threads = threads
         self._trainable = {name for name, parameter in model.named_parameters()
                            if parameter.requires_grad}
+        try:
+            message = _model_bytes((model, tokenizer, {"batch_size": batch_size,
+                                                       "top_p": top_p}), local_hooks(model))
+        except Exception as error:
+            self.close()
+            raise ValueError(f"HFWorkerEngine cannot send the model to its worker: "
+                             f"{type(error).__name__}: {error}") from error
         with self._lock:
-            self._request_bytes(_dumps((model, tokenizer,
-                                        {"batch_size": batch_size, "top_p": top_p})))
+            self._request_bytes(message)
 
     @property
     def pid(self) -> int | None:

@@ -24,8 +24,10 @@ from algorithms.engines.hf_worker import EngineWorkerError, HFWorkerEngine  # no
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
 TEXTS = ["open red door", "You are in room 1 of 3 . look", "look", "open blue door look"]
-LORA = ModelConfig(lora_rank=4, lora_alpha=8,
+LORA = ModelConfig(lora_rank=4, lora_alpha=8, gradient_checkpointing=True,
                    lora_target_modules=("q_proj", "k_proj", "v_proj", "up_proj"))
+"""The cpu-demo's kind of policy: LoRA with gradient checkpointing (whose input-grad hook
+does not pickle: a no-op in the worker's copy)."""
 
 
 def _prompts(tokenizer) -> list[list[int]]:
@@ -101,7 +103,11 @@ def test_lora_adapters_are_what_sync_sends():
     policy = make_policy(seed=1, model_config=LORA)
     prompts = _prompts(policy.tokenizer)
     sampling = {"temperature": 1.0, "max_new_tokens": 10, "seed": 3}
+    embeddings = policy.model.get_input_embeddings()
+    hooks = dict(embeddings._forward_hooks)
+    assert any("<locals>" in hook.__qualname__ for hook in hooks.values())
     worker = HFWorkerEngine(policy.model, policy.tokenizer, batch_size=3)
+    assert embeddings._forward_hooks == hooks  # the parent's model is left as it was
     try:
         before = _in_process(policy, prompts, **sampling)
         _assert_same(worker.generate(prompts, **sampling), before)
