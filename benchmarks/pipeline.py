@@ -32,6 +32,7 @@ Results: ``benchmarks/results/pipeline_<model>_<engine>.json`` and a PNG of the 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import multiprocessing
 import os
@@ -206,8 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         for k in staleness:
             job = {"model": model, "engine": args.engine, "staleness": k, "seed": seed,
                    "iterations": iterations, "workdir": str(workdir)}
-            with context.Pool(1) as pool:
-                result = pool.apply(run_one, (job,))
+            # a fresh process per run (not a Pool: its daemonic workers cannot start the
+            # HF engine's worker process)
+            with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+                result = pool.submit(run_one, job).result()
             runs.append(result)
             print(f"  K={k} seed {seed}: {result['loop_seconds']:.1f} s "
                   f"({result['loop_seconds'] / iterations:.1f} s/iteration), load "

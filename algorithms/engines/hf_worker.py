@@ -116,25 +116,34 @@ def _model_bytes(payload: Any, hooks: dict[int, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def trainable_weights(model: Any) -> dict[str, torch.Tensor]:
-    """The weights that training can change, by name: the parameters with
+def trainable_names(model: Any) -> frozenset[str]:
+    """The names of the weights that training can change: the parameters with
     ``requires_grad`` (the LoRA adapters under LoRA, every parameter in full fine-tuning;
-    a tied weight once, under its first name), detached, on the CPU."""
+    a tied weight once, under its first name)."""
+    return frozenset(name for name, parameter in model.named_parameters()
+                     if parameter.requires_grad)
+
+
+def trainable_weights(model: Any, names: frozenset[str]) -> dict[str, torch.Tensor]:
+    """``model``'s parameters named ``names``, detached, on the CPU."""
     return {name: parameter.detach().cpu() for name, parameter in model.named_parameters()
-            if parameter.requires_grad}
+            if name in names}
 
 
 def load_trainable_weights(model: Any, weights: dict[str, torch.Tensor]) -> None:
     """Copy ``weights`` (:func:`trainable_weights` of a model of the same architecture)
-    into ``model``'s trainable parameters, in place (cast to each parameter's dtype).
+    into ``model``'s parameters of the same names, in place (cast to each parameter's
+    dtype).
 
     Raises:
-        ValueError: the names differ from ``model``'s trainable parameters, or a shape
-            differs (checked before anything is written).
+        ValueError: a name is not one of ``model``'s parameters, or a shape differs
+            (checked before anything is written).
     """
-    parameters = {name: parameter for name, parameter in model.named_parameters()
-                  if parameter.requires_grad}
-    _check_names(set(weights), set(parameters))
+    parameters = dict(model.named_parameters())
+    unknown = sorted(set(weights) - set(parameters))
+    if unknown:
+        raise ValueError(f"sync_weights: the worker's model has no parameters {unknown[:5]} "
+                         f"({len(unknown)})")
     for name, tensor in weights.items():
         if tuple(tensor.shape) != tuple(parameters[name].shape):
             raise ValueError(f"sync_weights: {name} has shape {tuple(tensor.shape)}, the "
@@ -155,6 +164,10 @@ def _check_names(sent: set[str], expected: set[str]) -> None:
 def _serve(connection: Any, threads: int) -> None:
     """The worker's loop: build the engine, then answer requests until ``close`` or until
     the parent's end of the pipe is gone."""
+    import signal
+
+    # Ctrl-C reaches the whole process group: the parent decides, and closes the worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
     from algorithms.engines.hf import HFEngine
 
@@ -234,7 +247,11 @@ class HFWorkerEngine:
 
     Args:
         model: the causal LM (PEFT-wrapped or not; on any device: the worker gets a CPU
-            copy). Its trainable parameters' names are what :meth:`sync_weights` expects.
+            copy).
+        trainable: the names of the parameters that :meth:`sync_weights` sends; default:
+            ``model``'s parameters with ``requires_grad`` (:func:`trainable_names`). A
+            torchrun job's engine samples from a frozen full copy of the policy (the
+            weight mirror) and names the policy's trainable parameters here.
         tokenizer: its tokenizer (pad and EOS tokens set).
         batch_size: prompts per ``generate`` call in the worker.
         top_p: nucleus sampling threshold (1.0: off).
@@ -245,7 +262,8 @@ class HFWorkerEngine:
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 64,
-                 top_p: float = 1.0, threads: int = 1):
+                 top_p: float = 1.0, threads: int = 1,
+                 trainable: frozenset[str] | None = None):
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         context = multiprocessing.get_context("spawn")
@@ -260,8 +278,12 @@ class HFWorkerEngine:
         self.batch_size = batch_size
         self.top_p = top_p
         self.threads = threads
-        self._trainable = {name for name, parameter in model.named_parameters()
-                           if parameter.requires_grad}
+        self._trainable = frozenset(trainable_names(model) if trainable is None
+                                    else trainable)
+        unknown = self._trainable - {name for name, _ in model.named_parameters()}
+        if unknown:
+            raise ValueError(f"trainable names that are not the model's parameters: "
+                             f"{sorted(unknown)[:5]}")
         try:
             message = _model_bytes((model, tokenizer, {"batch_size": batch_size,
                                                        "top_p": top_p}), local_hooks(model))
@@ -300,15 +322,16 @@ class HFWorkerEngine:
             return self._request_bytes(_dumps(("generate", arguments)))
 
     def sync_weights(self, model: Any) -> None:
-        """Send ``model``'s trainable weights (:func:`trainable_weights`) to the worker,
-        which loads them in place: it then samples the current policy.
+        """Send ``model``'s trainable weights (:func:`trainable_weights` of the names the
+        engine was built with) to the worker, which loads them in place: it then samples
+        the current policy.
 
         Raises:
-            ValueError: the trainable parameters' names differ from those the engine was
-                built with (checked before anything is sent).
+            ValueError: ``model`` lacks one of those names (checked before anything is
+                sent).
             EngineWorkerError: the worker died or was closed.
         """
-        weights = trainable_weights(model)
+        weights = trainable_weights(model, self._trainable)
         _check_names(set(weights), self._trainable)
         with self._lock:
             self._request_bytes(_dumps(("sync", weights)))

@@ -114,12 +114,15 @@ def engine_source(config: TrainConfig, policy: Policy, device: torch.device,
 
 
 def make_run_engine(config: TrainConfig, policy: Policy, device: torch.device,
-                    ranks: Ranks) -> Any:
+                    ranks: Ranks, *, trainable: frozenset[str] | None = None) -> Any:
     """The generation engine of ``config.generation`` sampling from ``policy`` (see
     :func:`engine_source`); sampling seeds differ per rank. With ``run.max_staleness`` > 0
     the HF engine samples in a worker process with its own copy of the weights
     (:class:`~algorithms.engines.hf_worker.HFWorkerEngine`), so that the rollout and the
-    update run at the same time on different cores."""
+    update run at the same time on different cores; it is sent the weights named
+    ``trainable`` after each update (default: ``policy``'s parameters with
+    ``requires_grad``; a torchrun job's engine samples from the frozen weight mirror and
+    names the policy's)."""
     max_len = config.prompt.max_prompt_tokens + config.generation.max_new_tokens
     if config.run.max_staleness > 0 and resolve_engine(config.generation, policy) == "hf":
         from algorithms.engines.hf_worker import HFWorkerEngine
@@ -127,7 +130,7 @@ def make_run_engine(config: TrainConfig, policy: Policy, device: torch.device,
         return HFWorkerEngine(policy.model, policy.tokenizer,
                               batch_size=config.generation.batch_size,
                               top_p=config.generation.top_p,
-                              threads=config.run.torch_threads or 1)
+                              threads=config.run.torch_threads or 1, trainable=trainable)
     return make_engine(config.generation, policy, device,
                        seed=config.run.seed + 1_000_003 * ranks.rank, max_model_len=max_len)
 

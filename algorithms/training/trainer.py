@@ -163,9 +163,12 @@ class Trainer:
         self.policy = build_policy(config, self.device, ranks, self._say, self._policy)
         # the engine's copy of the policy is taken before the learner shards it
         engine_policy, self.mirror = engine_source(config, self.policy, self.device, ranks)
+        trainable = frozenset(name for name, parameter in self.policy.model.named_parameters()
+                              if parameter.requires_grad)  # named before the sharding
         self.learner = build_learner(self.policy, config, self.device, ranks)
         if self.engine is None:
-            self.engine = make_run_engine(config, engine_policy, self.device, ranks)
+            self.engine = make_run_engine(config, engine_policy, self.device, ranks,
+                                          trainable=trainable)
         self._say(f"generation engine: {type(self.engine).__name__}")
         if checkpoint is not None:
             self._restore(checkpoint)

@@ -249,3 +249,22 @@ def test_ctrl_c_during_an_overlapped_iteration_loses_nothing_committed(tmp_path)
                       engine=CopyEngine(make_policy(seed=0)), run_dir=tmp_path)
     resumed.run()
     assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_k1_builds_the_hf_worker_engine_and_closes_it(tmp_path, lora):
+    from algorithms.engines.hf_worker import HFWorkerEngine
+
+    config = replace(_overlapped(iterations=2), model={"lora_rank": 4 if lora else 0})
+    trainer = Trainer(config, policy=make_policy(seed=0, model_config=config.model),
+                      run_dir=tmp_path)
+    trainer.setup()
+    engine = trainer.engine
+    assert isinstance(engine, HFWorkerEngine)
+    worker = engine._process
+    trainer.run()
+    assert not worker.is_alive()
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [r["overlap/staleness_mean"] for r in rows] == [0.0, 1.0]
+    # the first batch: the worker's weights are the learner's, the gap is numerics
+    assert rows[0]["update/behaviour_gap"] < 1e-4
