@@ -9,7 +9,8 @@ snapshot; the parent's optimizer never writes into it).
 
 The model crosses as a whole pickled module (PEFT wrapper and all), its module hooks
 defined inside functions replaced by no-ops (:func:`local_hooks`: gradient checkpointing's
-input-grad hook, which only matters for gradients, is the one a policy has). Everything crosses the pipe as bytes serialized by ``torch.save`` (``torch.load`` with
+input-grad hook, which only matters for gradients, is the one a policy has). Everything
+crosses the pipe as bytes serialized by ``torch.save`` (``torch.load`` with
 ``map_location="cpu"`` on the other side), never through multiprocessing's own pickler:
 torch registers that pickler to move tensors into shared memory, which would make the
 worker's weights the parent's live ones.
