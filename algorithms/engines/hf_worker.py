@@ -242,6 +242,8 @@ class HFWorkerEngine:
         threads: torch threads of the worker.
 
     Raises:
+        ValueError: the model cannot be pickled (a hook or attribute pickle cannot name,
+            other than the local module hooks that become no-ops).
         EngineWorkerError: the worker died while starting.
     """
 
