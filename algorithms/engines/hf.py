@@ -28,9 +28,12 @@ class HFEngine:
 
     Behaviour log-probs: every row is a :class:`~algorithms.engines.Response` carrying the
     log-prob of each sampled token under the processed scores it was drawn from (logits /
-    temperature, top-p masked), recorded by a logits processor placed after the warpers
-    (:func:`sampling_processors`); memory is one (B, V) step, not ``output_scores``'
-    (B, T, V) (64 x 512 x 49152 float32 = 6.4 GB for SmolLM2 at the default settings).
+    temperature, top-p masked), recorded by a logits processor placed after the warpers:
+    when sampling, the config's temperature and top-p are left neutral and transformers'
+    own temperature and top-p warpers come in the processor list, in the order it would
+    build them, followed by the recorder (:func:`sampling_processors`; the same tokens as
+    the config alone). Memory is one (B, V) step, not ``output_scores``' (B, T, V)
+    (64 x 512 x 49152 float32 = 6.4 GB for SmolLM2 at the default settings).
 
     Stop strings: a stopping criterion decodes the newest tokens of every row after each
     step and marks a row finished once a stop string appears in its response (the other

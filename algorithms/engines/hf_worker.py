@@ -9,7 +9,8 @@ snapshot; the parent's optimizer never writes into it).
 
 The model crosses as a whole pickled module (PEFT wrapper and all), its module hooks
 defined inside functions replaced by no-ops (:func:`local_hooks`: gradient checkpointing's
-input-grad hook, which only matters for gradients, is the one a policy has). Everything crosses the pipe as bytes serialized by ``torch.save`` (``torch.load`` with
+input-grad hook, which only matters for gradients, is the one a policy has). Everything
+crosses the pipe as bytes serialized by ``torch.save`` (``torch.load`` with
 ``map_location="cpu"`` on the other side), never through multiprocessing's own pickler:
 torch registers that pickler to move tensors into shared memory, which would make the
 worker's weights the parent's live ones.
@@ -258,6 +259,8 @@ class HFWorkerEngine:
         threads: torch threads of the worker.
 
     Raises:
+        ValueError: the model cannot be pickled (a hook or attribute pickle cannot name,
+            other than the local module hooks that become no-ops).
         EngineWorkerError: the worker died while starting.
     """
 

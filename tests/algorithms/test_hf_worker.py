@@ -174,3 +174,23 @@ def test_close_is_idempotent_and_garbage_collection_stops_the_worker():
     del worker
     gc.collect()
     assert not process.is_alive() and _gone(process.pid)
+
+
+def test_the_worker_ends_with_the_interpreter_that_started_it():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = ("from tests.algorithms.tiny import make_policy\n"
+              "from algorithms.engines.hf_worker import HFWorkerEngine\n"
+              "policy = make_policy()\n"
+              "worker = HFWorkerEngine(policy.model, policy.tokenizer)\n"
+              "print(worker.pid, flush=True)\n")  # exits without close()
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr[-2000:]
+    pid = int(result.stdout.split()[-1])
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(pid)
