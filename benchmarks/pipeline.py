@@ -107,6 +107,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
         rates = [sum(row["rollout/trajectories"] for row in r["rows"]) / r["loop_seconds"]
                  for r in mine]
         per_iter = [r["loop_seconds"] / len(r["rows"]) for r in mine]
+        # after the first iteration, whose rollout nothing overlaps at any K
+        steady = [float(np.mean([row["time/iteration"] for row in r["rows"][1:]]))
+                  for r in mine]
         phases = {p: float(np.mean([row.get(f"time/{p}", 0.0) for r in mine
                                     for row in r["rows"]])) for p in PHASES}
         extra = {}
@@ -122,7 +125,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
         last = [float(np.mean([row["rollout/success"] for row in r["rows"][-2:]]))
                 for r in mine]
         out[k] = {"samples_per_s": bootstrap_ci(rates), "seconds_per_iteration":
-                  bootstrap_ci(per_iter), "rates": rates, "phases": phases, **extra,
+                  bootstrap_ci(per_iter), "steady_seconds_per_iteration": bootstrap_ci(steady),
+                  "rates": rates, "phases": phases, **extra,
                   "curves": curves, "samples": samples,
                   "final_success": bootstrap_ci(last), "final_success_seeds": last,
                   "seeds": [r["seed"] for r in mine], "load": [r["load"] for r in mine]}
@@ -130,20 +134,26 @@ def summarize(runs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 
 def print_summary(summary: dict[int, dict[str, Any]], engine: str) -> None:
-    print(f"{'K':>2} {'s/iter':>16} {'samples/s':>18} {'success (last 2)':>22}  phases (s)")
+    print(f"{'K':>2} {'s/iter':>16} {'samples/s':>22} {'success (last 2)':>22}  phases (s)")
     for k, s in summary.items():
         mean, low, high = s["seconds_per_iteration"]
         rate, rlow, rhigh = s["samples_per_s"]
         success, slow, shigh = s["final_success"]
         phases = " ".join(f"{p}={v:.1f}" for p, v in s["phases"].items())
-        print(f"{k:>2} {mean:6.1f} [{low:5.1f},{high:5.1f}] {rate:6.2f} [{rlow:5.2f},{rhigh:5.2f}]"
+        print(f"{k:>2} {mean:6.1f} [{low:5.1f},{high:5.1f}] {rate:6.4f} [{rlow:6.4f},{rhigh:6.4f}]"
               f" {success:6.3f} [{slow:5.3f},{shigh:5.3f}]  {phases}")
-        figures = ", ".join(f"{key.split('/')[1]}={s[key]:.3g}" for key in s
-                            if key.startswith(("overlap/", "update/")))
+        steady = s["steady_seconds_per_iteration"]
+        figures = ", ".join([f"s/iter after the first={steady[0]:.1f} "
+                             f"[{steady[1]:.1f},{steady[2]:.1f}]"]
+                            + [f"{key.split('/')[1]}={s[key]:.3g}" for key in s
+                               if key.startswith(("overlap/", "update/"))])
         if figures:
             print(f"   {figures}")
     for k in [k for k in summary if k > 0]:
         ratio = summary[k]["samples_per_s"][0] / summary[0]["samples_per_s"][0]
+        steady = (summary[0]["steady_seconds_per_iteration"][0]
+                  / summary[k]["steady_seconds_per_iteration"][0])
+        print(f"K={k} vs K=0 after the first iteration: {steady:.2f}× iterations/s")
         if k != 1:
             print(f"K={k} vs K=0: {ratio:.2f}× samples/s ({engine} engine)")
     if 1 in summary and 0 in summary:

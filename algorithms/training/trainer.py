@@ -223,6 +223,7 @@ class Trainer:
         trajectory ended on an env error). ``last_batch`` is the batch trained on, scored
         (unscored and empty when the update was skipped because every trajectory crashed).
         """
+        began = time.perf_counter()
         timings: dict[str, float] = {}
         with timed("rollout", timings):
             if self.overlap is not None:  # the weights an iteration starts with: version i
@@ -256,6 +257,7 @@ class Trainer:
                                                  limit=self.config.run.record_trajectories,
                                                  trained=batch, signals=signals),
                               num_trajectories=rollout.num_trajectories)
+        metrics["time/iteration"] = time.perf_counter() - began  # evaluation left out
         return metrics
 
     # ------------------------------------------------------------------ evaluation
