@@ -135,8 +135,9 @@ class OverlappedSampler:
         if version - used > self.max_staleness:
             raise RuntimeError(f"iteration {iteration + 1}'s rollout is {version - used} "
                                f"updates old, more than max_staleness={self.max_staleness}")
+        trained_is_rollout = batch is rollout  # no dynamic sampling (it is refused)
         rollout = rollout.with_version(used)
-        batch = batch.with_version(used) if batch is not rollout else rollout
+        batch = rollout if trained_is_rollout else batch.with_version(used)
         metrics = {**metrics, **staleness_metrics(batch.policy_version, version,
                                                   self.max_staleness),
                    "time/rollout": collected.finished - collected.started,
