@@ -517,6 +517,22 @@ class LearnerConfig:
     """Shuffle the rows before cutting mini-batches (seeded). ``False`` (verl): mini-batches
     are taken in batch order (trajectory by trajectory)."""
 
+    tis_cap: float | None = None
+    """Truncated importance sampling (TIS; verl's rollout correction, ``tis_imp_ratio_cap``):
+    each token's policy loss is multiplied by ``min(pi_old / pi_behaviour, tis_cap)``, where
+    ``pi_behaviour`` is the probability the engine reported when it sampled the token and
+    ``pi_old`` the learner's. It corrects the gap between the engine's and the learner's
+    numerics (vLLM's kernels, bfloat16) and, with ``run.max_staleness`` > 0, caps the
+    staleness weight. Needs an engine that reports log-probs (hf, vllm). ``None``: off
+    (verl's default)."""
+
+    behaviour_weight_cap: float | None = 5.0
+    """With ``run.max_staleness`` > 0 (the decoupled objective,
+    :mod:`algorithms.training.overlap`): tokens whose staleness weight
+    ``pi_old / pi_behaviour`` exceeds this are left out of the loss (AReaL's
+    ``behav_imp_weight_cap``; 5 in its examples). ``None``: keep every token. Unused at
+    ``max_staleness`` 0."""
+
     kl_coef: float = 0.01
     """Coefficient of the KL-to-reference loss; 0 skips the reference model."""
 
@@ -667,6 +683,15 @@ class RunConfig:
     """Rollouts an iteration tries again when no env made a single step (every one failed
     to reset or crashed on its first step, e.g. its worker died); the vector env has
     rebuilt them by then. After that many retries the run stops with the error."""
+
+    max_staleness: int = 0
+    """Overlap the rollout with the update (:mod:`algorithms.training.overlap`): the rollouts
+    of the next iterations run while this one trains, with weights at most
+    ``max_staleness`` updates old; every group is sampled by one policy version, and the
+    loss corrects for the staleness with the decoupled objective (AReaL; see
+    ``learner.behaviour_weight_cap``). The HF engine then samples in a worker process of
+    its own. 0: rollout, then update, as verl-agent does (a resumed run replays
+    iterations exactly only at 0)."""
 
 
 @dataclass(frozen=True)
@@ -831,6 +856,7 @@ class TrainConfig:
                             "retries and backoff >= 0")
         if self.run.rollout_retries < 0:
             problems.append("run.rollout_retries must be >= 0")
+        problems += self._overlap_problems()
         if self.run.eval_only and self.run.resume:
             problems.append("run.eval_only and run.resume are exclusive")
         if self.env.ray_address is not None and self.env.backend != "ray":
@@ -855,6 +881,23 @@ class TrainConfig:
         if problems:
             raise ConfigError("invalid config: " + "; ".join(problems))
         return self
+
+    def _overlap_problems(self) -> list[str]:
+        """Settings of the overlapped rollout and its corrections that cannot work."""
+        problems = []
+        learner = self.learner
+        if self.run.max_staleness < 0:
+            problems.append("run.max_staleness must be >= 0")
+        if learner.tis_cap is not None and not learner.tis_cap > 0:
+            problems.append("learner.tis_cap must be > 0 (or None to turn it off)")
+        if learner.behaviour_weight_cap is not None and not learner.behaviour_weight_cap > 1:
+            problems.append("learner.behaviour_weight_cap must be > 1 (or None)")
+        if self.run.max_staleness > 0 and learner.dynamic_sampling:
+            problems.append("run.max_staleness > 0 with learner.dynamic_sampling is not "
+                            "supported: dynamic sampling's extra rollouts need the envs "
+                            "that the next iteration's rollout is using; set one of them "
+                            "to its default")
+        return problems
 
     def _recipe_problems(self) -> list[str]:
         """Settings of the loss and the estimators that cannot work together."""

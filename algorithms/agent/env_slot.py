@@ -32,6 +32,8 @@ class StepRecord:
     prompt_cut: bool
     observation: str
     task: str
+    log_probs: tuple[float, ...] | None = None
+    """The response tokens' log-probs as the engine sampled them, when it reports them."""
 
 
 @dataclass
@@ -106,6 +108,12 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
     last[:-1] = traj_ids[1:] != traj_ids[:-1]
     prompt_ids, prompt_mask = pad_left([s.prompt for s in steps], pad_id)
     response_ids, response_mask = pad_right([s.response for s in steps], pad_id)
+    behaviour = None
+    if any(s.log_probs is not None for s in steps):
+        behaviour = np.full(response_ids.shape, np.nan, dtype=np.float32)
+        for row, step in enumerate(steps):
+            if step.log_probs is not None:
+                behaviour[row, : len(step.log_probs)] = step.log_probs
     env_rewards = np.array([s.env_reward for s in steps], dtype=np.float64)
     penalties = np.array([s.penalty for s in steps], dtype=np.float64)
     bootstrap: dict[str, np.ndarray] = {}
@@ -143,6 +151,7 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
         prompt_overflows=prompt_overflows,
         anchor_ids=intern_anchors([s.anchor for s in steps]),
         budget_cut=np.array([slot.budget_cut for slot in owners], dtype=bool),
+        behaviour_log_probs=behaviour,
         layout=layout,
         **bootstrap,
     )

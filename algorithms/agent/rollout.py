@@ -304,7 +304,8 @@ def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
             task_id=str(slot.info.get("task_id", "")),
             task_type=str(slot.info.get("task_type", "") or ""), action=answer.action,
             text=texts[position], prompt_cut=prompt.was_cut, observation=slot.observation,
-            task=str(slot.info.get("task", ""))))
+            task=str(slot.info.get("task", "")),
+            log_probs=getattr(responses[position], "log_probs", None)))
         slot.history.append((slot.observation, answer.action))
         slot.observation, slot.info = str(next_observations[index]), next_rows[index]
         finished = bool(terminated[index]) or bool(truncated[index])

@@ -61,15 +61,27 @@ class Sampler:
     bars: bool
     say: Callable[[str], None]
 
-    def sample(self, iteration: int) -> tuple[StepBatch, StepBatch, dict[str, float]]:
+    def sample(self, iteration: int, *, collected: StepBatch | str | None = None,
+               before_retry: Callable[[], None] | None = None
+               ) -> tuple[StepBatch, StepBatch, dict[str, float]]:
         """``(rollout, batch, metrics)``: the iteration's rollout, the part of it to train
         on, and dynamic sampling's counts (``learner.dynamic_sampling``: rollouts of fresh
         groups until enough groups with varied returns are kept,
-        :mod:`algorithms.agent.dynamic_sampling`; without it the rollout is the batch)."""
+        :mod:`algorithms.agent.dynamic_sampling`; without it the rollout is the batch).
+
+        Args:
+            iteration: the iteration (0-based): its seeds.
+            collected: this rank's first try, already made by :meth:`collect` (the
+                overlapped rollout, :mod:`algorithms.training.overlap`), or ``None``.
+            before_retry: called before a rollout tries again (the overlapped rollout
+                waits there until the envs and the engine are free).
+        """
         config = self.config
         if not config.learner.dynamic_sampling:
-            rollout = self.rollout(iteration)
+            rollout = self.rollout(iteration, collected=collected, before_retry=before_retry)
             return rollout, rollout, {}
+        if collected is not None:
+            raise ValueError("dynamic sampling cannot start from a collected rollout")
         sample = sample_until_full(
             lambda round_: self.rollout(iteration, round_),
             num_groups=config.env.num_groups, group_size=config.env.group_size,
@@ -80,32 +92,47 @@ class Sampler:
             "rollout/groups_sampled": float(sample.groups_sampled),
             "rollout/groups_kept": float(sample.groups_kept)}
 
-    def rollout(self, iteration: int, round_: int = 0) -> StepBatch:
+    def collect(self, iteration: int, round_: int = 0, attempt: int = 0, *,
+                bars: bool | None = None) -> StepBatch | str:
+        """This rank's rollout of its groups (no collective call: it may run in a
+        background thread), or the message of the :class:`NoStepsError` it raised.
+
+        Args:
+            iteration, round_, attempt: seed the envs' resets and the sampling.
+            bars: draw the rollout's progress bar (default: :attr:`bars`).
+        """
+        settings = rollout_settings(self.config, temperature=self.temperature,
+                                    group_size=self.config.env.group_size,
+                                    bootstrap=self.config.bootstrap_truncated)
+        seed = iteration_seed(self.config.run.seed, iteration, 0, attempt, round_)
+        try:
+            with progress_bar(self.bars if bars is None else bars,
+                              total=self.config.env.max_steps, leave=False,
+                              desc=f"iter {iteration + 1} rollout"
+                              f"{f' {round_ + 1}' if round_ else ''} (turns)") as bar:
+                return collect_rollout(self.vec_env, self.engine, self.tokenizer, settings,
+                                       group_task_ids=None, seed=seed, progress=bar,
+                                       group_offset=self.group_first)
+        except NoStepsError as error:
+            return str(error)
+
+    def rollout(self, iteration: int, round_: int = 0, *,
+                collected: StepBatch | str | None = None,
+                before_retry: Callable[[], None] | None = None) -> StepBatch:
         """The iteration's training rollout (its ``round_``-th with dynamic sampling), tried
         again (new reset seed) when no env made a single step, up to
-        ``run.rollout_retries`` times.
+        ``run.rollout_retries`` times. ``collected``: this rank's first try, made already
+        (:meth:`collect`); ``before_retry``: called before each new try.
 
         Raises:
             NoStepsError: no env of any rank made a step in the last try.
         """
         config = self.config
         retries = config.run.rollout_retries
-        settings = rollout_settings(config, temperature=self.temperature,
-                                    group_size=config.env.group_size,
-                                    bootstrap=config.bootstrap_truncated)
         attempt = 0
         while True:
-            seed = iteration_seed(config.run.seed, iteration, 0, attempt, round_)
-            try:
-                with progress_bar(self.bars, total=config.env.max_steps, leave=False,
-                                  desc=f"iter {iteration + 1} rollout"
-                                  f"{f' {round_ + 1}' if round_ else ''} (turns)") as bar:
-                    mine: StepBatch | str = collect_rollout(
-                        self.vec_env, self.engine, self.tokenizer, settings,
-                        group_task_ids=None, seed=seed, progress=bar,
-                        group_offset=self.group_first)
-            except NoStepsError as error:
-                mine = str(error)
+            mine = (collected if attempt == 0 and collected is not None
+                    else self.collect(iteration, round_, attempt))
             # every rank sees every block's outcome, so all decide alike
             blocks = distributed.all_gather_objects((self.group_first, mine), self.ranks)
             done = [(first, batch) for first, batch in blocks if not isinstance(batch, str)]
@@ -118,3 +145,5 @@ class Sampler:
             attempt += 1
             self.say(f"iteration {iteration + 1}: {error}; rollout again "
                      f"({attempt}/{retries})")
+            if before_retry is not None:
+                before_retry()

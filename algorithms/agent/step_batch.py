@@ -104,6 +104,13 @@ class StepBatch:
             are equal; numbered in order of first appearance), or ``None``.
         budget_cut: (N,) bool, the trajectory ended because its transcript outgrew
             ``max_prompt_tokens`` (transcript layout; repeated on each step), or ``None``.
+        behaviour_log_probs: (N, R) float32 log-probs of the response tokens as the
+            engine reported them when it sampled them (the behaviour policy's; NaN past a
+            response's end and where the engine reported none), or ``None`` when the
+            engine reports no log-probs.
+        policy_version: (N,) int64 policy version each row was sampled with (the number
+            of updates behind its weights; :mod:`algorithms.training.overlap`), or
+            ``None`` when not recorded.
         layout: ``"window"`` (each row's prompt built afresh) or ``"transcript"`` (each
             row's prompt is the trajectory's transcript so far; see the module docstring).
     """
@@ -140,10 +147,16 @@ class StepBatch:
     bootstrap_values: np.ndarray | None = field(default=None, repr=False)
     anchor_ids: np.ndarray | None = per_row(default=None)
     budget_cut: np.ndarray | None = per_row(default=None)
+    behaviour_log_probs: np.ndarray | None = per_row(default=None, repr=False)
+    policy_version: np.ndarray | None = per_row(default=None)
     layout: str = "window"
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
+
+    def with_version(self, version: int) -> StepBatch:
+        """A copy whose rows all record ``version`` as their policy version."""
+        return replace(self, policy_version=np.full(len(self), version, dtype=np.int64))
 
     def with_scores(self, **scores: np.ndarray | None) -> StepBatch:
         """A copy with ``old_log_probs`` / ``ref_log_probs`` / ``values`` /
@@ -290,7 +303,8 @@ def concat_batches(batches: Sequence[StepBatch], group_offsets: Sequence[int],
     def padded(name: str, *, left: bool) -> np.ndarray:
         parts = rows(name)
         width = max(part.shape[1] for part in parts)
-        fill = pad_id if name.endswith("_ids") else 0
+        fill = pad_id if name.endswith("_ids") else np.nan if name.endswith(
+            "_log_probs") else 0
         gaps = [width - part.shape[1] for part in parts]
         return np.concatenate([np.pad(part, ((0, 0), (gap, 0) if left else (0, gap)),
                                       constant_values=fill)
@@ -309,8 +323,12 @@ def concat_batches(batches: Sequence[StepBatch], group_offsets: Sequence[int],
         "env_error_steps": sum(b.env_error_steps for b in batches),
         "prompt_overflows": sum(b.prompt_overflows for b in batches),
     }
+    changes["behaviour_log_probs"] = (
+        padded("behaviour_log_probs", left=False)
+        if all(b.behaviour_log_probs is not None for b in batches) else None)
     for name in ROW_FIELDS:
-        if name in changes or name in ("old_log_probs", "ref_log_probs", "values"):
+        if name in changes or name in ("old_log_probs", "ref_log_probs", "values",
+                                       "behaviour_log_probs"):
             continue
         changes[name] = _joined(rows(name))
     changes["anchor_ids"] = intern_anchors(changes["anchors"])

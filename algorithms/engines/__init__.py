@@ -32,6 +32,49 @@ class FailedGeneration:
     error: str
 
 
+class Response(tuple):
+    """One generated response: the tuple of its token ids, carrying the behaviour
+    log-probs the engine recorded while sampling it.
+
+    It is a plain ``tuple`` in every other respect (equality with a tuple of the same ids,
+    hashing, ``len``, iteration; slicing and ``+`` give plain tuples), so code that only
+    wants the tokens never sees the difference. Pickling, ``copy`` and multiprocessing
+    keep ``log_probs``.
+
+    Args:
+        tokens: the response token ids.
+        log_probs: one float per token: log p(token) under the distribution the token was
+            sampled from (softmax(logits / temperature), renormalised over the top-p
+            nucleus when ``top_p < 1``; 0.0 for every token of greedy decoding), or
+            ``None`` when the engine cannot report them.
+
+    Raises:
+        ValueError: ``log_probs`` and ``tokens`` differ in length.
+
+    >>> row = Response((5, 7), (-0.5, -1.25))
+    >>> row == (5, 7), row[:1], row.log_probs
+    (True, (5,), (-0.5, -1.25))
+    """
+
+    log_probs: tuple[float, ...] | None
+
+    def __new__(cls, tokens: Sequence[int] = (),
+                log_probs: Sequence[float] | None = None) -> Response:
+        row = super().__new__(cls, tokens)
+        if log_probs is not None:
+            log_probs = tuple(float(value) for value in log_probs)
+            if len(log_probs) != len(row):
+                raise ValueError(f"Response: {len(log_probs)} log-probs for {len(row)} tokens")
+        row.log_probs = log_probs
+        return row
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (tuple(self), self.log_probs))
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return (tuple(self), self.log_probs)
+
+
 class GenerationEngine(Protocol):
     """What the rollout needs from an engine."""
 
@@ -47,6 +90,10 @@ class GenerationEngine(Protocol):
         """Sample one response per prompt; return the response token ids (EOS included
         when the model stopped by itself, padding never), or a :class:`FailedGeneration`
         for a response that could not be produced (remote engines only).
+
+        A row may be a :class:`Response` (a tuple of the ids carrying the sampled tokens'
+        behaviour log-probs, cut with the tokens): the HF, HF-worker and vLLM engines
+        return those; the OpenAI engine returns plain tuples.
 
         A row ends right after the token that completes the first of ``stop`` to appear
         in its decoded response (:func:`stop_length`); that token is kept, nothing after

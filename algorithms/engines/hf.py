@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from algorithms.engines import stop_length
+from algorithms.engines import Response, stop_length
 
 
 class HFEngine:
@@ -25,6 +25,15 @@ class HFEngine:
     model's own ``generation_config`` (checkpoints ship repetition penalties, top-k/top-p,
     suppressed tokens, ...), so :meth:`generate` runs with the model's config replaced by
     a blank one (:func:`plain_sampling_config`) and every warper set to its neutral value.
+
+    Behaviour log-probs: every row is a :class:`~algorithms.engines.Response` carrying the
+    log-prob of each sampled token under the processed scores it was drawn from (logits /
+    temperature, top-p masked), recorded by a logits processor placed after the warpers:
+    when sampling, the config's temperature and top-p are left neutral and transformers'
+    own temperature and top-p warpers come in the processor list, in the order it would
+    build them, followed by the recorder (:func:`sampling_processors`; the same tokens as
+    the config alone). Memory is one (B, V) step, not ``output_scores``' (B, T, V)
+    (64 x 512 x 49152 float32 = 6.4 GB for SmolLM2 at the default settings).
 
     Stop strings: a stopping criterion decodes the newest tokens of every row after each
     step and marks a row finished once a stop string appears in its response (the other
@@ -63,13 +72,27 @@ class HFEngine:
         max_new_tokens: int,
         seed: int,
         stop: Sequence[str] = (),
-    ) -> list[tuple[int, ...]]:
-        """Sample one response per prompt (see :class:`~algorithms.engines.GenerationEngine`)."""
+    ) -> list[Response]:
+        """Sample one response per prompt (see :class:`~algorithms.engines.GenerationEngine`).
+
+        Each row is a :class:`~algorithms.engines.Response` whose ``log_probs`` are the
+        sampled tokens' log-probs under the distribution they were drawn from (0.0 for
+        greedy decoding), cut with the tokens (see :class:`_SampledLogProbs`).
+        """
         if not prompts:
             return []
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        results: list[tuple[int, ...]] = [()] * len(prompts)
-        generation_config = self._generation_config(temperature, max_new_tokens)
+        results: list[Response] = [Response()] * len(prompts)
+        sample = temperature > 0
+        # Sampling: the warpers (temperature, top-p) go in as our own processors, followed
+        # by the recorder, so that it sees exactly the scores the token is drawn from
+        # (transformers puts a caller's processors before the warpers it builds itself).
+        # The warpers are transformers' own classes, in the order it uses: same tokens.
+        generation_config = self._generation_config(temperature, max_new_tokens) if not \
+            sample else plain_sampling_config(temperature=1.0, top_p=1.0,
+                                              max_new_tokens=max_new_tokens,
+                                              pad_token_id=self.tokenizer.pad_token_id,
+                                              eos_token_id=self.tokenizer.eos_token_id)
         was_training = self.model.training
         self.model.eval()
         device = self.device
@@ -82,14 +105,21 @@ class HFEngine:
                 batch = order[start: start + self.batch_size]
                 input_ids, attention = self._left_pad([prompts[i] for i in batch], device)
                 criteria = _stopping_criteria(self.tokenizer, stop, input_ids.shape[1])
+                recorder = _SampledLogProbs() if sample else None
+                processors = sampling_processors(temperature, self.top_p, recorder)
                 with torch.random.fork_rng(devices=devices), _without_model_defaults(lm):
                     torch.manual_seed(seed * 100_003 + batch_number)
                     output = lm.generate(input_ids=input_ids, attention_mask=attention,
                                          generation_config=generation_config,
-                                         stopping_criteria=criteria)
-                new_tokens = output[:, input_ids.shape[1]:].tolist()
+                                         stopping_criteria=criteria,
+                                         logits_processor=processors)
+                new_ids = output[:, input_ids.shape[1]:]
+                new_tokens = new_ids.tolist()
+                log_probs = recorder.finish(new_ids).tolist() if recorder is not None else \
+                    [[0.0] * new_ids.shape[1]] * len(batch)
                 for row, index in enumerate(batch):
-                    results[index] = self._cut_at_stop(self._trim(new_tokens[row]), stop)
+                    tokens = self._cut_at_stop(self._trim(new_tokens[row]), stop)
+                    results[index] = Response(tokens, log_probs[row][: len(tokens)])
         finally:
             self.model.train(was_training)
         return results
@@ -182,6 +212,60 @@ def plain_sampling_config(*, temperature: float, top_p: float, max_new_tokens: i
         eos_token_id=eos_token_id,
         use_cache=True,
     )
+
+
+def sampling_processors(temperature: float, top_p: float,
+                        recorder: _SampledLogProbs | None) -> Any:
+    """The ``LogitsProcessorList`` :meth:`HFEngine.generate` passes to ``generate`` with a
+    neutral (temperature 1, top-p 1) config: transformers' ``TemperatureLogitsWarper`` and
+    ``TopPLogitsWarper`` (only when ``top_p < 1``), in the order ``generate`` would build
+    them from ``plain_sampling_config(temperature, top_p)``, then ``recorder``. Greedy
+    decoding (``temperature == 0``) gets an empty list."""
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+    processors = LogitsProcessorList()
+    if temperature <= 0:
+        return processors
+    if temperature != 1.0:
+        processors.append(TemperatureLogitsWarper(temperature))
+    if top_p < 1.0:
+        processors.append(TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1))
+    if recorder is not None:
+        processors.append(recorder)
+    return processors
+
+
+class _SampledLogProbs:
+    """A logits processor placed last: it records the log-probs of the sampled tokens.
+
+    At step ``t`` it receives the processed scores the token of step ``t`` is drawn from
+    (softmax of them is the sampling law) and the ids up to step ``t - 1``: it keeps the
+    (B, V) log-softmax of step ``t`` and gathers from the one of step ``t - 1`` the token
+    that was drawn from it. :meth:`finish` gathers the last step's from the output. So
+    one step's (B, V) log-probs are alive at a time, not ``output_scores``' (B, T, V).
+    Returns the scores unchanged.
+    """
+
+    def __init__(self) -> None:
+        self._columns: list[torch.Tensor] = []
+        self._last: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self._last is not None:
+            self._columns.append(self._last.gather(1, input_ids[:, -1:]).squeeze(1))
+        self._last = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def finish(self, new_ids: torch.Tensor) -> torch.Tensor:
+        """(B, T) log-probs of ``new_ids`` (B, T), the generated columns."""
+        if self._last is not None:
+            self._columns.append(self._last.gather(1, new_ids[:, -1:]).squeeze(1))
+            self._last = None
+        if len(self._columns) != new_ids.shape[1]:
+            raise RuntimeError(f"recorded {len(self._columns)} log-prob steps for "
+                               f"{new_ids.shape[1]} generated tokens")
+        return torch.stack(self._columns, dim=1) if self._columns else \
+            torch.zeros(new_ids.shape, dtype=torch.float32)
 
 
 @contextmanager

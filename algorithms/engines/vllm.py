@@ -19,6 +19,17 @@ Sampling is exactly softmax(logits / T) (with ``top_p`` when asked): the checkpo
 every ``SamplingParams`` spells out ``top_k=0``, ``min_p=0`` and neutral penalties), so the
 samples are on-policy for :func:`~algorithms.training.policy.score_responses`.
 
+Behaviour log-probs: :meth:`VLLMEngine.generate` asks for the sampled token's log-prob
+(``logprobs=0``) and builds the engine with ``logprobs_mode="processed_logprobs"``. vLLM's
+default, ``raw_logprobs``, is the log-softmax of the raw logits, before temperature and
+top-p (``vllm/config/model.py``, ``ModelConfig.logprobs_mode``; ``vllm/v1/sample/
+sampler.py``, ``Sampler.forward``): not the law the token was drawn from. In
+``processed_logprobs`` mode the sampler returns the log-softmax of the logits after
+temperature and top-k/top-p (``vllm/v1/sample/ops/topk_topp_sampler.py``,
+``forward_native``/``forward_cpu``), i.e. softmax(logits / T) renormalised over the
+nucleus, the distribution :class:`~algorithms.engines.hf.HFEngine` records too. Its greedy
+path would return the untempered log-softmax, so greedy requests ask for none and get 0.0.
+
 Between rollouts :meth:`VLLMEngine.release` puts the engine to sleep (level 1: weights
 offloaded, KV cache dropped; level 2: both dropped), so training gets the GPU memory
 back; ``gpu_memory_utilization`` caps what vLLM takes while awake on a GPU. On the CPU
@@ -54,7 +65,7 @@ from typing import Any
 
 import torch
 
-from algorithms.engines import EngineUnavailableError
+from algorithms.engines import EngineUnavailableError, Response
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +134,20 @@ def vllm_weight_items(model: Any, dtype: torch.dtype | None = None
             if dtype is not None:
                 tensor = tensor.to(dtype)
             yield mapped, tensor.detach()
+
+
+def _response(completion: Any, *, greedy: bool) -> Response:
+    """A :class:`~algorithms.engines.Response` from a vLLM ``CompletionOutput``: its token
+    ids and, per position, the sampled token's entry of its ``logprobs`` (0.0 for greedy
+    decoding, which asks for none)."""
+    tokens = tuple(completion.token_ids)
+    if greedy:
+        return Response(tokens, (0.0,) * len(tokens))
+    entries = completion.logprobs
+    if entries is None or len(entries) < len(tokens):
+        raise RuntimeError(f"vLLM returned {0 if entries is None else len(entries)} "
+                           f"log-prob entries for {len(tokens)} tokens")
+    return Response(tokens, [entries[i][token].logprob for i, token in enumerate(tokens)])
 
 
 def _import_vllm() -> Any:
@@ -232,6 +257,7 @@ class VLLMEngine:
                 enforce_eager=enforce_eager,
                 tensor_parallel_size=1,
                 generation_config="vllm",
+                logprobs_mode="processed_logprobs",
                 **kwargs,
             )
         finally:
@@ -284,8 +310,13 @@ class VLLMEngine:
         max_new_tokens: int,
         seed: int,
         stop: Sequence[str] = (),
-    ) -> list[tuple[int, ...]]:
+    ) -> list[Response]:
         """Sample one response per prompt (see :class:`~algorithms.engines.GenerationEngine`).
+
+        Each row is a :class:`~algorithms.engines.Response` carrying the sampled tokens'
+        log-probs (``logprobs=0``: vLLM returns the sampled token's alone), computed by
+        vLLM after temperature and top-p (``logprobs_mode="processed_logprobs"``, see the
+        module docstring); greedy rows (``temperature == 0``) get 0.0 per token.
 
         Request ``i`` is seeded with ``(seed * 1_000_003 + i) mod 2**31``: the same seed and
         prompts give the same tokens. Stop strings go to vLLM's own check
@@ -311,12 +342,13 @@ class VLLMEngine:
             self._asleep = False
         params = [
             self.sampling_params(temperature=temperature, max_new_tokens=max_new_tokens,
-                                 seed=(seed * 1_000_003 + index) % (2**31), stop=stop)
+                                 seed=(seed * 1_000_003 + index) % (2**31), stop=stop,
+                                 logprobs=0 if temperature > 0 else None)
             for index in range(len(prompts))
         ]
         requests = [{"prompt_token_ids": [int(t) for t in prompt]} for prompt in prompts]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
-        return [tuple(output.outputs[0].token_ids) for output in outputs]
+        return [_response(output.outputs[0], greedy=temperature <= 0) for output in outputs]
 
     def release(self) -> None:
         """Put the engine to sleep (``sleep_level`` > 0) so training can use the memory."""

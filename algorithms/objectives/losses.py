@@ -235,6 +235,7 @@ def ppo_clip_policy_loss(
     dual_clip: float | None = None,
     aggregation: Aggregation = "token-mean",
     norm_length: int | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clip policy loss (Schulman et al., 2017), as GRPO and GiGPO use it.
 
@@ -258,6 +259,9 @@ def ppo_clip_policy_loss(
         dual_clip: None, or the dual-clip constant c > 1.
         aggregation: one of :data:`AGGREGATIONS` (see :func:`aggregate`).
         norm_length: the divisor of "seq-mean-token-sum-norm" (see :func:`aggregate`).
+        token_weights: (B, T) no-grad weights multiplying each token's clipped loss
+            before aggregation (the behaviour-policy weights of
+            :mod:`algorithms.objectives.behaviour_weights`), or ``None``.
 
     Returns:
         ``(loss, stats)``: the 0-d loss, and detached 0-d diagnostics over unmasked
@@ -292,6 +296,8 @@ def ppo_clip_policy_loss(
         bound = -advantages * dual_clip
         dual_active = (advantages < 0) & (per_token > bound)
         per_token = torch.where(advantages < 0, torch.minimum(per_token, bound), per_token)
+    if token_weights is not None:
+        per_token = per_token * token_weights.detach().to(per_token.dtype)
     loss = aggregate(per_token, mask, aggregation, norm_length=norm_length)
 
     with torch.no_grad():
@@ -314,6 +320,7 @@ def gspo_policy_loss(
     clip_eps_high: float,
     aggregation: Aggregation = "seq-mean-token-mean",
     norm_length: int | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GSPO's sequence-level clipped policy loss (Zheng et al., 2025, arXiv:2507.18071).
 
@@ -338,6 +345,8 @@ def gspo_policy_loss(
         aggregation: one of :data:`AGGREGATIONS`; verl always uses
             "seq-mean-token-mean" for GSPO, whatever its ``loss_agg_mode`` says.
         norm_length: the divisor of "seq-mean-token-sum-norm".
+        token_weights: (B, T) no-grad weights multiplying each token's clipped loss, or
+            ``None`` (as :func:`ppo_clip_policy_loss`).
 
     Returns:
         ``(loss, stats)``: the 0-d loss and detached 0-d ``clip_fraction``,
@@ -365,6 +374,8 @@ def gspo_policy_loss(
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_eps_low, 1.0 + clip_eps_high)
     per_token = torch.maximum(unclipped, clipped)
+    if token_weights is not None:
+        per_token = per_token * token_weights.detach().to(per_token.dtype)
     loss = aggregate(per_token, mask, aggregation, norm_length=norm_length)
     with torch.no_grad():
         clamped_log_ratio = log_ratio.clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
@@ -605,6 +616,7 @@ def policy_loss(
     *,
     ref_log_probs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The actor loss of one micro-batch: PPO-clip, minus the entropy bonus, plus the KL.
 
@@ -626,6 +638,10 @@ def policy_loss(
             ``recipe.kl_coef > 0``.
         entropy: (B, T) per-token entropies of the policy (with grad); needed when
             ``recipe.entropy_coef > 0``, and reported as a statistic whenever given.
+        token_weights: (B, T) no-grad weights of the clip term's tokens (the decoupled
+            objective's or TIS's behaviour weights,
+            :mod:`algorithms.objectives.behaviour_weights`), or ``None``; the entropy and
+            KL terms are not weighted.
 
     Returns:
         ``(loss, stats)``: the 0-d loss, and detached 0-d ``policy_loss`` (the aggregated
@@ -641,14 +657,14 @@ def policy_loss(
         clip_loss, stats = gspo_policy_loss(
             log_probs, old_log_probs, advantages, response_mask,
             clip_eps_low=recipe.clip_eps_low, clip_eps_high=recipe.clip_eps_high,
-            aggregation="seq-mean-token-mean")
+            aggregation="seq-mean-token-mean", token_weights=token_weights)
         stats.pop("seq_ratio_max")
     elif recipe.policy_loss == "vanilla":
         clip_loss, stats = ppo_clip_policy_loss(
             log_probs, old_log_probs, advantages, response_mask,
             clip_eps_low=recipe.clip_eps_low, clip_eps_high=recipe.clip_eps_high,
             dual_clip=recipe.dual_clip, aggregation=recipe.aggregation,
-            norm_length=norm_length)
+            norm_length=norm_length, token_weights=token_weights)
     else:
         raise ValueError(f"policy_loss must be one of {POLICY_LOSSES}, got "
                          f"{recipe.policy_loss!r}")

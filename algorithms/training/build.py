@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from algorithms.config import EnvConfig, TrainConfig
-from algorithms.engines import make_engine
+from algorithms.engines import make_engine, resolve_engine
 from algorithms.runs.distributed import Ranks, WeightMirror
 from algorithms.runs.memory import release_around_each_call
 from algorithms.training.learner import Learner
@@ -106,8 +106,6 @@ def engine_source(config: TrainConfig, policy: Policy, device: torch.device,
     Call it before the learner shards the policy: FSDP2's modules cannot be copied."""
     if not ranks.distributed:
         return policy, None
-    from algorithms.engines import resolve_engine
-
     on_host = resolve_engine(config.generation, policy) != "hf"
     mirror = WeightMirror(
         policy.model, torch.device("cpu") if on_host else device,
@@ -116,10 +114,23 @@ def engine_source(config: TrainConfig, policy: Policy, device: torch.device,
 
 
 def make_run_engine(config: TrainConfig, policy: Policy, device: torch.device,
-                    ranks: Ranks) -> Any:
+                    ranks: Ranks, *, trainable: frozenset[str] | None = None) -> Any:
     """The generation engine of ``config.generation`` sampling from ``policy`` (see
-    :func:`engine_source`); sampling seeds differ per rank."""
+    :func:`engine_source`); sampling seeds differ per rank. With ``run.max_staleness`` > 0
+    the HF engine samples in a worker process with its own copy of the weights
+    (:class:`~algorithms.engines.hf_worker.HFWorkerEngine`), so that the rollout and the
+    update run at the same time on different cores; it is sent the weights named
+    ``trainable`` after each update (default: ``policy``'s parameters with
+    ``requires_grad``; a torchrun job's engine samples from the frozen weight mirror and
+    names the policy's)."""
     max_len = config.prompt.max_prompt_tokens + config.generation.max_new_tokens
+    if config.run.max_staleness > 0 and resolve_engine(config.generation, policy) == "hf":
+        from algorithms.engines.hf_worker import HFWorkerEngine
+
+        return HFWorkerEngine(policy.model, policy.tokenizer,
+                              batch_size=config.generation.batch_size,
+                              top_p=config.generation.top_p,
+                              threads=config.run.torch_threads or 1, trainable=trainable)
     return make_engine(config.generation, policy, device,
                        seed=config.run.seed + 1_000_003 * ranks.rank, max_model_len=max_len)
 

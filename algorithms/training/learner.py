@@ -77,6 +77,7 @@ from torch import nn
 from algorithms.agent.step_batch import StepBatch
 from algorithms.config import TrainConfig
 from algorithms.objectives import losses
+from algorithms.objectives.behaviour_weights import behaviour_weights
 from algorithms.runs import distributed
 from algorithms.runs.distributed import SINGLE, Ranks
 from algorithms.training import scoring
@@ -247,6 +248,11 @@ class Learner:
             raise ValueError("update needs old log-probs: call score() first")
         if self.config.use_critic and (signals.returns is None or batch.values is None):
             raise ValueError("PPO update needs returns and old values")
+        if self.behaviour_weighting and batch.behaviour_log_probs is None:
+            raise ValueError(
+                "run.max_staleness > 0 and learner.tis_cap weight each token by the "
+                "engine's log-probs, and this batch has none: use an engine that reports "
+                "them (hf, vllm)")
         learner = self.learner
         rng = np.random.default_rng(seed)
         devices = [self.device] if self.device.type == "cuda" else []
@@ -274,6 +280,24 @@ class Learner:
             result["explained_variance"] = 1.0 - residual / variance if variance > 0 else 0.0
         return result
 
+    @property
+    def behaviour_weighting(self) -> bool:
+        """Whether each token's policy loss is weighted against the behaviour policy
+        (:mod:`algorithms.objectives.behaviour_weights`): the decoupled objective with
+        ``run.max_staleness`` > 0, truncated importance sampling with ``learner.tis_cap``."""
+        return self.config.run.max_staleness > 0 or self.learner.tis_cap is not None
+
+    def _token_weights(self, rows: dict[str, torch.Tensor], old_log_probs: torch.Tensor,
+                       mask: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, Any]]:
+        """The micro-batch's behaviour weights and their statistics (``None`` and none when
+        the loss is not weighted)."""
+        if not self.behaviour_weighting:
+            return None, {}
+        drop = (self.learner.behaviour_weight_cap if self.config.run.max_staleness > 0
+                else None)
+        return behaviour_weights(old_log_probs, rows["behaviour_log_probs"], mask,
+                                 truncate_at=self.learner.tis_cap, drop_above=drop)
+
     @cached_property
     def loss_recipe(self) -> losses.LossRecipe:
         """The actor loss's terms (:func:`~algorithms.training.learner_setup.loss_recipe`)."""
@@ -290,6 +314,9 @@ class Learner:
         mini_tokens = max(1, int(batch.response_mask[mini_rows].sum()))
         sums = {"policy_loss": 0.0, "kl_ref": 0.0, "entropy": 0.0, "approx_kl": 0.0,
                 "clip_fraction": 0.0, "dual_clip_fraction": 0.0}
+        if self.behaviour_weighting:
+            sums.update(is_weight_mean=0.0, is_clipped_fraction=0.0, behaviour_gap=0.0)
+        weight_max = 0.0
         value_loss_sum = 0.0
         self.optimizer.zero_grad(set_to_none=True)
         if self.critic_optimizer is not None:
@@ -308,9 +335,14 @@ class Learner:
                                         with_values=self.value_head is not None)
             token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
             old_log_probs = rows.get("old_log_probs", scored.log_probs.detach())
+            token_weights, weight_stats = self._token_weights(rows, old_log_probs, mask)
             loss, stats = losses.policy_loss(
                 scored.log_probs, old_log_probs, token_advantages, mask, recipe,
-                ref_log_probs=rows.get("ref_log_probs"), entropy=scored.entropy)
+                ref_log_probs=rows.get("ref_log_probs"), entropy=scored.entropy,
+                token_weights=token_weights)
+            stats = {**stats, **weight_stats}
+            if weight_stats and real:
+                weight_max = max(weight_max, float(weight_stats["is_weight_max"].item()))
             total = loss * weight
             if self.config.use_critic:
                 values = scoring.critic_values(self.models, rows, scored.values)
@@ -341,6 +373,8 @@ class Learner:
         if self.config.use_critic:
             sums["value_loss"] = value_loss_sum
         stats = distributed.sum_stats(sums, self.ranks)
+        if self.behaviour_weighting:
+            stats["is_weight_max"] = max(distributed.all_gather_objects(weight_max, self.ranks))
         stats["grad_norm"] = grad_norm
         stats["skipped_steps"] = float(not np.isfinite(grad_norm))
         return stats

@@ -46,15 +46,16 @@ def prompt_rows(prompt_ids: np.ndarray, prompt_mask: np.ndarray, index: np.ndarr
 
 def response_rows(batch: StepBatch, index: np.ndarray, device: torch.device
                   ) -> dict[str, torch.Tensor]:
-    """Response ids, mask and (when scored) old / reference log-probs of the rows
-    ``index``, trimmed to the longest response among them."""
+    """Response ids, mask and (when scored, or recorded by the engine) old / reference /
+    behaviour log-probs of the rows ``index``, trimmed to the longest response among
+    them."""
     response_mask = batch.response_mask[index]
     response_width = max(1, int(response_mask.sum(1).max()))
     rows = {
         "response_ids": as_tensor(batch.response_ids[index][:, :response_width], device),
         "response_mask": as_tensor(response_mask[:, :response_width], device),
     }
-    for name in ("old_log_probs", "ref_log_probs"):
+    for name in ("old_log_probs", "ref_log_probs", "behaviour_log_probs"):
         array = getattr(batch, name)
         if array is not None:
             rows[name] = as_tensor(array[index][:, :response_width], device, torch.float32)

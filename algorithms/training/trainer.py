@@ -72,6 +72,7 @@ from algorithms.training.build import (
     vector_env_factory,
 )
 from algorithms.training.learner import Learner
+from algorithms.training.overlap import OverlappedSampler
 from algorithms.training.policy import (
     Policy,
     resolve_device,
@@ -109,6 +110,7 @@ class Trainer:
         self.mirror: WeightMirror | None = None
         self.vec_env: Any = None
         self.sampler: Sampler | None = None
+        self.overlap: OverlappedSampler | None = None
         self.logger: MetricsLogger | None = None
         self.start_iteration = 0
         self.group_first, self.group_count = distributed.group_block(
@@ -161,9 +163,12 @@ class Trainer:
         self.policy = build_policy(config, self.device, ranks, self._say, self._policy)
         # the engine's copy of the policy is taken before the learner shards it
         engine_policy, self.mirror = engine_source(config, self.policy, self.device, ranks)
+        trainable = frozenset(name for name, parameter in self.policy.model.named_parameters()
+                              if parameter.requires_grad)  # named before the sharding
         self.learner = build_learner(self.policy, config, self.device, ranks)
         if self.engine is None:
-            self.engine = make_run_engine(config, engine_policy, self.device, ranks)
+            self.engine = make_run_engine(config, engine_policy, self.device, ranks,
+                                          trainable=trainable)
         self._say(f"generation engine: {type(self.engine).__name__}")
         if checkpoint is not None:
             self._restore(checkpoint)
@@ -179,6 +184,12 @@ class Trainer:
             self.sampler = Sampler(config, self.vec_env, self.engine, self.policy.tokenizer,
                                    self.learner.temperature, ranks, self.group_first,
                                    self.bars, self._say)
+            if config.run.max_staleness > 0:
+                check_overlap_engine(self.engine, self.policy)
+                self.overlap = OverlappedSampler(
+                    self.sampler, max_staleness=config.run.max_staleness,
+                    iterations=config.run.iterations, sync=self._sync_engine,
+                    version=self.start_iteration)
         if ranks.main:
             self.logger = run_logger(self.run_dir, config, self.start_iteration)
 
@@ -212,21 +223,31 @@ class Trainer:
         trajectory ended on an env error). ``last_batch`` is the batch trained on, scored
         (unscored and empty when the update was skipped because every trajectory crashed).
         """
+        began = time.perf_counter()
         timings: dict[str, float] = {}
         with timed("rollout", timings):
-            rollout, sampled, sampling = self.sampler.sample(iteration)
-            self.engine.release()
+            if self.overlap is not None:  # the weights an iteration starts with: version i
+                rollout, sampled, sampling = self.overlap.sample(iteration, iteration)
+            else:
+                rollout, sampled, sampling = self.sampler.sample(iteration)
+                self.engine.release()
+        # overlapped: the rollout's own time, the wait for it and the pipeline's weight sync
+        overlap_times = {k: v for k, v in sampling.items() if k.startswith("time/")}
+        sampling = {k: v for k, v in sampling.items() if not k.startswith("time/")}
+        # overlapped, the engine gets new weights when its rollouts are done (overlap.py)
+        sync = self._sync_engine if self.overlap is None else _no_sync
         # GiGPO/GRPO leave out trajectories that ended on an env error (learner docstring).
         batch = self.learner.training_batch(sampled)
         signals, stats, lr = None, {}, None
         if len(batch):
             batch, signals, stats, lr = learn(self.learner, batch, self.config,
                                               iteration=iteration, timings=timings,
-                                              sync_weights=self._sync_engine, bars=self.bars)
+                                              sync_weights=sync, bars=self.bars)
         else:
             self._say(f"iteration {iteration + 1}: every trajectory ended on an env error; "
                       "nothing to train on, the update is skipped")
             timings.update({f"time/{name}": 0.0 for name in UPDATE_PHASES})
+        timings.update(overlap_times)
         metrics = iteration_metrics(rollout, sampling, len(batch), signals, stats, lr, timings)
         self.last_batch = batch
         if self.ranks.main:
@@ -236,6 +257,7 @@ class Trainer:
                                                  limit=self.config.run.record_trajectories,
                                                  trained=batch, signals=signals),
                               num_trajectories=rollout.num_trajectories)
+        metrics["time/iteration"] = time.perf_counter() - began  # evaluation left out
         return metrics
 
     # ------------------------------------------------------------------ evaluation
@@ -245,6 +267,8 @@ class Trainer:
         config = self.config
         settings = rollout_settings(config, temperature=config.generation.eval_temperature,
                                     group_size=1, bootstrap=False)
+        if self.overlap is not None:  # the engine, free of rollouts, with these weights
+            self.overlap.engine_ready(iteration)
         return evaluate(config, self.engine, self.policy.tokenizer, settings,
                         self.make_vec_env, iteration=iteration, ranks=self.ranks,
                         run_dir=self.run_dir, bars=self.bars, say=self._say)
@@ -323,7 +347,14 @@ class Trainer:
 
     def close(self) -> None:
         """Close the envs, the logger and the engine (a vLLM engine shuts down here, while
-        a torchrun job's process group still exists)."""
+        a torchrun job's process group still exists). An overlapped rollout still running
+        ends on the closed engine's error first."""
+        if self.overlap is not None:  # kept, closed: its spans stay readable
+            self.overlap.cancel()
+            if self.engine is not None and hasattr(self.engine, "close"):
+                self.engine.close()
+                self.engine = None
+            self.overlap.close()
         if self.vec_env is not None:
             self.vec_env.close()
             self.vec_env = None
@@ -332,3 +363,20 @@ class Trainer:
         if self.engine is not None and hasattr(self.engine, "close"):
             self.engine.close()
             self.engine = None
+
+
+def _no_sync() -> None:
+    """The weight sync of an overlapped iteration: the pipeline's (module docstring)."""
+
+
+def check_overlap_engine(engine: Any, policy: Policy) -> None:
+    """Refuse an engine that samples with the learner's own model object (the in-process
+    HF engine): overlapped, the update would change the weights under a rollout.
+
+    Raises:
+        ValueError: ``engine.model`` is ``policy.model``.
+    """
+    if getattr(engine, "model", None) is policy.model:
+        raise ValueError(
+            "run.max_staleness > 0 needs an engine with its own copy of the weights (the HF "
+            "worker engine, vLLM); this engine samples with the training model itself")

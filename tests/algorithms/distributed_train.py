@@ -1,7 +1,7 @@
 """A training run on the scripted env with the tiny Llama, as one process or under torchrun.
 
 ``[torchrun --nproc-per-node 2 -m] tests.algorithms.distributed_train RUN_DIR ALGO
-ITERATIONS [--resume] [--lora] [--setup-only] [--ray-address ADDRESS]``. Rank 0 writes, into ``RUN_DIR``:
+ITERATIONS [--resume] [--lora] [--setup-only] [--ray-address ADDRESS] [--max-staleness K]``. Rank 0 writes, into ``RUN_DIR``:
 
 - ``final.safetensors``: the policy's (gathered) weights, the optimizer's moments and
   (torchrun) the engine's weight mirror, after the run (or, with ``--setup-only``, right after setup and any resume);
@@ -78,13 +78,15 @@ def main() -> None:
     parser.add_argument("--lora", action="store_true")
     parser.add_argument("--setup-only", action="store_true")
     parser.add_argument("--ray-address", default=None)
+    parser.add_argument("--max-staleness", type=int, default=0)
     args = parser.parse_args()
     # generous: on a loaded machine one rank may wait minutes for the other at a collective
     ranks = distributed.init_from_environment(device="cpu", timeout_s=300)
     args.run_dir.mkdir(parents=True, exist_ok=True)
     _record_rollouts(ranks, args.run_dir)
     config = scripted_config(args.algo, iterations=args.iterations, num_groups=NUM_GROUPS,
-                             resume=args.resume, save_every=1)
+                             resume=args.resume, save_every=1,
+                             max_staleness=args.max_staleness)
     # mini-batches smaller than the batch: several optimizer steps, moments that matter;
     # token-weighted micro-batches, so that 1 and 2 ranks update alike
     config = replace(config, learner={"mini_batch_size": 4, "micro_batch_size": 3,

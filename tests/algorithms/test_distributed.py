@@ -187,6 +187,20 @@ def test_groups_are_owned_by_one_rank_and_start_on_the_tasks_of_one_process(tmp_
     assert all(m["rollout/trajectories"] == 6 for m in metrics)
 
 
+def test_two_ranks_overlap_their_rollouts_with_the_update(tmp_path):
+    """Each rank's HF worker engine samples the next iteration while the ranks train; the
+    collectives stay on the main threads (a mix-up would hang or fail the job)."""
+    _train(tmp_path / "two", "grpo", 3, "--max-staleness", "1", nproc=2)
+    metrics = [json.loads(line) for line in
+               (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["overlap/staleness_mean"] for m in metrics] == [0.0, 1.0, 1.0]
+    assert all(m["rollout/trajectories"] == 6 for m in metrics)
+    assert all(np.isfinite(m["update/is_weight_mean"]) for m in metrics)
+    ranks = [json.loads((tmp_path / "two" / f"groups-rank{r}.json").read_text())
+             for r in range(2)]
+    assert [[log[i]["groups"] for log in ranks] for i in range(3)] == [[[0, 1], [2]]] * 3
+
+
 def _wait_for(path: Path, process: subprocess.Popen, timeout: float) -> None:
     import time
 

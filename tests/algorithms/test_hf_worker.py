@@ -1,0 +1,196 @@
+"""The HF engine in a generation worker process: the same samples and log-probs as the
+in-process engine, weight sync (full model and LoRA), errors from the worker, a killed
+worker, calls from a background thread, and no process left behind.
+
+Each worker start spawns a Python process that imports torch and transformers (about 5 s
+on the shared 2-core machine), so the tests share workers where they can."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from algorithms.config import ModelConfig  # noqa: E402
+from algorithms.engines.hf import HFEngine  # noqa: E402
+from algorithms.engines.hf_worker import EngineWorkerError, HFWorkerEngine  # noqa: E402
+from tests.algorithms.tiny import make_policy  # noqa: E402
+
+TEXTS = ["open red door", "You are in room 1 of 3 . look", "look", "open blue door look"]
+LORA = ModelConfig(lora_rank=4, lora_alpha=8, gradient_checkpointing=True,
+                   lora_target_modules=("q_proj", "k_proj", "v_proj", "up_proj"))
+"""The cpu-demo's kind of policy: LoRA with gradient checkpointing (whose input-grad hook
+does not pickle: a no-op in the worker's copy)."""
+
+
+def _prompts(tokenizer) -> list[list[int]]:
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in TEXTS]
+
+
+def _in_process(policy, prompts, **kwargs):
+    return HFEngine(policy.model, policy.tokenizer, batch_size=3).generate(prompts, **kwargs)
+
+
+def _assert_same(rows, expected):
+    assert rows == expected
+    assert [row.log_probs for row in rows] == [row.log_probs for row in expected]
+
+
+def _move_trainable_weights(model, scale: float, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(scale * torch.randn(parameter.shape, generator=generator))
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited and was reaped (no zombie left in the process table)."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
+def test_worker_samples_like_the_in_process_engine_and_follows_synced_weights():
+    policy = make_policy(seed=1)
+    prompts = _prompts(policy.tokenizer)
+    sampling = {"temperature": 1.0, "max_new_tokens": 10, "seed": 3}
+    worker = HFWorkerEngine(policy.model, policy.tokenizer, batch_size=3, threads=1)
+    try:
+        before = _in_process(policy, prompts, **sampling)
+        _assert_same(worker.generate(prompts, **sampling), before)
+        stopped = worker.generate(prompts, **sampling, stop=(TEXTS[0].split()[0],))
+        _assert_same(stopped, _in_process(policy, prompts, **sampling,
+                                          stop=(TEXTS[0].split()[0],)))
+        _assert_same(worker.generate(prompts, temperature=0.7, max_new_tokens=6, seed=1),
+                     _in_process(policy, prompts, temperature=0.7, max_new_tokens=6, seed=1))
+
+        _move_trainable_weights(policy.model, 0.1, seed=0)  # a full-model "update"
+        after = _in_process(policy, prompts, **sampling)
+        assert after != before
+        _assert_same(worker.generate(prompts, **sampling), before)  # stale until synced
+        worker.sync_weights(policy.model)
+        _assert_same(worker.generate(prompts, **sampling), after)
+
+        # from a background thread, while the main thread computes with torch
+        results = {}
+        thread = threading.Thread(
+            target=lambda: results.update(rows=worker.generate(prompts, **sampling)))
+        thread.start()
+        product = torch.eye(64)
+        while thread.is_alive():
+            product = (product @ torch.randn(64, 64)).tanh()
+        thread.join()
+        _assert_same(results["rows"], after)
+
+        # an exception inside the worker comes back as itself; the worker goes on
+        with pytest.raises(ValueError, match="empty prompt") as caught:
+            worker.generate([prompts[0], []], **sampling)
+        assert "raised in the generation worker process" in caught.value.__notes__[0]
+        _assert_same(worker.generate(prompts, **sampling), after)
+    finally:
+        worker.close()
+    assert not worker._process.is_alive() and _gone(worker.pid)
+
+
+def test_lora_adapters_are_what_sync_sends():
+    pytest.importorskip("peft")
+    policy = make_policy(seed=1, model_config=LORA)
+    prompts = _prompts(policy.tokenizer)
+    sampling = {"temperature": 1.0, "max_new_tokens": 10, "seed": 3}
+    embeddings = policy.model.get_input_embeddings()
+    hooks = dict(embeddings._forward_hooks)
+    assert any("<locals>" in hook.__qualname__ for hook in hooks.values())
+    worker = HFWorkerEngine(policy.model, policy.tokenizer, batch_size=3)
+    assert embeddings._forward_hooks == hooks  # the parent's model is left as it was
+    try:
+        before = _in_process(policy, prompts, **sampling)
+        _assert_same(worker.generate(prompts, **sampling), before)
+        _move_trainable_weights(policy.model, 0.5, seed=0)  # the adapters only
+        assert all("lora_" in name for name, parameter in policy.model.named_parameters()
+                   if parameter.requires_grad)
+        after = _in_process(policy, prompts, **sampling)
+        assert [row.log_probs for row in after] != [row.log_probs for row in before]
+        worker.sync_weights(policy.model)
+        _assert_same(worker.generate(prompts, **sampling), after)
+
+        plain = make_policy(seed=1)  # other trainable names: refused before sending
+        with pytest.raises(ValueError, match="do not match the worker's: unknown"):
+            worker.sync_weights(plain.model)
+        _assert_same(worker.generate(prompts, **sampling), after)
+    finally:
+        worker.close()
+
+
+def test_a_killed_worker_is_a_clear_error_for_the_pending_and_the_next_call():
+    policy = make_policy(seed=1)
+    worker = HFWorkerEngine(policy.model, policy.tokenizer, batch_size=64)
+    errors = []
+
+    def long_generation():
+        try:  # 128 rows x 1000 tokens: seconds of work in the worker
+            worker.generate([_prompts(policy.tokenizer)[0]] * 128, temperature=1.0,
+                            max_new_tokens=1000, seed=0)
+        except EngineWorkerError as error:
+            errors.append((error, time.monotonic()))
+
+    thread = threading.Thread(target=long_generation)
+    thread.start()
+    time.sleep(1.0)
+    assert thread.is_alive(), "the generation finished before the kill"
+    killed_at = time.monotonic()
+    os.kill(worker.pid, signal.SIGKILL)
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    (error, raised_at), = errors
+    assert raised_at - killed_at < 3.0
+    assert str(error).startswith("the generation worker process died (exit code -9)")
+    assert "\n" not in str(error)
+    with pytest.raises(EngineWorkerError, match="exit code -9"):
+        worker.generate([[5]], temperature=1.0, max_new_tokens=2, seed=0)
+    with pytest.raises(EngineWorkerError, match="exit code -9"):
+        worker.sync_weights(policy.model)
+    worker.close()
+    assert _gone(worker.pid)
+
+
+def test_close_is_idempotent_and_garbage_collection_stops_the_worker():
+    policy = make_policy(seed=1)
+    worker = HFWorkerEngine(policy.model, policy.tokenizer)
+    worker.release()  # a no-op
+    worker.close()
+    worker.close()
+    assert _gone(worker.pid)
+    with pytest.raises(EngineWorkerError, match="closed"):
+        worker.generate([[5]], temperature=1.0, max_new_tokens=2, seed=0)
+
+    worker = HFWorkerEngine(policy.model, policy.tokenizer)
+    process = worker._process
+    del worker
+    gc.collect()
+    assert not process.is_alive() and _gone(process.pid)
+
+
+def test_the_worker_ends_with_the_interpreter_that_started_it():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = ("from tests.algorithms.tiny import make_policy\n"
+              "from algorithms.engines.hf_worker import HFWorkerEngine\n"
+              "policy = make_policy()\n"
+              "worker = HFWorkerEngine(policy.model, policy.tokenizer)\n"
+              "print(worker.pid, flush=True)\n")  # exits without close()
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120, cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr[-2000:]
+    pid = int(result.stdout.split()[-1])
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(pid)
