@@ -92,7 +92,6 @@ class OverlappedSampler:
                                             thread_name_prefix="agentgym-rollout")
         self._pending: dict[int, Future[Collected]] = {}
         self.spans: list[tuple[int, float, float]] = []
-        self._sync_seconds = 0.0
 
     # ------------------------------------------------------------------ the iteration's batch
     def sample(self, iteration: int, version: int
@@ -105,17 +104,17 @@ class OverlappedSampler:
         ``overlap/staleness_*`` figures.
         """
         waited = time.perf_counter()
-        self._sync_seconds = 0.0
+        synced = 0.0
         future = self._pending.pop(iteration, None)
         if future is None:  # the first iteration (or after an evaluation drained it)
             self.wait_idle()
-            self._sync_to(version)
+            synced += self._sync_to(version)
             collected = self._collect(iteration, version, bars=self.sampler.bars)
         else:
             collected = future.result()
         wait = time.perf_counter() - waited
         if not self._pending:  # the engine is free: newest weights, then the next rollouts
-            self._sync_to(version)
+            synced += self._sync_to(version)
             last = min(iteration + self.max_staleness, self.iterations - 1)
             for ahead in range(iteration + 1, last + 1):
                 self._pending[ahead] = self._executor.submit(self._collect, ahead, version,
@@ -141,7 +140,7 @@ class OverlappedSampler:
         metrics = {**metrics, **staleness_metrics(batch.policy_version, version,
                                                   self.max_staleness),
                    "time/rollout": collected.finished - collected.started,
-                   "time/rollout_wait": wait, "time/weight_sync": self._sync_seconds}
+                   "time/rollout_wait": wait, "time/weight_sync": synced}
         return rollout, batch, metrics
 
     def _collect(self, iteration: int, version: int, *, bars: bool) -> Collected:
@@ -152,14 +151,15 @@ class OverlappedSampler:
         return Collected(iteration, collected, version, started, finished)
 
     # ------------------------------------------------------------------ the engine
-    def _sync_to(self, version: int) -> None:
-        """Give the (idle) engine the learner's weights, unless it has them."""
+    def _sync_to(self, version: int) -> float:
+        """Give the (idle) engine the learner's weights, unless it has them; return the
+        seconds it took."""
         if self.engine_version == version:
-            return
+            return 0.0
         started = time.perf_counter()
         self._sync()
-        self._sync_seconds += time.perf_counter() - started
         self.engine_version = version
+        return time.perf_counter() - started
 
     def wait_idle(self) -> None:
         """Wait until no rollout runs (their results stay for their iterations)."""

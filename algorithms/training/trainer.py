@@ -44,6 +44,7 @@ from algorithms.agent.metrics import (
 from algorithms.agent.records import trajectory_records, write_run_records
 from algorithms.agent.sampling import Sampler, rollout_settings
 from algorithms.config import TrainConfig
+from algorithms.engines.hf_worker import trainable_names
 from algorithms.runs import distributed
 from algorithms.runs.console import (
     iteration_line,
@@ -163,8 +164,7 @@ class Trainer:
         self.policy = build_policy(config, self.device, ranks, self._say, self._policy)
         # the engine's copy of the policy is taken before the learner shards it
         engine_policy, self.mirror = engine_source(config, self.policy, self.device, ranks)
-        trainable = frozenset(name for name, parameter in self.policy.model.named_parameters()
-                              if parameter.requires_grad)  # named before the sharding
+        trainable = trainable_names(self.policy.model)  # named before the sharding
         self.learner = build_learner(self.policy, config, self.device, ranks)
         if self.engine is None:
             self.engine = make_run_engine(config, engine_policy, self.device, ranks,
