@@ -200,7 +200,9 @@ class Memory:
         seen_inside: receptacle -> objects last seen in or on it (its contents are known).
         where: object -> receptacle where it was last seen or put.
         closed: receptacles known to be closed.
-        opened_for_search: receptacles the agent opened and has not closed again.
+        opened_for_search: receptacles the agent opened and has not closed again, nor
+            taken from or put into (those are left open, as the original leaves them).
+        taken_from: object -> receptacle it was last taken from.
     """
 
     receptacles: tuple[str, ...]
@@ -209,6 +211,7 @@ class Memory:
     where: dict[str, str] = field(default_factory=dict)
     closed: set[str] = field(default_factory=set)
     opened_for_search: set[str] = field(default_factory=set)
+    taken_from: dict[str, str] = field(default_factory=dict)
 
     def observe(self, command: str, feedback: str) -> None:
         """Update from a played command and the engine's answer to it."""
@@ -227,10 +230,13 @@ class Memory:
         elif verb == "take":
             obj, _, receptacle = rest.partition(" from ")
             self.where.pop(obj, None)
+            self.taken_from[obj] = receptacle
+            self.opened_for_search.discard(receptacle)  # it held what was wanted
             self.seen_inside.get(receptacle, set()).discard(obj)
         elif verb == "move":
             obj, _, receptacle = rest.partition(" to ")
             self.where[obj] = receptacle
+            self.opened_for_search.discard(receptacle)
             if receptacle in self.seen_inside:
                 self.seen_inside[receptacle].add(obj)
         for receptacle in closed_in(feedback):
@@ -420,8 +426,10 @@ class HandcodedExpert:
         return self._at(self._goal_receptacle, f"move {held} to {self._goal_receptacle}")
 
     def _put_down(self, held: str) -> str:
-        """Put a wrong object down where the agent stands (it stands at a receptacle:
-        ``take`` needs one)."""
-        if self._here:
-            return self._at(self._here[0], f"move {held} to {self._here[0]}")
-        return f"go to {self.memory.receptacles[0]}"
+        """Put a wrong object down where the agent stands if a receptacle here takes it,
+        else back where it was taken from."""
+        for receptacle in self._here:
+            if f"move {held} to {receptacle}" in self._admissible:
+                return f"move {held} to {receptacle}"
+        origin = self.memory.taken_from.get(held, self.memory.receptacles[0])
+        return self._at(origin, f"move {held} to {origin}")
