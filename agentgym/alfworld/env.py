@@ -230,9 +230,24 @@ class ALFWorldEnv(TextEnv):
         return observation, self._extras()
 
     def _step_text(self, action: str) -> Transition:
-        if self.expert == "handcoded":
-            return self._step_handcoded(action)
         valid = action.strip() in self._admissible
+        if self.expert == "handcoded":
+            feedback = self._engine.step(action)
+            self._read_engine()
+            self._handcoded.observe(action, feedback)
+            self._handcoded_action = None
+        else:
+            feedback = self._step_along_walkthrough(action)
+        return Transition(
+            observation=feedback,
+            reward=self.success_reward if self._won else 0.0,
+            terminated=self._won,
+            valid_action=valid,
+            info=self._extras(),
+        )
+
+    def _step_along_walkthrough(self, action: str) -> str:
+        """Play ``action``, keeping the walkthrough's place (see :meth:`_walkthrough_action`)."""
         expected = self._walkthrough_action()
         off_plan = expected is not None and action.strip() != expected
         facts_before = self._plan_facts() if off_plan else ()
@@ -243,30 +258,15 @@ class ALFWorldEnv(TextEnv):
                 self._expert_index += 1
             elif self._plan_facts() != facts_before:
                 self._expert_index = None  # the walkthrough cannot continue from here
-        return Transition(
-            observation=feedback,
-            reward=self.success_reward if self._won else 0.0,
-            terminated=self._won,
-            valid_action=valid,
-            info=self._extras(),
-        )
-
-    def _step_handcoded(self, action: str) -> Transition:
-        valid = action.strip() in self._admissible
-        feedback = self._engine.step(action)
-        self._read_engine()
-        self._handcoded.observe(action, feedback)
-        self._handcoded_action = None
-        return Transition(
-            observation=feedback,
-            reward=self.success_reward if self._won else 0.0,
-            terminated=self._won,
-            valid_action=valid,
-            info=self._extras(),
-        )
+        return feedback
 
     def expert_action(self) -> str | None:
-        """The next command of the chosen expert (``expert=``); see the two below."""
+        """The next command of the expert chosen with ``expert=``.
+
+        ``"walkthrough"``: the game's stored plan while the episode follows it, ``None``
+        once a state-changing different action left it (:meth:`_walkthrough_action`).
+        ``"handcoded"``: ALFWorld's hand-coded expert, which acts after any action,
+        always with an admissible command; ``None`` once the task is solved."""
         if self.expert == "handcoded":
             return self._handcoded_expert_action()
         return self._walkthrough_action()
