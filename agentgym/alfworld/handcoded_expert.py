@@ -20,11 +20,15 @@ updates from each command and its feedback. Differences from the original, on pu
   (the same ``alfworld.gen.constants`` table the generator uses), not a second copy;
 * it keeps where each *object* was last seen (the original keeps one receptacle per
   object class), so a pick-two task goes back for the second instance it saw;
-* a wrong object in hand is put down where the agent stands when the engine allows it
-  (the original walks back to where it was taken); then the search goes on;
-* it returns only admissible commands: where its choice is not admissible (never seen
-  on the generated games, see ``docs/envs/alfworld.md``) it plays a random admissible
-  one from its seeded generator and counts it in :attr:`HandcodedExpert.fallbacks`.
+* a wrong object in hand is put down where the agent stands when a receptacle there
+  takes it (else, as the original always does, back where it was taken);
+* receptacles that share the agent's place (two stove burners; the engine offers no
+  "go to" for them) are searched there with ``examine`` / ``open``, without walking;
+* only sink basins are tried for cleaning (the original falls back to a bathtub basin,
+  which ``alfred.pddl`` does not allow);
+* it returns only admissible commands: where its choice is not admissible (not seen in
+  the runs of ``docs/envs/alfworld.md``) it plays a random admissible one from its
+  seeded generator and counts it in :attr:`HandcodedExpert.fallbacks`.
 
 Where the original draws with ``random.choice`` (which visible instance to take, which
 of several target receptacles to use) this one draws from a ``numpy`` generator seeded
@@ -40,6 +44,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from agentgym.alfworld.engine import NOTHING_HAPPENS
 
 NAME = re.compile(r"\b([a-z]+ \d+)\b")
 """A thing's name in ALFWorld's text: its lowercase class and a number ("cabinet 3")."""
@@ -57,8 +63,6 @@ APPLIANCES: dict[str, tuple[str, tuple[str, ...], str]] = {
 basins clean in ``alfred.pddl`` (the original's fall-back to a bathtub basin, for scenes
 without a sink, is not admissible there)."""
 LOOK_TASK = "look_at_obj_in_light"
-PICK_TWO_TASK = "pick_two_obj_and_place"
-NOTHING_HAPPENS = "Nothing happens."
 
 
 def name_class(name: str) -> str:
