@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     for task_id in env.task_ids:
         success, steps = play(env, task_id, args.perturb, rng)
         rows[env.task_type].append((success, steps, len(env.walkthrough(task_id))))
-        fallbacks += getattr(env._handcoded, "fallbacks", 0)
+        fallbacks += getattr(env.handcoded_expert, "fallbacks", 0)
     env.close()
     print(f"expert={args.expert} split={args.split} perturb={args.perturb} "
           f"max_steps={args.max_steps} ({env.task_source({'data_path': args.data})})")

@@ -271,6 +271,12 @@ class ALFWorldEnv(TextEnv):
             return self._handcoded_expert_action()
         return self._walkthrough_action()
 
+    @property
+    def handcoded_expert(self) -> Any:
+        """The current episode's :class:`~agentgym.alfworld.handcoded_expert.HandcodedExpert`
+        (its memory, ``fallbacks``); ``None`` unless ``expert="handcoded"`` and reset."""
+        return self._handcoded
+
     def _handcoded_expert_action(self) -> str | None:
         """The hand-coded expert's next command (always admissible; the same until the
         next step), from what it has seen and the true facts; ``None`` once the task is

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gymnasium.utils.env_checker import check_env
 
 pytest.importorskip("alfworld", reason="alfworld extra not installed")
 pytest.importorskip("textworld", reason="alfworld extra not installed")
@@ -172,7 +173,7 @@ def test_solves_a_game_of_each_type_with_admissible_actions(games_root: Path) ->
     for task_id in env.task_ids:
         actions, success = play(env, task_id)
         assert success, (task_id, actions)
-        assert env._handcoded.fallbacks == 0
+        assert env.handcoded_expert.fallbacks == 0
         assert env.expert_action() is None  # solved: nothing left to do
     env.close()
 
@@ -222,6 +223,22 @@ def test_default_is_the_walkthrough_and_bad_values_are_refused(games_root: Path)
     env.close()
     with pytest.raises(ValueError, match="expert must be one of"):
         ALFWorldEnv(data_path=games_root, expert="oracle")
+
+
+def test_the_expert_changes_nothing_else(games_root: Path) -> None:
+    """Same observations, rewards, flags, infos and anchors whichever expert is chosen."""
+    envs = [ALFWorldEnv(data_path=games_root, expert=e, anchor="state")
+            for e in ("walkthrough", "handcoded")]
+    task_id = next(t for t in envs[0].task_ids if "pick_heat" in t)
+    results = [[env.reset(options={"task_id": task_id})] for env in envs]
+    for action in ("look", "go to cabinet 1", "jump", "go to microwave 1", "open microwave 1",
+                   *envs[0].walkthrough(task_id)[2:]):
+        for env, result in zip(envs, results, strict=True):
+            result.append(env.step(action))
+    assert results[0] == results[1] and results[0][-1][2]  # terminated: solved
+    check_env(envs[1], skip_render_check=True)
+    for env in envs:
+        env.close()
 
 
 def test_sft_data_keeps_acting_after_perturbed_steps(games_root: Path) -> None:
