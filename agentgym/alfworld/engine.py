@@ -484,6 +484,11 @@ class AlfredEngine:
         """The game file's stored walkthrough (``()`` when it has none)."""
         return tuple((self._game or {}).get("walkthrough") or ())
 
+    @property
+    def display_names(self) -> dict[str, str]:
+        """PDDL object id -> the name the text uses (``"potato 2"``), for the loaded game."""
+        return {key: info.name for key, info in self._entity_infos.items()}
+
     def _make_entity_infos(self) -> dict[str, Any]:
         from alfworld.agents.utils.misc import Demangler
         from textworld.generator.game import EntityInfo

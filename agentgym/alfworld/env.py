@@ -22,6 +22,12 @@ Reward: ``success_reward`` (10, the GiGPO recipe) on the step that solves the ta
 Info extras: ``task_type`` (one of the six), ``won`` (same as ``success``, the key name
 alfworld and verl-agent use).
 
+Expert (``expert_action``, the demonstrations of ``python -m algorithms.sft.trainer
+make-data``): ``expert="walkthrough"`` (the default) replays the game's stored
+walkthrough, an open-loop plan; ``expert="handcoded"`` is ALFWorld's hand-coded expert
+(:mod:`agentgym.alfworld.handcoded_expert`), which searches the room from what it has
+seen and acts sensibly after any action.
+
 Anchors: ``"observation"`` is the raw text; ``"state"`` is a digest of the sorted true
 PDDL facts whose predicate some action can change (where the agent is, what it holds,
 what is open, hot, clean, where each object lies, ...), so "Nothing happens." in two
@@ -38,6 +44,7 @@ from typing import Any
 
 from agentgym.alfworld.data import (
     TASK_TYPES,
+    TRAJ_FILENAME,
     GameRecord,
     available_splits,
     collect_games,
@@ -51,6 +58,8 @@ TASK_PREFIX = "Your task is to: "
 HELP_COMMAND = "help"
 DEFAULT_NUM_GENERATED_GAMES = 60
 """Games generated per split when no official data is found (10 per task type)."""
+EXPERTS: tuple[str, ...] = ("walkthrough", "handcoded")
+"""Values of ``expert=``: the stored walkthrough (open loop) or the hand-coded expert."""
 GENERATED_SPLITS: tuple[str, ...] = ("train", "valid", "valid_seen", "valid_unseen")
 """Split names accepted for generated games ("valid" is "valid_unseen": alfworld's
 held-out scenes; "valid_seen" holds other games of the train scenes)."""
@@ -81,11 +90,15 @@ class ALFWorldEnv(TextEnv):
         num_generated_games: games per split to generate when no official data is found.
         generation_seed: seed of the generated games.
         success_reward: reward for solving the task.
+        expert: what :meth:`expert_action` plays: ``"walkthrough"`` (the game's stored
+            plan, while the episode follows it) or ``"handcoded"`` (ALFWorld's
+            hand-coded, observation-based expert; it needs the game's
+            ``traj_data.json``, which official and generated games have).
         anchor, max_steps, max_action_length, render_mode: see :class:`~agentgym.core.TextEnv`.
 
     Raises:
         FileNotFoundError: ``data_path`` holds no ``json_2.1.1`` folder.
-        ValueError: unknown split or task type.
+        ValueError: unknown split, task type or expert.
     """
 
     @classmethod
@@ -105,6 +118,7 @@ class ALFWorldEnv(TextEnv):
         num_generated_games: int = DEFAULT_NUM_GENERATED_GAMES,
         generation_seed: int = 0,
         success_reward: float = 10.0,
+        expert: str = "walkthrough",
         anchor: AnchorMode = "observation",
         max_steps: int | None = 50,
         max_action_length: int = 1 << 16,
@@ -112,6 +126,9 @@ class ALFWorldEnv(TextEnv):
     ):
         super().__init__(anchor=anchor, max_steps=max_steps,
                          max_action_length=max_action_length, render_mode=render_mode)
+        if expert not in EXPERTS:
+            raise ValueError(f"expert must be one of {list(EXPERTS)}, got {expert!r}")
+        self.expert = expert
         self.task_types = validate_task_types(task_types)
         self.split = split
         self.success_reward = float(success_reward)
@@ -143,6 +160,8 @@ class ALFWorldEnv(TextEnv):
         self._won = False
         self._walkthrough: tuple[str, ...] = ()
         self._expert_index: int | None = None
+        self._handcoded: Any = None
+        self._handcoded_action: str | None = None
 
     # ------------------------------------------------------------------ data
     @property
@@ -204,11 +223,32 @@ class ALFWorldEnv(TextEnv):
         self._task = task_of(intro)
         self._task_type = record.task_type
         self._read_engine()
-        return strip_banner(intro), self._extras()
+        observation = strip_banner(intro)
+        if self.expert == "handcoded":
+            self._handcoded = _handcoded_expert(record, observation)
+            self._handcoded_action = None
+        return observation, self._extras()
 
     def _step_text(self, action: str) -> Transition:
         valid = action.strip() in self._admissible
-        expected = self.expert_action()
+        if self.expert == "handcoded":
+            feedback = self._engine.step(action)
+            self._read_engine()
+            self._handcoded.observe(action, feedback)
+            self._handcoded_action = None
+        else:
+            feedback = self._step_along_walkthrough(action)
+        return Transition(
+            observation=feedback,
+            reward=self.success_reward if self._won else 0.0,
+            terminated=self._won,
+            valid_action=valid,
+            info=self._extras(),
+        )
+
+    def _step_along_walkthrough(self, action: str) -> str:
+        """Play ``action``, keeping the walkthrough's place (see :meth:`_walkthrough_action`)."""
+        expected = self._walkthrough_action()
         off_plan = expected is not None and action.strip() != expected
         facts_before = self._plan_facts() if off_plan else ()
         feedback = self._engine.step(action)
@@ -218,15 +258,40 @@ class ALFWorldEnv(TextEnv):
                 self._expert_index += 1
             elif self._plan_facts() != facts_before:
                 self._expert_index = None  # the walkthrough cannot continue from here
-        return Transition(
-            observation=feedback,
-            reward=self.success_reward if self._won else 0.0,
-            terminated=self._won,
-            valid_action=valid,
-            info=self._extras(),
-        )
+        return feedback
 
     def expert_action(self) -> str | None:
+        """The next command of the expert chosen with ``expert=``.
+
+        ``"walkthrough"``: the game's stored plan while the episode follows it, ``None``
+        once a state-changing different action left it (:meth:`_walkthrough_action`).
+        ``"handcoded"``: ALFWorld's hand-coded expert, which acts after any action,
+        always with an admissible command; ``None`` once the task is solved."""
+        if self.expert == "handcoded":
+            return self._handcoded_expert_action()
+        return self._walkthrough_action()
+
+    @property
+    def handcoded_expert(self) -> Any:
+        """The current episode's :class:`~agentgym.alfworld.handcoded_expert.HandcodedExpert`
+        (its memory, ``fallbacks``); ``None`` unless ``expert="handcoded"`` and reset."""
+        return self._handcoded
+
+    def _handcoded_expert_action(self) -> str | None:
+        """The hand-coded expert's next command (always admissible; the same until the
+        next step), from what it has seen and the true facts; ``None`` once the task is
+        solved or before a reset."""
+        if self._handcoded is None or self._won or not self._admissible:
+            return None
+        if self._handcoded_action is None:
+            from agentgym.alfworld.handcoded_expert import TrueState
+
+            state = TrueState.from_facts(self.state_facts(), self._engine.display_names,
+                                         self._handcoded.task)
+            self._handcoded_action = self._handcoded.act(state, self._admissible)
+        return self._handcoded_action
+
+    def _walkthrough_action(self) -> str | None:
         """The next command of the game's stored walkthrough (the expert plan the game
         file carries: alfworld's for official games, the generator's for generated ones),
         while the episode has followed it. A different action that left the true state
@@ -282,6 +347,24 @@ class ALFWorldEnv(TextEnv):
             self._engine = None
             self._loaded_task = None
         super().close()
+
+
+def _handcoded_expert(record: GameRecord, intro: str) -> Any:
+    """A fresh hand-coded expert for ``record``'s game, its generator seeded from the
+    task id (so an episode of a game is reproducible)."""
+    import json
+
+    from agentgym.alfworld.handcoded_expert import ExpertTask, HandcodedExpert
+
+    traj_file = record.game_file.parent / TRAJ_FILENAME
+    try:
+        with open(traj_file, encoding="utf-8") as f:
+            task = ExpertTask.from_traj_data(json.load(f))
+    except (OSError, ValueError) as error:
+        raise RuntimeError(f"expert='handcoded' needs the game's task targets from "
+                           f"{traj_file}: {error}") from error
+    digest = hashlib.blake2b(record.task_id.encode(), digest_size=8).digest()
+    return HandcodedExpert(task, intro, seed=int.from_bytes(digest, "little"))
 
 
 def _generated_split_dir(root: Path, split: str) -> str:
