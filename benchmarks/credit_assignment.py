@@ -218,6 +218,28 @@ def load_words(workdir: Path, name: str, task: Task) -> list[str]:
 
 
 # ---------------------------------------------------------------------- warm start
+def warm_start_task(task: Task, *, expert: str | None = None, lr: float | None = None,
+                    steps: int | None = None, eval_every: int | None = None,
+                    episodes: int | None = None) -> Task:
+    """``task`` with its warm start changed (the ``--sft-*`` ablations; ``None`` keeps
+    the task's own): the env's ``expert=`` (it decides the SFT data and the vocabulary's
+    expert episodes), the SFT lr, number of SFT steps, how often they are evaluated on
+    the held-out tasks (each evaluation is a candidate start) and the number of expert
+    episodes."""
+    changes: dict[str, Any] = {}
+    if expert is not None:
+        changes["env_kwargs"] = {**task.env_kwargs, "expert": expert}
+    if lr is not None:
+        changes["sft_lr"] = lr
+    if steps is not None:
+        changes["sft_max_steps"] = steps
+    if eval_every is not None:
+        changes["sft_eval_every"] = eval_every
+    if episodes is not None:
+        changes["sft_episodes"] = episodes
+    return dataclasses.replace(task, **changes)
+
+
 def warm_start(workdir: Path, name: str, task: Task, words: list[str],
                target: tuple[float, float], rerun: bool = False) -> dict[str, Any]:
     """SFT the tiny model on ``task``'s expert; pick the start checkpoint (module docstring).
@@ -560,6 +582,15 @@ def main(argv: list[str] | None = None) -> int:
     ablation.add_argument("--horizon", type=int, default=None, help="max steps per episode")
     ablation.add_argument("--start-success", type=float, nargs=2, default=(0.10, 0.30),
                           metavar=("LOW", "HIGH"), help="target warm-start success range")
+    ablation.add_argument("--sft-expert", default=None,
+                          help="the env's expert= for the warm start's data and vocabulary "
+                               "(ALFWorld: walkthrough or handcoded)")
+    ablation.add_argument("--sft-lr", type=float, default=None, help="warm-start lr")
+    ablation.add_argument("--sft-steps", type=int, default=None, help="warm-start SFT steps")
+    ablation.add_argument("--sft-eval-every", type=int, default=None,
+                          help="warm-start evaluation cadence (steps)")
+    ablation.add_argument("--sft-episodes", type=int, default=None,
+                          help="expert episodes of the warm start")
     args = parser.parse_args(argv)
 
     mode_name = "quick" if args.quick else "full"
@@ -568,7 +599,11 @@ def main(argv: list[str] | None = None) -> int:
     name = mode_name + (f"_{args.tag}" if args.tag else "")
     workdir = Path(args.workdir or f"runs/credit_assignment/{name}")
     start_dir = Path(args.workdir or f"runs/credit_assignment/{mode_name}")
-    if tuple(args.start_success) != (0.10, 0.30):
+    warm_start_options = {"expert": args.sft_expert, "lr": args.sft_lr,
+                          "steps": args.sft_steps, "eval_every": args.sft_eval_every,
+                          "episodes": args.sft_episodes}
+    if tuple(args.start_success) != (0.10, 0.30) or any(
+            v is not None for v in warm_start_options.values()):
         start_dir = workdir
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
@@ -588,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     starts, jobs, planned = {}, [], []
     for task_name in args.tasks:
-        task = TASKS[task_name]
+        task = warm_start_task(TASKS[task_name], **warm_start_options)
         words = load_words(start_dir, task_name, task)
         starts[task_name] = warm_start(start_dir, task_name, task, words,
                                        tuple(args.start_success))
@@ -632,7 +667,9 @@ def main(argv: list[str] | None = None) -> int:
         "methods": args.methods, "ablation": {"omega": args.omega,
                                               "group_size": args.group_size,
                                               "horizon": args.horizon,
-                                              "start_success": list(args.start_success)},
+                                              "start_success": list(args.start_success),
+                                              **{f"sft_{k}": v for k, v in
+                                                 warm_start_options.items()}},
         "rl_lr": RL_LR, "load_at_start": list(load), "load_at_end": list(os.getloadavg()),
         "wall_seconds": elapsed,  # this invocation's (finished runs are read, not rerun)
         "runs_wall_seconds": sum(f["wall_seconds"] for methods in runs.values()

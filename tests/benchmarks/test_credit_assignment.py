@@ -15,7 +15,14 @@ import pytest
 
 pytest.importorskip("torch")
 
-from benchmarks.credit_assignment import METHODS, MODES, PAIRS, TASKS, main  # noqa: E402
+from benchmarks.credit_assignment import (  # noqa: E402
+    METHODS,
+    MODES,
+    PAIRS,
+    TASKS,
+    main,
+    warm_start_task,
+)
 
 
 @pytest.mark.slow
@@ -50,3 +57,18 @@ def test_the_quick_study_writes_its_figures(tmp_path):
         for kind in ("curves", "step_groups"):
             png = results / f"credit_assignment_quick_{task}_{kind}.png"
             assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_warm_start_options_change_only_what_they_name():
+    alfworld = TASKS["alfworld"]
+    assert warm_start_task(alfworld) == alfworld
+    changed = warm_start_task(alfworld, expert="handcoded", lr=1e-3, steps=600,
+                              eval_every=100, episodes=240)
+    assert changed.env_kwargs == {**alfworld.env_kwargs, "expert": "handcoded"}
+    assert alfworld.env_kwargs.get("expert") is None  # the task itself is untouched
+    assert (changed.sft_lr, changed.sft_max_steps, changed.sft_eval_every,
+            changed.sft_episodes) == (1e-3, 600, 100, 240)
+    kept = {f: getattr(alfworld, f) for f in ("env_id", "eval_env_kwargs", "max_steps",
+                                               "num_groups", "group_size", "sft_perturb")}
+    assert {f: getattr(changed, f) for f in kept} == kept
+    assert warm_start_task(alfworld, steps=50).sft_eval_every == alfworld.sft_eval_every
