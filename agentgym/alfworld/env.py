@@ -162,6 +162,7 @@ class ALFWorldEnv(TextEnv):
         self._expert_index: int | None = None
         self._handcoded: Any = None
         self._handcoded_action: str | None = None
+        self._expert_task: Any = None  # the loaded game's targets, read once per game
 
     # ------------------------------------------------------------------ data
     @property
@@ -217,6 +218,7 @@ class ALFWorldEnv(TextEnv):
             self._loaded_task = None
             self._engine.load(record.game_file)
             self._loaded_task = task_id
+            self._expert_task = None
         intro = self._engine.reset()
         self._walkthrough = tuple(self._engine.walkthrough)
         self._expert_index = 0
@@ -225,7 +227,9 @@ class ALFWorldEnv(TextEnv):
         self._read_engine()
         observation = strip_banner(intro)
         if self.expert == "handcoded":
-            self._handcoded = _handcoded_expert(record, observation)
+            if self._expert_task is None:
+                self._expert_task = _expert_task(record)
+            self._handcoded = _handcoded_expert(record, self._expert_task, observation)
             self._handcoded_action = None
         return observation, self._extras()
 
@@ -349,20 +353,26 @@ class ALFWorldEnv(TextEnv):
         super().close()
 
 
-def _handcoded_expert(record: GameRecord, intro: str) -> Any:
-    """A fresh hand-coded expert for ``record``'s game, its generator seeded from the
-    task id (so an episode of a game is reproducible)."""
+def _expert_task(record: GameRecord) -> Any:
+    """The hand-coded expert's targets for ``record``'s game (its ``traj_data.json``)."""
     import json
 
-    from agentgym.alfworld.handcoded_expert import ExpertTask, HandcodedExpert
+    from agentgym.alfworld.handcoded_expert import ExpertTask
 
     traj_file = record.game_file.parent / TRAJ_FILENAME
     try:
         with open(traj_file, encoding="utf-8") as f:
-            task = ExpertTask.from_traj_data(json.load(f))
+            return ExpertTask.from_traj_data(json.load(f))
     except (OSError, ValueError) as error:
         raise RuntimeError(f"expert='handcoded' needs the game's task targets from "
                            f"{traj_file}: {error}") from error
+
+
+def _handcoded_expert(record: GameRecord, task: Any, intro: str) -> Any:
+    """A fresh hand-coded expert for ``record``'s game, its generator seeded from the
+    task id (so an episode of a game is reproducible)."""
+    from agentgym.alfworld.handcoded_expert import HandcodedExpert
+
     digest = hashlib.blake2b(record.task_id.encode(), digest_size=8).digest()
     return HandcodedExpert(task, intro, seed=int.from_bytes(digest, "little"))
 
