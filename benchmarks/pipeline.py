@@ -25,6 +25,7 @@ Usage::
     python -m benchmarks.pipeline                 # cpu-demo, K = 0 1 2, seeds 0 1 2
     python -m benchmarks.pipeline --quick         # tiny model, K = 0 1, seeds 0 1 2
     python -m benchmarks.pipeline --engine vllm --staleness 0 1
+    python -m benchmarks.pipeline --staleness 0 1 --tag learning   # -> ..._learning.json
 
 Results: ``benchmarks/results/pipeline_<model>_<engine>.json`` and a PNG of the curves.
 """
@@ -201,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--iterations", type=int, default=None)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--tag", default="",
+                        help="appended to the results' file names (keeps earlier results)")
     args = parser.parse_args(argv)
     model = args.model or ("tiny" if args.quick else "cpu-demo")
     staleness = args.staleness or ([0, 1] if args.quick else [0, 1, 2])
@@ -226,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"({result['loop_seconds'] / iterations:.1f} s/iteration), load "
                   f"{result['load']:.1f}", flush=True)
     summary = summarize(runs)
-    name = f"pipeline_{model}_{args.engine}"
+    name = f"pipeline_{model}_{args.engine}" + (f"_{args.tag}" if args.tag else "")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(
         {"model": model, "engine": args.engine, "iterations": iterations,
