@@ -72,6 +72,20 @@ def iteration_line(done: int, total: int, start: int, elapsed: float,
             f"{duration(elapsed)}, left {duration(per_iteration * (total - done))}")
 
 
+def sft_step_line(done: int, total: int, start: int, elapsed: float,
+                  metrics: dict[str, float]) -> str:
+    """The SFT progress bar's figures after optimizer step ``done`` of ``total`` as one
+    line (a log file's stand-in for the bar): loss, seconds per step, time elapsed and
+    left (over the steps this process ran, from ``start``).
+
+    >>> sft_step_line(12, 36, 0, 30.0, {"sft/loss": 0.5034})
+    'SFT step 12/36: loss=0.503 | 2.5 s/step, elapsed 0:30, left 1:00'
+    """
+    per_step = elapsed / max(done - start, 1)
+    return (f"SFT step {done}/{total}: loss={metrics['sft/loss']:.3f} | {per_step:.1f} "
+            f"s/step, elapsed {duration(elapsed)}, left {duration(per_step * (total - done))}")
+
+
 def torchrun_line(world_size: int, device_type: str, group_first: int, group_count: int,
                   num_groups: int) -> str:
     """What a torchrun job says at setup: its ranks, backend and rank 0's groups.

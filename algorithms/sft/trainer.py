@@ -51,7 +51,7 @@ from algorithms.agent.sampling import rollout_settings
 from algorithms.agent.step_batch import concat_batches
 from algorithms.config import ConfigError, TrainConfig, replace
 from algorithms.engines import make_engine
-from algorithms.runs.console import on_terminal, progress_bar, quiet_dependency_bars
+from algorithms.runs.console import progress_bar, quiet_dependency_bars, sft_step_line
 from algorithms.runs.run_folder import prepare_run_folder
 from algorithms.runs.seeds import iteration_seed
 from algorithms.sft.data import (
@@ -157,7 +157,7 @@ class SFTTrainer(Trainer):
             raise ConfigError("--algo sft runs in one process; start it without torchrun")
         checkpoint = prepare_run_folder(config, self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if not (self.progress and on_terminal()):  # a log file: no libraries' bars
+        if not self.bars:  # a log file: no libraries' bars
             quiet_dependency_bars()
         if config.run.torch_threads is not None:
             torch.set_num_threads(config.run.torch_threads)
@@ -196,7 +196,7 @@ class SFTTrainer(Trainer):
             trajectories = read_trajectories(config.sft.data)
             where = config.sft.data
         else:
-            with progress_bar(self.progress, total=config.sft.episodes, leave=False,
+            with progress_bar(self.bars, total=config.sft.episodes, leave=False,
                               desc="expert episodes") as bar:
                 trajectories = expert_trajectories(
                     config.env.env_id, config.env.kwargs(), config.sft.episodes,
@@ -259,7 +259,8 @@ class SFTTrainer(Trainer):
             if config.run.eval_every and self.start_iteration == 0 and total > 0:
                 last = self.evaluate_policy(0)
                 self.logger.log(0, last)
-            with progress_bar(self.progress, total=total, initial=self.start_iteration,
+            started = time.perf_counter()
+            with progress_bar(self.bars, total=total, initial=self.start_iteration,
                               desc="SFT (optimizer steps)") as bar:
                 for step in range(self.start_iteration, total):
                     rows = batch_rows(config.run.seed, step, per_epoch, len(self.examples),
@@ -276,6 +277,9 @@ class SFTTrainer(Trainer):
                         last.update(self.evaluate_policy(done))
                     self.logger.log(done, last)
                     if done % config.run.save_every == 0 or done == total:
+                        if not self.bars:  # a log file: a plain line where a checkpoint is
+                            self._say(sft_step_line(done, total, self.start_iteration,
+                                                    time.perf_counter() - started, last))
                         self.save(done, last)
                     bar.update(1)
                     bar.set_postfix(loss=f"{last['sft/loss']:.3f}")
@@ -311,7 +315,7 @@ class SFTTrainer(Trainer):
         settings = rollout_settings(config, temperature=config.generation.eval_temperature,
                                     group_size=1, bootstrap=False)
         batches, offsets = [], []
-        with progress_bar(self.progress, total=len(task_ids), leave=False,
+        with progress_bar(self.bars, total=len(task_ids), leave=False,
                           desc="evaluation (episodes)") as bar:
             for start in range(0, len(task_ids), chunk):
                 part = task_ids[start:start + chunk]

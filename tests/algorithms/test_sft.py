@@ -391,3 +391,16 @@ def test_a_short_sft_run_teaches_the_tiny_model_keydoor(tmp_path, words):
     assert after["eval/success"] > 0.3
     assert after["eval/format_error_rate"] < 0.1
     assert after["sft/loss"] < 0.5
+
+
+def test_a_log_file_gets_a_plain_line_per_checkpoint_and_no_bars(tmp_path, words, capsys):
+    """Output captured (not a terminal): the SFT stage draws no bar (its episodes, its
+    steps) and says its figures on one line where it writes a checkpoint."""
+    config = replace(sft_config(tmp_path, max_steps=4), run={"save_every": 2, "progress": True})
+    SFTTrainer(config, policy=tiny(words), run_dir=tmp_path / "run").run()
+    captured = capsys.readouterr()
+    assert "\r" not in captured.err and "it/s" not in captured.err
+    lines = [line for line in captured.out.splitlines() if "SFT step" in line]
+    assert [line.split(":")[0] for line in lines] == ["[agentgym] SFT step 2/4",
+                                                      "[agentgym] SFT step 4/4"]
+    assert all(" loss=" in line and " s/step, elapsed " in line for line in lines)
