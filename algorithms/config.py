@@ -693,6 +693,13 @@ class RunConfig:
     its own. 0: rollout, then update, as verl-agent does (a resumed run replays
     iterations exactly only at 0)."""
 
+    reference_in_worker: bool = False
+    """With ``max_staleness`` > 0, the HF engine and LoRA: the KL reference's log-probs
+    (the base model, adapters off) are scored in the generation worker right after each
+    rollout, overlapped with the update, instead of by the learner before it. The same
+    micro-batches, rows and temperature as the learner's pass, on the worker's copy of
+    the frozen base weights (``docs/overlap.md``). False: the learner scores them."""
+
 
 @dataclass(frozen=True)
 class SFTConfig:
@@ -897,6 +904,15 @@ class TrainConfig:
                             "supported: dynamic sampling's extra rollouts need the envs "
                             "that the next iteration's rollout is using; set one of them "
                             "to its default")
+        if self.run.reference_in_worker:
+            needs = [what for what, missing in (
+                ("--run.max-staleness >= 1", self.run.max_staleness < 1),
+                ("--generation.engine hf", self.generation.engine not in ("hf", "auto")),
+                ("LoRA (--model.lora-rank > 0)", self.model.lora_rank <= 0),
+                ("a KL term (--learner.kl-coef > 0)", not learner.kl_coef > 0)) if missing]
+            if needs:
+                problems.append("run.reference_in_worker scores the KL reference in the HF "
+                                "engine's worker; it needs " + ", ".join(needs))
         return problems
 
     def _recipe_problems(self) -> list[str]:

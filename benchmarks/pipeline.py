@@ -26,6 +26,7 @@ Usage::
     python -m benchmarks.pipeline --quick         # tiny model, K = 0 1, seeds 0 1 2
     python -m benchmarks.pipeline --engine vllm --staleness 0 1
     python -m benchmarks.pipeline --staleness 0 1 --tag learning   # -> ..._learning.json
+    python -m benchmarks.pipeline --staleness 0 1 --reference-in-worker --tag reference
 
 Results: ``benchmarks/results/pipeline_<model>_<engine>.json`` and a PNG of the curves.
 """
@@ -47,15 +48,18 @@ import numpy as np
 from benchmarks.study_stats import bootstrap_ci
 
 RESULTS = Path(__file__).resolve().parent / "results"
-PHASES = ("rollout", "rollout_wait", "log_probs", "advantages", "update", "weight_sync")
+PHASES = ("rollout", "rollout_wait", "worker_reference", "log_probs", "advantages", "update",
+          "weight_sync")
 
 
 def run_config(model: str, engine: str, staleness: int, seed: int, iterations: int,
-               run_dir: Path) -> tuple[Any, Any]:
-    """The run's config and policy (``None``: the preset's own model)."""
+               run_dir: Path, reference_in_worker: bool = False) -> tuple[Any, Any]:
+    """The run's config and policy (``None``: the preset's own model).
+    ``reference_in_worker`` applies to the runs with K > 0."""
     from algorithms.config import PRESETS, replace
 
     common = {"run": {"iterations": iterations, "seed": seed, "max_staleness": staleness,
+                      "reference_in_worker": reference_in_worker and staleness > 0,
                       "tensorboard": False, "progress": False, "record_trajectories": 0,
                       "save_every": 10_000, "eval_every": 0, "output_dir": str(run_dir),
                       "run_name": "run", "overwrite": True},
@@ -85,7 +89,8 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)
     run_dir = Path(job["workdir"]) / f"k{job['staleness']}_seed{job['seed']}"
     config, policy = run_config(job["model"], job["engine"], job["staleness"], job["seed"],
-                                job["iterations"], run_dir)
+                                job["iterations"], run_dir,
+                                job.get("reference_in_worker", False))
     trainer = Trainer(config, policy=policy, run_dir=run_dir / "run")
     began = time.perf_counter()
     trainer.setup()
@@ -202,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--iterations", type=int, default=None)
     parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--reference-in-worker", action="store_true",
+                        help="K > 0 runs score the KL reference in the HF engine's worker "
+                             "(run.reference_in_worker; LoRA: the cpu-demo model)")
     parser.add_argument("--tag", default="",
                         help="appended to the results' file names (keeps earlier results)")
     args = parser.parse_args(argv)
@@ -210,8 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     if 0 not in staleness:
         parser.error("--staleness must include 0, the baseline")
     iterations = args.iterations or (5 if args.quick else 6)
+    if args.reference_in_worker and (model != "cpu-demo" or args.engine != "hf"):
+        parser.error("--reference-in-worker needs the cpu-demo model (LoRA) and the hf engine")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="agentgym-pipeline-"))
     print(f"model {model}, engine {args.engine}, K {staleness}, seeds {args.seeds}, "
+          f"{'reference in the worker at K > 0, ' if args.reference_in_worker else ''}"
           f"{iterations} iterations; runs in {workdir}; load {os.getloadavg()[0]:.1f}",
           flush=True)
     context = multiprocessing.get_context("spawn")
@@ -219,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in args.seeds:  # seeds outermost: a drift in load hits every K alike
         for k in staleness:
             job = {"model": model, "engine": args.engine, "staleness": k, "seed": seed,
-                   "iterations": iterations, "workdir": str(workdir)}
+                   "iterations": iterations, "workdir": str(workdir),
+                   "reference_in_worker": args.reference_in_worker}
             # a fresh process per run (not a Pool: its daemonic workers cannot start the
             # HF engine's worker process)
             with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:

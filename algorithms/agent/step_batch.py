@@ -281,7 +281,7 @@ def concat_batches(batches: Sequence[StepBatch], group_offsets: Sequence[int],
     Returns:
         The batch one rollout of all the groups would give (rows sorted by trajectory
         then step; anchors interned again over all rows; env error and overflow counts
-        summed).
+        summed; behaviour and reference log-probs kept where every block has them).
 
     Raises:
         ValueError: scored batches, mixed layouts, or offsets not ascending.
@@ -323,9 +323,9 @@ def concat_batches(batches: Sequence[StepBatch], group_offsets: Sequence[int],
         "env_error_steps": sum(b.env_error_steps for b in batches),
         "prompt_overflows": sum(b.prompt_overflows for b in batches),
     }
-    changes["behaviour_log_probs"] = (
-        padded("behaviour_log_probs", left=False)
-        if all(b.behaviour_log_probs is not None for b in batches) else None)
+    for name in ("behaviour_log_probs", "ref_log_probs"):  # recorded or scored by the engine
+        changes[name] = (padded(name, left=False)
+                         if all(getattr(b, name) is not None for b in batches) else None)
     for name in ROW_FIELDS:
         if name in changes or name in ("old_log_probs", "ref_log_probs", "values",
                                        "behaviour_log_probs"):

@@ -30,7 +30,7 @@ import pickle
 import threading
 import traceback
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -199,6 +199,9 @@ def _serve(connection: Any, threads: int) -> None:
             elif operation == "sync":
                 load_trainable_weights(model, arguments)
                 result = None
+            elif operation == "call":
+                function, args, kwargs = arguments
+                result = function(model, *args, **kwargs)
             else:
                 raise ValueError(f"unknown worker operation {operation!r}")
         except Exception as error:  # reported to the parent, which raises it
@@ -338,6 +341,23 @@ class HFWorkerEngine:
         _check_names(set(weights), self._trainable)
         with self._lock:
             self._request_bytes(_dumps(("sync", weights)))
+
+    def call(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``function(model, *args, **kwargs)`` run in the worker on its model (the weights
+        of the last :meth:`sync_weights`), between generations; its result.
+
+        ``function`` must be a module-level function (it crosses by name and is imported
+        in the worker), and its arguments and result must pickle. The layer above uses
+        it to score a rollout on the worker's cores (``run.reference_in_worker``), so
+        this module needs no import from it.
+
+        Raises:
+            EngineWorkerError: the worker died or was closed.
+            Exception: whatever ``function`` raised in the worker (same type where it
+                pickles), with the worker's traceback as a note.
+        """
+        with self._lock:
+            return self._request_bytes(_dumps(("call", (function, args, kwargs))))
 
     def release(self) -> None:
         """Nothing to free (the worker holds CPU memory only)."""

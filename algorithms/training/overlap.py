@@ -54,6 +54,7 @@ class Collected:
         collected: the batch, or the message of the ``NoStepsError`` it raised.
         version: the policy version that sampled it.
         started, finished: ``time.perf_counter()`` at its start and end.
+        scoring: seconds of ``finished - started`` that ``score_block`` took.
     """
 
     iteration: int
@@ -61,6 +62,7 @@ class Collected:
     version: int
     started: float
     finished: float
+    scoring: float = 0.0
 
 
 class OverlappedSampler:
@@ -73,6 +75,9 @@ class OverlappedSampler:
         sync: gives the engine the learner's current weights (called on the main thread,
             only while no rollout runs).
         version: the version of the weights the engine holds now.
+        score_block: applied to each collected batch in the rollout thread, with the
+            engine still holding that batch's weights (``run.reference_in_worker``: the
+            KL reference's log-probs scored in the HF engine's worker); ``None``: none.
 
     Attributes:
         spans: ``(iteration, start, end)`` of every rollout collected, in
@@ -80,13 +85,15 @@ class OverlappedSampler:
     """
 
     def __init__(self, sampler: Sampler, *, max_staleness: int, iterations: int,
-                 sync: Callable[[], None], version: int):
+                 sync: Callable[[], None], version: int,
+                 score_block: Callable[[StepBatch], StepBatch] | None = None):
         if max_staleness < 1:
             raise ValueError(f"max_staleness must be >= 1, got {max_staleness}")
         self.sampler = sampler
         self.max_staleness = max_staleness
         self.iterations = iterations
         self._sync = sync
+        self._score_block = score_block
         self.engine_version = version
         self._executor = ThreadPoolExecutor(max_workers=1,
                                             thread_name_prefix="agentgym-rollout")
@@ -140,15 +147,22 @@ class OverlappedSampler:
         metrics = {**metrics, **staleness_metrics(batch.policy_version, version,
                                                   self.max_staleness),
                    "time/rollout": collected.finished - collected.started,
+                   **({"time/worker_reference": collected.scoring}
+                      if self._score_block is not None else {}),
                    "time/rollout_wait": wait, "time/weight_sync": synced}
         return rollout, batch, metrics
 
     def _collect(self, iteration: int, version: int, *, bars: bool) -> Collected:
         started = time.perf_counter()
         collected = self.sampler.collect(iteration, bars=bars)
+        scoring = 0.0
+        if self._score_block is not None and isinstance(collected, StepBatch):
+            scored = time.perf_counter()
+            collected = self._score_block(collected)
+            scoring = time.perf_counter() - scored
         finished = time.perf_counter()
         self.spans.append((iteration, started, finished))
-        return Collected(iteration, collected, version, started, finished)
+        return Collected(iteration, collected, version, started, finished, scoring)
 
     # ------------------------------------------------------------------ the engine
     def _sync_to(self, version: int) -> float:

@@ -47,6 +47,43 @@ def reference_log_probs(models: LearnerModels, rows: dict[str, torch.Tensor],
     return scored.log_probs.float().cpu().numpy()
 
 
+@torch.no_grad()
+def worker_reference_log_probs(model: torch.nn.Module, batch: StepBatch, *,
+                               micro_batch_size: int, temperature: float) -> np.ndarray:
+    """(N, R) float32 log-probs of ``batch``'s responses under the KL reference of a LoRA
+    policy (``model`` with its adapters disabled), 0 outside the response mask.
+
+    The learner's reference pass (:func:`score_batch`) over one process's rows: the same
+    micro-batches of ``micro_batch_size`` samples, the same tensors, the same
+    temperature. It runs in the HF engine's generation worker on the worker's copy of the
+    model (:meth:`~algorithms.engines.hf_worker.HFWorkerEngine.call`,
+    ``run.reference_in_worker``), on an unscored rollout block.
+
+    Raises:
+        ValueError: ``model`` has no LoRA adapters to disable.
+    """
+    if not hasattr(model, "disable_adapter"):
+        raise ValueError("run.reference_in_worker needs a LoRA policy (its reference is the "
+                         "base model with the adapters disabled)")
+    n, width = batch.response_ids.shape
+    ref = np.zeros((n, width), dtype=np.float32)
+    scorer = Scorer(model)
+    was_training = model.training
+    model.eval()
+    try:
+        with model.disable_adapter():
+            samples = np.arange(num_samples(batch))
+            for index, rows, _ in micro_batches(batch, batch_view(batch), samples,
+                                                micro_batch_size, Ranks(), torch.device("cpu")):
+                scored = score_rows(scorer, rows, temperature=temperature)
+                ref[index, :rows["response_ids"].shape[1]] = \
+                    scored.log_probs.float().cpu().numpy()
+    finally:
+        model.train(was_training)
+    ref[~batch.response_mask.astype(bool)] = 0.0
+    return ref
+
+
 def critic_values(models: LearnerModels, rows: dict[str, torch.Tensor],
                   head_values: torch.Tensor | None) -> torch.Tensor:
     """(B,) values of ``rows``' steps: the separate critic's (over the transcripts in the
@@ -114,7 +151,10 @@ def score_batch(models: LearnerModels, batch: StepBatch, config: TrainConfig, *,
     micro = config.learner.micro_batch_size
     old = np.zeros((n, width), dtype=np.float32) if with_old_log_probs else None
     need_policy_pass = with_old_log_probs or models.value_head is not None
-    ref = np.zeros((n, width), dtype=np.float32) if config.learner.kl_coef > 0 else None
+    # reference log-probs the generation worker scored already (run.reference_in_worker)
+    given_ref = batch.ref_log_probs if config.learner.kl_coef > 0 else None
+    ref = (np.zeros((n, width), dtype=np.float32)
+           if config.learner.kl_coef > 0 and given_ref is None else None)
     values = np.zeros(n, dtype=np.float32) if config.use_critic else None
     model = models.model
     was_training = model.training
@@ -154,6 +194,8 @@ def score_batch(models: LearnerModels, batch: StepBatch, config: TrainConfig, *,
         None if array is None else distributed.all_reduce_sum(array, ranks)
         for array in (old, ref, values, bootstrap))
     mask = batch.response_mask.astype(bool)
+    if given_ref is not None:
+        ref = np.where(mask, np.nan_to_num(given_ref), 0.0).astype(np.float32)
     if old is not None:
         old[~mask] = 0.0
     if ref is not None:

@@ -43,6 +43,7 @@ from algorithms.agent.metrics import (
 )
 from algorithms.agent.records import trajectory_records, write_run_records
 from algorithms.agent.sampling import Sampler, rollout_settings
+from algorithms.agent.step_batch import StepBatch
 from algorithms.config import TrainConfig
 from algorithms.engines.hf_worker import trainable_names
 from algorithms.runs import distributed
@@ -78,6 +79,7 @@ from algorithms.training.policy import (
     Policy,
     resolve_device,
 )
+from algorithms.training.scoring import worker_reference_log_probs
 from algorithms.training.update_phases import UPDATE_PHASES, learn, timed
 
 
@@ -186,10 +188,14 @@ class Trainer:
                                    self.bars, self._say)
             if config.run.max_staleness > 0:
                 check_overlap_engine(self.engine, self.policy)
+                score_block = None
+                if config.run.reference_in_worker:
+                    check_reference_engine(self.engine, ranks)
+                    score_block = self._reference_in_worker
                 self.overlap = OverlappedSampler(
                     self.sampler, max_staleness=config.run.max_staleness,
                     iterations=config.run.iterations, sync=self._sync_engine,
-                    version=self.start_iteration)
+                    version=self.start_iteration, score_block=score_block)
         if ranks.main:
             self.logger = run_logger(self.run_dir, config, self.start_iteration)
 
@@ -207,6 +213,14 @@ class Trainer:
         """Give the engine the policy's current weights (through the mirror when the
         policy is sharded)."""
         sync_engine_weights(self.engine, self.policy.model, self.mirror)
+
+    def _reference_in_worker(self, block: StepBatch) -> StepBatch:
+        """``block`` with the KL reference's log-probs, scored in the HF engine's worker as
+        the learner would score them (``run.reference_in_worker``)."""
+        ref = self.engine.call(worker_reference_log_probs, block,
+                               micro_batch_size=self.config.learner.micro_batch_size,
+                               temperature=self.learner.temperature)
+        return block.with_scores(ref_log_probs=ref)
 
     def _say(self, message: str) -> None:
         if self.progress:
@@ -367,6 +381,22 @@ class Trainer:
 
 def _no_sync() -> None:
     """The weight sync of an overlapped iteration: the pipeline's (module docstring)."""
+
+
+def check_reference_engine(engine: Any, ranks: Ranks) -> None:
+    """Refuse ``run.reference_in_worker`` where the reference cannot be scored in the
+    engine: an engine other than the HF worker engine (vLLM), or several ranks.
+
+    Raises:
+        ValueError: in one line, naming what to change.
+    """
+    if not hasattr(engine, "call"):
+        raise ValueError(f"run.reference_in_worker scores the KL reference in the HF engine's "
+                         f"worker; this run's engine is {type(engine).__name__} "
+                         f"(set --generation.engine hf, or leave the option off)")
+    if ranks.distributed:
+        raise ValueError("run.reference_in_worker runs on one process only (under torchrun "
+                         "each rank's engine holds a weight mirror); leave it off")
 
 
 def check_overlap_engine(engine: Any, policy: Policy) -> None:

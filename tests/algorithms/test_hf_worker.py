@@ -194,3 +194,33 @@ def test_the_worker_ends_with_the_interpreter_that_started_it():
     while not _gone(pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _gone(pid)
+
+
+def trainable_sum(model, offset: float) -> float:
+    """A function the worker runs on its model (module level: it crosses by name)."""
+    return float(sum(p.detach().sum() for p in model.parameters() if p.requires_grad)) + offset
+
+
+def refuse(model, message: str) -> None:
+    raise ValueError(message)
+
+
+def test_call_runs_a_function_on_the_workers_synced_model():
+    policy = make_policy(seed=1)
+    worker = HFWorkerEngine(policy.model, policy.tokenizer, batch_size=3)
+    try:
+        assert worker.call(trainable_sum, 0.0) == pytest.approx(
+            trainable_sum(policy.model, 0.0), rel=1e-6)
+        _move_trainable_weights(policy.model, 0.5, seed=0)
+        moved = trainable_sum(policy.model, 1.0)
+        assert worker.call(trainable_sum, 1.0) != pytest.approx(moved, rel=1e-6)
+        worker.sync_weights(policy.model)
+        assert worker.call(trainable_sum, offset=1.0) == pytest.approx(moved, rel=1e-6)
+        with pytest.raises(ValueError, match="no such thing") as raised:
+            worker.call(refuse, "no such thing")
+        assert "raised in the generation worker process" in "".join(raised.value.__notes__)
+        sampling = {"temperature": 1.0, "max_new_tokens": 4, "seed": 3}
+        prompts = _prompts(policy.tokenizer)
+        assert len(worker.generate(prompts, **sampling)) == len(prompts)  # still serves
+    finally:
+        worker.close()

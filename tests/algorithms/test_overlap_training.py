@@ -268,3 +268,71 @@ def test_k1_builds_the_hf_worker_engine_and_closes_it(tmp_path, lora):
     assert [r["overlap/staleness_mean"] for r in rows] == [0.0, 1.0]
     # the first batch: the worker's weights are the learner's, the gap is numerics
     assert rows[0]["update/behaviour_gap"] < 1e-4
+
+
+def _lora_overlapped(tmp_path, *, reference_in_worker: bool, iterations: int = 3):
+    config = replace(_overlapped(iterations=iterations, reference_in_worker=reference_in_worker),
+                     model={"lora_rank": 4}, learner={"micro_batch_size": 4})
+    trainer = Trainer(config, policy=make_policy(seed=0, model_config=config.model),
+                      run_dir=tmp_path)
+    trainer.setup()
+    batches, metrics = [], []
+    try:
+        for iteration in range(iterations):
+            metrics.append(trainer.train_iteration(iteration))
+            batches.append(trainer.last_batch)
+    finally:
+        trainer.close()
+    return trainer, batches, metrics
+
+
+def test_reference_in_worker_moves_the_reference_pass_and_changes_nothing_else(tmp_path):
+    _, learner_batches, learner_rows = _lora_overlapped(tmp_path / "learner",
+                                                        reference_in_worker=False)
+    trainer, worker_batches, worker_rows = _lora_overlapped(tmp_path / "worker",
+                                                            reference_in_worker=True)
+    assert all(row["time/worker_reference"] > 0 for row in worker_rows)
+    assert not any("time/worker_reference" in row for row in learner_rows)
+    for ours, theirs in zip(worker_batches, learner_batches, strict=True):
+        # the same samples (the worker samples as before) and the same reference scores
+        np.testing.assert_array_equal(ours.response_ids, theirs.response_ids)
+        mask = ours.response_mask.astype(bool)
+        np.testing.assert_allclose(ours.ref_log_probs, theirs.ref_log_probs, atol=1e-6)
+        assert (ours.ref_log_probs[~mask] == 0).all() and (ours.ref_log_probs[mask] < 0).all()
+    for ours, theirs in zip(worker_rows, learner_rows, strict=True):
+        for key in ("update/kl_ref", "update/policy_loss", "update/grad_norm"):
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-7), key
+    # and they are the learner's own reference pass over the batch (adapters off)
+    batch = dataclasses.replace(worker_batches[-1], ref_log_probs=None, old_log_probs=None)
+    rescored = trainer.learner.score(batch, with_old_log_probs=True)
+    np.testing.assert_allclose(worker_batches[-1].ref_log_probs, rescored.ref_log_probs,
+                               atol=1e-6)
+
+
+def test_reference_in_worker_settings_are_checked():
+    with pytest.raises(ConfigError, match=r"needs --run.max-staleness >= 1, LoRA"):
+        replace(scripted_config(reference_in_worker=True), model={"lora_rank": 0}).validate()
+    with pytest.raises(ConfigError, match=r"needs a KL term"):
+        replace(scripted_config(max_staleness=1, reference_in_worker=True),
+                model={"lora_rank": 4}, learner={"kl_coef": 0.0}).validate()
+    with pytest.raises(ConfigError, match=r"needs --generation.engine hf"):
+        replace(scripted_config(max_staleness=1, reference_in_worker=True),
+                model={"lora_rank": 4}, generation={"engine": "vllm"}).validate()
+    replace(scripted_config(max_staleness=1, reference_in_worker=True),
+            model={"lora_rank": 4}).validate()
+
+
+def test_reference_in_worker_refuses_other_engines_and_several_ranks():
+    from algorithms.runs.distributed import Ranks
+    from algorithms.training.trainer import check_reference_engine
+
+    with pytest.raises(ValueError, match="this run's engine is CopyEngine"):
+        check_reference_engine(CopyEngine(make_policy(seed=0)), Ranks())
+
+    class Callable_:
+        def call(self, function, *args, **kwargs):
+            return function(*args, **kwargs)
+
+    with pytest.raises(ValueError, match="one process only"):
+        check_reference_engine(Callable_(), Ranks(rank=0, world_size=2))
+    check_reference_engine(Callable_(), Ranks())
