@@ -3,7 +3,8 @@
 # download: a randomly initialised word-level Llama (hidden 256, 4 layers, 2.4 M weights,
 # KeyDoor's vocabulary) saved to a folder, then SFT, GiGPO from the SFT checkpoint
 # (bf16 weights, evaluation before training), --resume, --eval-only, LoRA, PPO with a
-# critic, GRPO at --run.max-staleness 1, torchrun (1 rank) and SIGTERM (exit 143).
+# critic, GRPO at --run.max-staleness 1 (the HF worker on the GPU), the KL reference
+# scored in that worker, torchrun (1 rank) and SIGTERM (exit 143).
 # Each step prints "=== name: rc=N  seconds". Usage, from the repository root:
 #     bash benchmarks/gpu_paths.sh [RUN_DIR]          (default /tmp/agentgym-gpu-paths)
 # Results of a run on an H200: docs/gpu.md.
@@ -39,5 +40,6 @@ step eval-only $PY train.py $C $FULL --eval-only --checkpoint $R/gigpo --run.run
 step lora $PY train.py $C --run.iterations 2 --run.run-name lora --run.overwrite
 step ppo $PY train.py $C $FULL --algo ppo --run.iterations 2 --run.run-name ppo --run.overwrite
 step grpo-k1 $PY train.py $C --algo grpo --run.max-staleness 1 --run.iterations 3 --run.run-name k1 --run.overwrite
+step reference-in-worker $PY train.py $C --run.max-staleness 1 --run.reference-in-worker --run.iterations 4 --run.run-name ref --run.overwrite
 step torchrun $PY -m torch.distributed.run --standalone --nproc_per_node 1 train.py $C --run.iterations 2 --run.run-name ddp --run.overwrite
 step sigterm bash -c "$PY train.py $C --run.iterations 50 --run.run-name term --run.overwrite & p=\$!; sleep 25; kill -TERM \$p; wait \$p; echo exit=\$?"

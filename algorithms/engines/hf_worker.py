@@ -2,8 +2,9 @@
 
 :class:`HFWorkerEngine` starts one process (multiprocessing's ``spawn`` context), sends it
 a CPU copy of the model and the tokenizer, and the worker builds an
-:class:`~algorithms.engines.hf.HFEngine` there on ``threads`` torch threads. Generation
-then runs on cores of its own while the learner updates the policy in the parent: the
+:class:`~algorithms.engines.hf.HFEngine` there on ``threads`` torch threads, on the CPU or
+moved to the run's GPU (``device``). Generation then runs on cores (or a CUDA context) of
+its own while the learner updates the policy in the parent: the
 worker samples from the weights of its last :meth:`HFWorkerEngine.sync_weights` (a
 snapshot; the parent's optimizer never writes into it).
 
@@ -177,6 +178,7 @@ def _serve(connection: Any, threads: int) -> None:
 
     try:
         model, tokenizer, options = _loads(connection.recv_bytes())
+        model.to(torch.device(options.pop("device", "cpu")))
         model.eval()
         engine = HFEngine(model, tokenizer, **options)
     except (EOFError, OSError):
@@ -250,8 +252,8 @@ class HFWorkerEngine:
     worker.
 
     Args:
-        model: the causal LM (PEFT-wrapped or not; on any device: the worker gets a CPU
-            copy).
+        model: the causal LM (PEFT-wrapped or not; on any device: it crosses as a CPU
+            copy, which the worker moves to ``device``).
         trainable: the names of the parameters that :meth:`sync_weights` sends; default:
             ``model``'s parameters with ``requires_grad`` (:func:`trainable_names`). A
             torchrun job's engine samples from a frozen full copy of the policy (the
@@ -260,6 +262,10 @@ class HFWorkerEngine:
         batch_size: prompts per ``generate`` call in the worker.
         top_p: nucleus sampling threshold (1.0: off).
         threads: torch threads of the worker.
+        device: where the worker generates: ``"cpu"`` (a 2-core laptop: generation and the
+            update on different cores) or ``"cuda"``/``"cuda:N"`` (a GPU machine: the
+            worker holds a second copy of the weights on that GPU, whose kernels the
+            update and the generation then share).
 
     Raises:
         ValueError: the model cannot be pickled (a hook or attribute pickle cannot name,
@@ -269,7 +275,7 @@ class HFWorkerEngine:
 
     def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 64,
                  top_p: float = 1.0, threads: int = 1,
-                 trainable: frozenset[str] | None = None):
+                 trainable: frozenset[str] | None = None, device: str = "cpu"):
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         context = multiprocessing.get_context("spawn")
@@ -292,7 +298,8 @@ class HFWorkerEngine:
                              f"{sorted(unknown)[:5]}")
         try:
             message = _model_bytes((model, tokenizer, {"batch_size": batch_size,
-                                                       "top_p": top_p}), local_hooks(model))
+                                                       "top_p": top_p, "device": device}),
+                                   local_hooks(model))
         except Exception as error:
             self.close()
             raise ValueError(f"HFWorkerEngine cannot send the model to its worker: "
@@ -360,7 +367,7 @@ class HFWorkerEngine:
             return self._request_bytes(_dumps(("call", (function, args, kwargs))))
 
     def release(self) -> None:
-        """Nothing to free (the worker holds CPU memory only)."""
+        """Nothing to free (the worker keeps its copy of the weights)."""
 
     def close(self) -> None:
         """Stop the worker and reap it (idempotent)."""

@@ -118,8 +118,9 @@ def make_run_engine(config: TrainConfig, policy: Policy, device: torch.device,
     """The generation engine of ``config.generation`` sampling from ``policy`` (see
     :func:`engine_source`); sampling seeds differ per rank. With ``run.max_staleness`` > 0
     the HF engine samples in a worker process with its own copy of the weights
-    (:class:`~algorithms.engines.hf_worker.HFWorkerEngine`), so that the rollout and the
-    update run at the same time on different cores; it is sent the weights named
+    (:class:`~algorithms.engines.hf_worker.HFWorkerEngine`, on ``device``'s GPU, else on
+    CPU cores), so that the rollout and the update run at the same time; it is sent the
+    weights named
     ``trainable`` after each update (default: ``policy``'s parameters with
     ``requires_grad``; a torchrun job's engine samples from the frozen weight mirror and
     names the policy's)."""
@@ -130,7 +131,8 @@ def make_run_engine(config: TrainConfig, policy: Policy, device: torch.device,
         return HFWorkerEngine(policy.model, policy.tokenizer,
                               batch_size=config.generation.batch_size,
                               top_p=config.generation.top_p,
-                              threads=config.run.torch_threads or 1, trainable=trainable)
+                              threads=config.run.torch_threads or 1, trainable=trainable,
+                              device=str(device) if device.type == "cuda" else "cpu")
     return make_engine(config.generation, policy, device,
                        seed=config.run.seed + 1_000_003 * ranks.rank, max_model_len=max_len)
 

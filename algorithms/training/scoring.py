@@ -73,8 +73,9 @@ def worker_reference_log_probs(model: torch.nn.Module, batch: StepBatch, *,
     try:
         with model.disable_adapter():
             samples = np.arange(num_samples(batch))
+            device = next(model.parameters()).device
             for index, rows, _ in micro_batches(batch, batch_view(batch), samples,
-                                                micro_batch_size, Ranks(), torch.device("cpu")):
+                                                micro_batch_size, Ranks(), device):
                 scored = score_rows(scorer, rows, temperature=temperature)
                 ref[index, :rows["response_ids"].shape[1]] = \
                     scored.log_probs.float().cpu().numpy()
