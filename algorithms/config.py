@@ -533,6 +533,12 @@ class LearnerConfig:
     ``behav_imp_weight_cap``; 5 in its examples). ``None``: keep every token. Unused at
     ``max_staleness`` 0."""
 
+    behaviour_weight_kl: bool = False
+    """Weight the KL term's tokens by the behaviour weights too (with
+    ``run.max_staleness`` > 0 or ``tis_cap``): the k3 estimator's gradient is the KL's only
+    on tokens the trained policy sampled, and stale tokens are the older policy's. False:
+    only the policy loss is weighted (AReaL's decoupled objective as written; verl)."""
+
     kl_coef: float = 0.01
     """Coefficient of the KL-to-reference loss; 0 skips the reference model."""
 

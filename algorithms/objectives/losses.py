@@ -594,6 +594,10 @@ class LossRecipe:
             entropy terms keep ``aggregation``): verl's ``policy_loss.loss_mode``.
         norm_length: the constant divisor of "seq-mean-token-sum-norm" (verl: the
             maximum response length); ``None``: the micro-batch's response width.
+        weight_kl: multiply each token's KL estimate by the clip term's token weights as
+            well (:func:`policy_loss`'s ``token_weights``): the KL estimator then averages
+            over the policy the weights correct to, not over the behaviour policy that
+            sampled the tokens. False: the KL term is not weighted (verl).
     """
 
     clip_eps_low: float
@@ -605,6 +609,7 @@ class LossRecipe:
     entropy_coef: float
     policy_loss: PolicyLossKind = "vanilla"
     norm_length: int | None = None
+    weight_kl: bool = False
 
 
 def policy_loss(
@@ -640,8 +645,8 @@ def policy_loss(
             ``recipe.entropy_coef > 0``, and reported as a statistic whenever given.
         token_weights: (B, T) no-grad weights of the clip term's tokens (the decoupled
             objective's or TIS's behaviour weights,
-            :mod:`algorithms.objectives.behaviour_weights`), or ``None``; the entropy and
-            KL terms are not weighted.
+            :mod:`algorithms.objectives.behaviour_weights`), or ``None``; the entropy
+            term is not weighted, the KL term only with ``recipe.weight_kl``.
 
     Returns:
         ``(loss, stats)``: the 0-d loss, and detached 0-d ``policy_loss`` (the aggregated
@@ -684,6 +689,8 @@ def policy_loss(
             raise ValueError("kl_coef > 0 needs the reference log-probs")
         kl_tokens = kl_penalty(log_probs, ref_log_probs, kind=recipe.kl_estimator,
                                response_mask=response_mask)
+        if recipe.weight_kl and token_weights is not None:
+            kl_tokens = kl_tokens * token_weights.detach().to(kl_tokens.dtype)
         kl_term = aggregate(kl_tokens, response_mask, recipe.aggregation,
                             norm_length=norm_length)
         loss = loss + recipe.kl_coef * kl_term

@@ -124,6 +124,7 @@ def loss_recipe(config: TrainConfig) -> losses.LossRecipe:
         dual_clip=learner.dual_clip, aggregation=learner.loss_aggregation,
         kl_coef=learner.kl_coef, kl_estimator=learner.kl_estimator,
         entropy_coef=learner.entropy_coef, policy_loss=learner.policy_loss,
+        weight_kl=learner.behaviour_weight_kl,
         # verl divides by the padded response width: the maximum response length
         norm_length=(config.generation.max_new_tokens
                      if learner.loss_aggregation == "seq-mean-token-sum-norm" else None))

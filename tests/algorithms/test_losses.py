@@ -377,6 +377,30 @@ class TestPolicyLossRecipe:
         assert stats["kl_ref"].item() == pytest.approx(kl.item(), rel=1e-12)
         assert stats["entropy"].item() == pytest.approx(ent.item(), rel=1e-12)
 
+    def test_token_weights_reach_the_kl_term_only_with_weight_kl(self):
+        logprobs, old, advantages, mask = random_batch(3)
+        ref = old * 1.1
+        weights = torch.rand(logprobs.shape, dtype=logprobs.dtype,
+                             generator=torch.Generator().manual_seed(5)) * 2
+        recipe = dataclasses.replace(self.RECIPE, entropy_coef=0.0)
+        kl = kl_penalty(logprobs, ref, "k3", response_mask=mask)
+        _, plain = policy_loss(logprobs, old, advantages, mask, recipe, ref_log_probs=ref,
+                               token_weights=weights)
+        assert plain["kl_ref"].item() == pytest.approx(masked_mean(kl, mask).item(),
+                                                       rel=1e-12)
+        weighted = dataclasses.replace(recipe, weight_kl=True)
+        loss, stats = policy_loss(logprobs, old, advantages, mask, weighted,
+                                  ref_log_probs=ref, token_weights=weights)
+        expected_kl = masked_mean(kl * weights, mask)
+        assert stats["kl_ref"].item() == pytest.approx(expected_kl.item(), rel=1e-12)
+        assert stats["policy_loss"].item() == pytest.approx(plain["policy_loss"].item(),
+                                                            rel=1e-12)
+        assert loss.item() == pytest.approx(
+            stats["policy_loss"].item() + 0.1 * expected_kl.item(), rel=1e-12)
+        _, unweighted = policy_loss(logprobs, old, advantages, mask, weighted,
+                                    ref_log_probs=ref)  # no weights: nothing to apply
+        assert unweighted["kl_ref"].item() == pytest.approx(plain["kl_ref"].item(), rel=1e-12)
+
     def test_unknown_policy_loss_raises(self):
         lp, old, adv, mask = random_batch(0)
         recipe = dataclasses.replace(self.RECIPE, policy_loss="sapo", kl_coef=0.0,
