@@ -66,10 +66,9 @@ def iteration_line(done: int, total: int, start: int, elapsed: float,
     >>> iteration_line(3, 6, 0, 30.0, {"rollout/success": 0.25, "rollout/return": 0.5})
     'iteration 3/6: success=0.25 ret=0.50 | 10.0 s/it, elapsed 0:30, left 0:30'
     """
-    per_iteration = elapsed / max(done - start, 1)
     return (f"iteration {done}/{total}: success={metrics['rollout/success']:.2f} "
-            f"ret={metrics['rollout/return']:.2f} | {per_iteration:.1f} s/it, elapsed "
-            f"{duration(elapsed)}, left {duration(per_iteration * (total - done))}")
+            f"ret={metrics['rollout/return']:.2f} | "
+            f"{_pace(done, total, start, elapsed, 'it')}")
 
 
 def sft_step_line(done: int, total: int, start: int, elapsed: float,
@@ -81,9 +80,16 @@ def sft_step_line(done: int, total: int, start: int, elapsed: float,
     >>> sft_step_line(12, 36, 0, 30.0, {"sft/loss": 0.5034})
     'SFT step 12/36: loss=0.503 | 2.5 s/step, elapsed 0:30, left 1:00'
     """
-    per_step = elapsed / max(done - start, 1)
-    return (f"SFT step {done}/{total}: loss={metrics['sft/loss']:.3f} | {per_step:.1f} "
-            f"s/step, elapsed {duration(elapsed)}, left {duration(per_step * (total - done))}")
+    return (f"SFT step {done}/{total}: loss={metrics['sft/loss']:.3f} | "
+            f"{_pace(done, total, start, elapsed, 'step')}")
+
+
+def _pace(done: int, total: int, start: int, elapsed: float, unit: str) -> str:
+    """``'<s> s/<unit>, elapsed <t>, left <t>'`` over the ``done - start`` units this
+    process ran (a progress bar's right-hand figures)."""
+    per_unit = elapsed / max(done - start, 1)
+    return (f"{per_unit:.1f} s/{unit}, elapsed {duration(elapsed)}, "
+            f"left {duration(per_unit * (total - done))}")
 
 
 def torchrun_line(world_size: int, device_type: str, group_first: int, group_count: int,

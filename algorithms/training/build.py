@@ -120,8 +120,7 @@ def make_run_engine(config: TrainConfig, policy: Policy, device: torch.device,
     the HF engine samples in a worker process with its own copy of the weights
     (:class:`~algorithms.engines.hf_worker.HFWorkerEngine`, on ``device``'s GPU, else on
     CPU cores), so that the rollout and the update run at the same time; it is sent the
-    weights named
-    ``trainable`` after each update (default: ``policy``'s parameters with
+    weights named ``trainable`` after each update (default: ``policy``'s parameters with
     ``requires_grad``; a torchrun job's engine samples from the frozen weight mirror and
     names the policy's)."""
     max_len = config.prompt.max_prompt_tokens + config.generation.max_new_tokens
