@@ -241,8 +241,11 @@ def warm_start_task(task: Task, *, expert: str | None = None, lr: float | None =
 
 
 def warm_start(workdir: Path, name: str, task: Task, words: list[str],
-               target: tuple[float, float], rerun: bool = False) -> dict[str, Any]:
+               target: tuple[float, float], rerun: bool = False,
+               policy_size: tuple[int, int] = (64, 2)) -> dict[str, Any]:
     """SFT the tiny model on ``task``'s expert; pick the start checkpoint (module docstring).
+
+    ``policy_size``: the tiny Llama's (hidden, layers), the same for the RL runs.
 
     Returns:
         ``{"checkpoint", "step", "success", "invalid_action_rate", "format_error_rate",
@@ -266,7 +269,9 @@ def warm_start(workdir: Path, name: str, task: Task, words: list[str],
              "keep_checkpoints": 1000, "overwrite": True, "seed": 0}).validate()
     began = time.perf_counter()
     run_dir = workdir / name / "sft"
-    trainer = SFTTrainer(config, policy=tiny_policy(words, seed=0), run_dir=run_dir)
+    hidden, layers = policy_size
+    trainer = SFTTrainer(config, policy=tiny_policy(words, seed=0, hidden=hidden, layers=layers),
+                         run_dir=run_dir)
     trainer.run()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     evals = [row for row in rows if "eval/success" in row]
@@ -298,7 +303,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     """One RL run (in a worker process): build the config, the tiny policy, train.
 
     ``job``: task, method, seed, run_dir, checkpoint, words, iterations, eval_every,
-    eval_episodes, omega, group_size, horizon.
+    eval_episodes, omega, group_size, horizon, policy_size.
     """
     import torch
 
@@ -319,7 +324,9 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         run={"iterations": job["iterations"], "eval_every": job["eval_every"],
              "seed": job["seed"], "overwrite": True}).validate()
     began, cpu = time.perf_counter(), time.process_time()
-    trainer = Trainer(config, policy=tiny_policy(job["words"], seed=0),
+    hidden, layers = job.get("policy_size", (64, 2))
+    trainer = Trainer(config, policy=tiny_policy(job["words"], seed=0, hidden=hidden,
+                                                 layers=layers),
                       run_dir=Path(job["run_dir"]))
     trainer.run()
     done = {"seconds": time.perf_counter() - began, "cpu_seconds": time.process_time() - cpu,
@@ -591,6 +598,11 @@ def main(argv: list[str] | None = None) -> int:
                           help="warm-start evaluation cadence (steps)")
     ablation.add_argument("--sft-episodes", type=int, default=None,
                           help="expert episodes of the warm start")
+    ablation.add_argument("--policy-hidden", type=int, default=64,
+                          help="the tiny Llama's width (4 heads: a multiple of 4)")
+    ablation.add_argument("--policy-layers", type=int, default=2, help="the tiny Llama's depth")
+    parser.add_argument("--warm-start-only", action="store_true",
+                        help="make (or read) the warm starts, print them, run no RL")
     args = parser.parse_args(argv)
 
     mode_name = "quick" if args.quick else "full"
@@ -602,7 +614,11 @@ def main(argv: list[str] | None = None) -> int:
     warm_start_options = {"expert": args.sft_expert, "lr": args.sft_lr,
                           "steps": args.sft_steps, "eval_every": args.sft_eval_every,
                           "episodes": args.sft_episodes}
-    if tuple(args.start_success) != (0.10, 0.30) or any(
+    policy_size = (args.policy_hidden, args.policy_layers)
+    if args.policy_hidden % 4:
+        parser.error(f"--policy-hidden {args.policy_hidden}: the tiny Llama has 4 heads, "
+                     f"so its width must be a multiple of 4")
+    if tuple(args.start_success) != (0.10, 0.30) or policy_size != (64, 2) or any(
             v is not None for v in warm_start_options.values()):
         start_dir = workdir
     results = Path(args.results_dir)
@@ -626,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
         task = warm_start_task(TASKS[task_name], **warm_start_options)
         words = load_words(start_dir, task_name, task)
         starts[task_name] = warm_start(start_dir, task_name, task, words,
-                                       tuple(args.start_success))
+                                       tuple(args.start_success), policy_size=policy_size)
         print(f"{task_name}: warm start {starts[task_name]['success']:.3f} held-out success "
               f"at SFT step {starts[task_name]['step']} (curve {starts[task_name]['curve']})",
               flush=True)
@@ -644,7 +660,10 @@ def main(argv: list[str] | None = None) -> int:
                              "eval_episodes": mode.eval_episodes[task_name],
                              "num_groups": mode.num_groups[task_name],
                              "omega": args.omega, "group_size": args.group_size,
-                             "horizon": args.horizon})
+                             "horizon": args.horizon, "policy_size": policy_size})
+    if args.warm_start_only:
+        print(json.dumps(starts, indent=1))
+        return 0
     run_jobs(jobs, args.jobs)
     runs: dict[str, Any] = {}
     for task_name, method, seed, run_dir in planned:
@@ -667,6 +686,7 @@ def main(argv: list[str] | None = None) -> int:
         "methods": args.methods, "ablation": {"omega": args.omega,
                                               "group_size": args.group_size,
                                               "horizon": args.horizon,
+                                              "policy_size": list(policy_size),
                                               "start_success": list(args.start_success),
                                               **{f"sft_{k}": v for k, v in
                                                  warm_start_options.items()}},

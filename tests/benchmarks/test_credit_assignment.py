@@ -72,3 +72,36 @@ def test_warm_start_options_change_only_what_they_name():
                                                "num_groups", "group_size", "sft_perturb")}
     assert {f: getattr(changed, f) for f in kept} == kept
     assert warm_start_task(alfworld, steps=50).sft_eval_every == alfworld.sft_eval_every
+
+
+def test_warm_start_only_trains_the_chosen_policy_size_and_runs_no_rl(tmp_path, monkeypatch,
+                                                                       capsys):
+    import dataclasses
+
+    import benchmarks.credit_assignment as study
+
+    small = dataclasses.replace(TASKS["keydoor"], sft_episodes=8, sft_max_steps=2,
+                                sft_eval_every=2, eval_episodes=4,
+                                env_kwargs={**TASKS["keydoor"].env_kwargs, "num_tasks": 8},
+                                eval_env_kwargs={"first_task": 8, "num_tasks": 4})
+    monkeypatch.setitem(study.TASKS, "keydoor", small)
+    workdir = tmp_path / "runs"
+    assert main(["--tasks", "keydoor", "--workdir", str(workdir), "--warm-start-only",
+                 "--policy-hidden", "32", "--policy-layers", "1",
+                 "--results-dir", str(tmp_path / "results")]) == 0
+    start = json.loads((workdir / "keydoor" / "sft_start.json").read_text())
+    from safetensors import safe_open
+
+    with safe_open(f"{start['checkpoint']}/weights.safetensors", "pt") as weights:
+        names = list(weights.keys())
+        width = weights.get_slice(next(n for n in names if "embed_tokens" in n)).get_shape()[1]
+    layers = {n.split("layers.")[1].split(".")[0] for n in names if "layers." in n}
+    assert (width, layers) == (32, {"0"})
+    assert not (workdir / "keydoor" / "grpo-std").exists()  # no RL run
+    assert '"checkpoint"' in capsys.readouterr().out
+
+
+def test_a_width_the_heads_cannot_split_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["--warm-start-only", "--policy-hidden", "30"])
+    assert "multiple of 4" in capsys.readouterr().err
