@@ -303,7 +303,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     """One RL run (in a worker process): build the config, the tiny policy, train.
 
     ``job``: task, method, seed, run_dir, checkpoint, words, iterations, eval_every,
-    eval_episodes, omega, group_size, horizon, policy_size.
+    eval_episodes, omega, group_size, horizon, policy_size, rl_lr, staleness.
     """
     import torch
 
@@ -320,9 +320,11 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
                                         num_groups=job["num_groups"]), algo=method["algo"]),
         model={"init_checkpoint": job["checkpoint"]},
         env={"anchor": method["anchor"], "eval_episodes": job["eval_episodes"]},
-        learner={"normalize": method["normalize"], "step_weight": job["omega"]},
+        learner={"normalize": method["normalize"], "step_weight": job["omega"],
+                 "lr": job.get("rl_lr", RL_LR), "critic_lr": job.get("rl_lr", RL_LR)},
         run={"iterations": job["iterations"], "eval_every": job["eval_every"],
-             "seed": job["seed"], "overwrite": True}).validate()
+             "seed": job["seed"], "overwrite": True,
+             "max_staleness": job.get("staleness", 0)}).validate()
     began, cpu = time.perf_counter(), time.process_time()
     hidden, layers = job.get("policy_size", (64, 2))
     trainer = Trainer(config, policy=tiny_policy(job["words"], seed=0, hidden=hidden,
@@ -362,6 +364,9 @@ def read_run(run_dir: Path) -> list[dict[str, float]]:
 PHASES = ("rollout", "log_probs", "advantages", "update", "weight_sync")
 CURVE_KEYS = ("rollout/success", "rollout/episode_length", "rollout/invalid_action_rate",
               "update/entropy")
+STALENESS_KEYS = ("overlap/staleness_mean", "update/behaviour_gap", "update/is_weight_mean",
+                  "update/is_weight_max", "update/kl_ref")
+"""Per-iteration figures kept when the rollout overlaps the update (``--staleness``)."""
 
 
 def run_figures(rows: list[dict[str, float]], start: dict[str, Any]) -> dict[str, Any]:
@@ -383,6 +388,9 @@ def run_figures(rows: list[dict[str, float]], start: dict[str, Any]) -> dict[str
                                   / figures["iteration_seconds_mean"])
     for key in CURVE_KEYS:
         figures[key] = [r.get(key, float("nan")) for r in rows]
+    for key in STALENESS_KEYS:  # runs with --staleness > 0 only
+        if any(key in r for r in rows):
+            figures[key] = [r.get(key, float("nan")) for r in rows]
     shares = sorted({k for r in rows for k in r if k.startswith("advantage/step_group_share/")})
     if shares:
         figures["step_group_share"] = {k.rsplit("/", 1)[1]: [r.get(k, 0.0) for r in rows]
@@ -601,6 +609,11 @@ def main(argv: list[str] | None = None) -> int:
     ablation.add_argument("--policy-hidden", type=int, default=64,
                           help="the tiny Llama's width (4 heads: a multiple of 4)")
     ablation.add_argument("--policy-layers", type=int, default=2, help="the tiny Llama's depth")
+    ablation.add_argument("--rl-lr", type=float, default=RL_LR,
+                          help=f"learning rate of the RL runs (default {RL_LR:g})")
+    ablation.add_argument("--staleness", type=int, default=0,
+                          help="the RL runs' --run.max-staleness (rollout overlapped with "
+                               "the update; each run then uses two processes)")
     parser.add_argument("--warm-start-only", action="store_true",
                         help="make (or read) the warm starts, print them, run no RL")
     args = parser.parse_args(argv)
@@ -660,7 +673,8 @@ def main(argv: list[str] | None = None) -> int:
                              "eval_episodes": mode.eval_episodes[task_name],
                              "num_groups": mode.num_groups[task_name],
                              "omega": args.omega, "group_size": args.group_size,
-                             "horizon": args.horizon, "policy_size": policy_size})
+                             "horizon": args.horizon, "policy_size": policy_size,
+                             "rl_lr": args.rl_lr, "staleness": args.staleness})
     if args.warm_start_only:
         print(json.dumps(starts, indent=1))
         return 0
@@ -687,10 +701,12 @@ def main(argv: list[str] | None = None) -> int:
                                               "group_size": args.group_size,
                                               "horizon": args.horizon,
                                               "policy_size": list(policy_size),
+                                              "rl_lr": args.rl_lr,
+                                              "staleness": args.staleness,
                                               "start_success": list(args.start_success),
                                               **{f"sft_{k}": v for k, v in
                                                  warm_start_options.items()}},
-        "rl_lr": RL_LR, "load_at_start": list(load), "load_at_end": list(os.getloadavg()),
+        "rl_lr": args.rl_lr, "load_at_start": list(load), "load_at_end": list(os.getloadavg()),
         "wall_seconds": elapsed,  # this invocation's (finished runs are read, not rerun)
         "runs_wall_seconds": sum(f["wall_seconds"] for methods in runs.values()
                                  for seeds in methods.values() for f in seeds.values()),

@@ -105,3 +105,31 @@ def test_a_width_the_heads_cannot_split_is_refused(capsys):
     with pytest.raises(SystemExit):
         main(["--warm-start-only", "--policy-hidden", "30"])
     assert "multiple of 4" in capsys.readouterr().err
+
+
+def test_staleness_and_rl_lr_reach_the_rl_runs(tmp_path, monkeypatch):
+    import dataclasses
+
+    import benchmarks.credit_assignment as study
+
+    small = dataclasses.replace(TASKS["keydoor"], sft_episodes=8, sft_max_steps=2,
+                                sft_eval_every=2, eval_episodes=4, group_size=2, max_steps=6,
+                                env_kwargs={**TASKS["keydoor"].env_kwargs, "num_tasks": 8},
+                                eval_env_kwargs={"first_task": 8, "num_tasks": 4})
+    monkeypatch.setitem(study.TASKS, "keydoor", small)
+    monkeypatch.setitem(study.MODES, "full", dataclasses.replace(
+        MODES["full"], eval_every={"alfworld": 3, "keydoor": 2},
+        eval_episodes={"alfworld": 60, "keydoor": 4}, num_groups={"alfworld": 2, "keydoor": 2}))
+    results = tmp_path / "results"
+    assert main(["--tasks", "keydoor", "--methods", "grpo-std", "--seeds", "0",
+                 "--iterations", "2", "--jobs", "1", "--staleness", "1", "--rl-lr", "3e-3",
+                 "--workdir", str(tmp_path / "runs"), "--results-dir", str(results),
+                 "--tag", "k1"]) == 0
+    data = json.loads((results / "credit_assignment_full_k1.json").read_text())
+    assert data["ablation"]["staleness"] == 1 and data["rl_lr"] == 3e-3
+    figures = data["runs"]["keydoor"]["grpo-std"]["0"]
+    # the first batch comes from the start's weights, the second from one update before
+    assert figures["overlap/staleness_mean"] == [0.0, 1.0]
+    config = json.loads((tmp_path / "runs" / "keydoor" / "grpo-std" / "seed0"
+                         / "config.json").read_text())
+    assert config["learner"]["lr"] == 3e-3 and config["run"]["max_staleness"] == 1
