@@ -12,7 +12,8 @@ Stages, per task:
    evaluation tasks, with and without perturbed steps, plus the prompt's words), the
    vocabulary of a word-level tokenizer (:mod:`benchmarks.tiny_llm`).
 2. **Policy**: a random Llama of hidden 64 and 2 layers over that vocabulary
-   (:func:`benchmarks.tiny_llm.tiny_policy`, base seed 0 for every run).
+   (:func:`benchmarks.tiny_llm.tiny_policy`, base seed 0 for every run; another size with
+   ``--policy-hidden`` and ``--policy-layers``).
 3. **Warm start**: ``--algo sft`` (:class:`~algorithms.sft.trainer.SFTTrainer`) on the env's
    expert with perturbed steps, evaluated on the held-out tasks every few optimizer
    steps; the first checkpoint whose held-out success lies in the target range (default
