@@ -325,7 +325,10 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
                  "lr": job.get("rl_lr", RL_LR), "critic_lr": job.get("rl_lr", RL_LR)},
         run={"iterations": job["iterations"], "eval_every": job["eval_every"],
              "seed": job["seed"], "overwrite": True,
-             "max_staleness": job.get("staleness", 0)}).validate()
+             "max_staleness": job.get("staleness", 0),
+             # another horizon than the warm start was evaluated at: evaluate the start
+             # at this one (the curves' iteration 0)
+             "eval_before_train": job["horizon"] not in (None, task.max_steps)}).validate()
     began, cpu = time.perf_counter(), time.process_time()
     hidden, layers = job.get("policy_size", (64, 2))
     trainer = Trainer(config, policy=tiny_policy(job["words"], seed=0, hidden=hidden,
@@ -372,9 +375,12 @@ STALENESS_KEYS = ("overlap/staleness_mean", "update/behaviour_gap", "update/is_w
 
 def run_figures(rows: list[dict[str, float]], start: dict[str, Any]) -> dict[str, Any]:
     """One run's figures: held-out success per evaluated iteration (iteration 0: the
-    warm start's), training curves, per-phase seconds, step-group shares."""
-    evals = [(0, start["success"])] + [(int(r["iteration"]), r["eval/success"])
-                                       for r in rows if "eval/success" in r]
+    warm start's, from the run's own evaluation before training where it made one, else
+    the warm start's evaluation), training curves, per-phase seconds, step-group shares."""
+    evals = [(int(r["iteration"]), r["eval/success"]) for r in rows if "eval/success" in r]
+    if not evals or evals[0][0] != 0:
+        evals.insert(0, (0, start["success"]))
+    rows = [r for r in rows if int(r["iteration"]) > 0]  # training iterations only
     iteration_seconds = [sum(r.get(f"time/{p}", 0.0) for p in PHASES) for r in rows]
     figures: dict[str, Any] = {
         "eval_success": evals,

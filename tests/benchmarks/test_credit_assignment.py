@@ -107,7 +107,10 @@ def test_a_width_the_heads_cannot_split_is_refused(capsys):
     assert "multiple of 4" in capsys.readouterr().err
 
 
-def test_staleness_and_rl_lr_reach_the_rl_runs(tmp_path, monkeypatch):
+@pytest.fixture
+def small_keydoor(monkeypatch):
+    """The full mode on a KeyDoor task small enough for a test: 8 training tasks, 4 held
+    out, 2 groups x 2, 6 steps, 2 SFT steps."""
     import dataclasses
 
     import benchmarks.credit_assignment as study
@@ -120,6 +123,10 @@ def test_staleness_and_rl_lr_reach_the_rl_runs(tmp_path, monkeypatch):
     monkeypatch.setitem(study.MODES, "full", dataclasses.replace(
         MODES["full"], eval_every={"alfworld": 3, "keydoor": 2},
         eval_episodes={"alfworld": 60, "keydoor": 4}, num_groups={"alfworld": 2, "keydoor": 2}))
+    return small
+
+
+def test_staleness_and_rl_lr_reach_the_rl_runs(tmp_path, small_keydoor):
     results = tmp_path / "results"
     assert main(["--tasks", "keydoor", "--methods", "grpo-std", "--seeds", "0",
                  "--iterations", "2", "--jobs", "1", "--staleness", "1", "--rl-lr", "3e-3",
@@ -133,3 +140,23 @@ def test_staleness_and_rl_lr_reach_the_rl_runs(tmp_path, monkeypatch):
     config = json.loads((tmp_path / "runs" / "keydoor" / "grpo-std" / "seed0"
                          / "config.json").read_text())
     assert config["learner"]["lr"] == 3e-3 and config["run"]["max_staleness"] == 1
+    assert not config["run"]["eval_before_train"]  # the task's own horizon
+
+
+def test_another_horizon_evaluates_the_start_at_that_horizon(tmp_path, small_keydoor):
+    results = tmp_path / "results"
+    assert main(["--tasks", "keydoor", "--methods", "grpo-std", "--seeds", "0",
+                 "--iterations", "2", "--jobs", "1", "--horizon", "9",
+                 "--workdir", str(tmp_path / "runs"), "--results-dir", str(results),
+                 "--tag", "h9"]) == 0
+    run_dir = tmp_path / "runs" / "keydoor" / "grpo-std" / "seed0"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    own_start = [r for r in rows if r["iteration"] == 0 and "eval/success" in r]
+    assert len(own_start) == 1
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["env"]["max_steps"] == 9 and config["run"]["eval_before_train"]
+    figures = json.loads((results / "credit_assignment_full_h9.json").read_text())[
+        "runs"]["keydoor"]["grpo-std"]["0"]
+    assert figures["eval_success"][0] == [0, own_start[0]["eval/success"]]
+    assert figures["iterations"] == [1, 2]  # the evaluation row is not a training one
+    assert len(figures["rollout/success"]) == 2
