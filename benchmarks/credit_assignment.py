@@ -147,6 +147,10 @@ order, which groups them by task type: the full mode plays all 60 (every type, 1
 the quick mode the first 8 (one type)."""
 
 
+POLICY_SIZE = (64, 2)
+"""The tiny Llama's (hidden, layers) unless ``--policy-hidden``/``--policy-layers`` say
+otherwise: 80-91 k weights with the study's vocabularies."""
+
 RL_LR = 1e-4
 """Learning rate of every RL run (the recipe's 1e-6 is for 1.5B weights; this model has
 ~0.1 M, full fine-tuning, and the warm start trained at 3e-3). Fixed before any method was
@@ -243,7 +247,7 @@ def warm_start_task(task: Task, *, expert: str | None = None, lr: float | None =
 
 def warm_start(workdir: Path, name: str, task: Task, words: list[str],
                target: tuple[float, float], rerun: bool = False,
-               policy_size: tuple[int, int] = (64, 2)) -> dict[str, Any]:
+               policy_size: tuple[int, int] = POLICY_SIZE) -> dict[str, Any]:
     """SFT the tiny model on ``task``'s expert; pick the start checkpoint (module docstring).
 
     ``policy_size``: the tiny Llama's (hidden, layers), the same for the RL runs.
@@ -322,15 +326,15 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         model={"init_checkpoint": job["checkpoint"]},
         env={"anchor": method["anchor"], "eval_episodes": job["eval_episodes"]},
         learner={"normalize": method["normalize"], "step_weight": job["omega"],
-                 "lr": job.get("rl_lr", RL_LR), "critic_lr": job.get("rl_lr", RL_LR)},
+                 "lr": job["rl_lr"], "critic_lr": job["rl_lr"]},
         run={"iterations": job["iterations"], "eval_every": job["eval_every"],
              "seed": job["seed"], "overwrite": True,
-             "max_staleness": job.get("staleness", 0),
+             "max_staleness": job["staleness"],
              # another horizon than the warm start was evaluated at: evaluate the start
              # at this one (the curves' iteration 0)
              "eval_before_train": job["horizon"] not in (None, task.max_steps)}).validate()
     began, cpu = time.perf_counter(), time.process_time()
-    hidden, layers = job.get("policy_size", (64, 2))
+    hidden, layers = job["policy_size"]
     trainer = Trainer(config, policy=tiny_policy(job["words"], seed=0, hidden=hidden,
                                                  layers=layers),
                       run_dir=Path(job["run_dir"]))
@@ -613,9 +617,10 @@ def main(argv: list[str] | None = None) -> int:
                           help="warm-start evaluation cadence (steps)")
     ablation.add_argument("--sft-episodes", type=int, default=None,
                           help="expert episodes of the warm start")
-    ablation.add_argument("--policy-hidden", type=int, default=64,
+    ablation.add_argument("--policy-hidden", type=int, default=POLICY_SIZE[0],
                           help="the tiny Llama's width (4 heads: a multiple of 4)")
-    ablation.add_argument("--policy-layers", type=int, default=2, help="the tiny Llama's depth")
+    ablation.add_argument("--policy-layers", type=int, default=POLICY_SIZE[1],
+                          help="the tiny Llama's depth")
     ablation.add_argument("--rl-lr", type=float, default=RL_LR,
                           help=f"learning rate of the RL runs (default {RL_LR:g})")
     ablation.add_argument("--staleness", type=int, default=0,
@@ -638,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.policy_hidden % 4:
         parser.error(f"--policy-hidden {args.policy_hidden}: the tiny Llama has 4 heads, "
                      f"so its width must be a multiple of 4")
-    if tuple(args.start_success) != (0.10, 0.30) or policy_size != (64, 2) or any(
+    if tuple(args.start_success) != (0.10, 0.30) or policy_size != POLICY_SIZE or any(
             v is not None for v in warm_start_options.values()):
         start_dir = workdir
     results = Path(args.results_dir)
@@ -708,7 +713,6 @@ def main(argv: list[str] | None = None) -> int:
                                               "group_size": args.group_size,
                                               "horizon": args.horizon,
                                               "policy_size": list(policy_size),
-                                              "rl_lr": args.rl_lr,
                                               "staleness": args.staleness,
                                               "start_success": list(args.start_success),
                                               **{f"sft_{k}": v for k, v in
