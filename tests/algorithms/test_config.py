@@ -62,6 +62,25 @@ def test_sokoban_preset_follows_run_sokoban_sh():
     assert json.loads(sokoban.env.eval_env_kwargs) == {"first_seed": 65_536}
 
 
+def test_cpu_webshop_is_sft_then_gigpo_on_the_offline_model():
+    from algorithms.config import env_kwargs_problems
+    from algorithms.sft.data import expert_trajectories
+    from train import parse_config
+
+    config = parse_config(["--preset", "cpu-webshop"])
+    assert config == PRESETS["cpu-webshop"]
+    assert config.algo == "gigpo" and config.model.name_or_path is None
+    assert config.env.env_id == "AgentGym/WebShop-v0" and config.env.group_size >= 2
+    assert config.sft.warm_start and config.sft.data is None
+    assert config.run.eval_before_train and config.run.eval_every == config.run.iterations
+    assert json.loads(config.env.eval_env_kwargs) == {"split": "test"}
+    assert env_kwargs_problems(config) == []  # none of the cpu-demo's KeyDoor kwargs
+    # the SFT stage's oracle episodes succeed within the preset's step limit
+    trajectories = expert_trajectories(config.env.env_id, config.env.kwargs(), 6)
+    assert all(t.extra["success"] for t in trajectories)
+    assert max(len(t.steps) for t in trajectories) <= config.env.max_steps
+
+
 def test_cpu_alfworld_is_sft_then_gigpo_on_the_offline_model():
     from algorithms.config import env_kwargs_problems
     from train import parse_config
