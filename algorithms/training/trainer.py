@@ -171,7 +171,9 @@ class Trainer:
         if self.engine is None:
             self.engine = make_run_engine(config, engine_policy, self.device, ranks,
                                           trainable=trainable)
-        self._say(f"generation engine: {type(self.engine).__name__}")
+        transport = getattr(self.engine, "weight_transport", None)
+        self._say(f"generation engine: {type(self.engine).__name__}"
+                  + (f" (weight sync: {transport})" if transport else ""))
         if checkpoint is not None:
             self._restore(checkpoint)
         elif config.model.init_checkpoint is not None:

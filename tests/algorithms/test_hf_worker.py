@@ -20,7 +20,13 @@ pytest.importorskip("transformers")
 
 from algorithms.config import ModelConfig  # noqa: E402
 from algorithms.engines.hf import HFEngine  # noqa: E402
-from algorithms.engines.hf_worker import EngineWorkerError, HFWorkerEngine  # noqa: E402
+from algorithms.engines.hf_worker import (  # noqa: E402
+    EngineWorkerError,
+    HFWorkerEngine,
+    SharedWeights,
+    choose_transport,
+    shared_memory_dir,
+)
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
 TEXTS = ["open red door", "You are in room 1 of 3 . look", "look", "open blue door look"]
@@ -56,11 +62,17 @@ def _gone(pid: int) -> bool:
     return not os.path.exists(f"/proc/{pid}")
 
 
-def test_worker_samples_like_the_in_process_engine_and_follows_synced_weights():
+@pytest.mark.parametrize("transport", ["shared", "pipe"])
+def test_worker_samples_like_the_in_process_engine_and_follows_synced_weights(transport):
     policy = make_policy(seed=1)
     prompts = _prompts(policy.tokenizer)
     sampling = {"temperature": 1.0, "max_new_tokens": 10, "seed": 3}
-    worker = HFWorkerEngine(policy.model, policy.tokenizer, batch_size=3, threads=1)
+    worker = HFWorkerEngine(policy.model, policy.tokenizer, batch_size=3, threads=1,
+                            weight_transport=transport)
+    assert worker.weight_transport == transport
+    if transport == "shared":  # the staging file's name is gone once the worker mapped it
+        path = worker._shared.spec["path"]
+        assert os.path.dirname(path) == shared_memory_dir() and not os.path.exists(path)
     try:
         before = _in_process(policy, prompts, **sampling)
         _assert_same(worker.generate(prompts, **sampling), before)
@@ -76,6 +88,12 @@ def test_worker_samples_like_the_in_process_engine_and_follows_synced_weights():
         _assert_same(worker.generate(prompts, **sampling), before)  # stale until synced
         worker.sync_weights(policy.model)
         _assert_same(worker.generate(prompts, **sampling), after)
+        moved = [p.detach().clone() for p in policy.model.parameters()]
+        _move_trainable_weights(policy.model, 0.1, seed=1)  # a snapshot, not live weights
+        _assert_same(worker.generate(prompts, **sampling), after)
+        with torch.no_grad():
+            for parameter, value in zip(policy.model.parameters(), moved, strict=True):
+                parameter.copy_(value)
 
         # from a background thread, while the main thread computes with torch
         results = {}
@@ -224,3 +242,48 @@ def test_call_runs_a_function_on_the_workers_synced_model():
         assert len(worker.generate(prompts, **sampling)) == len(prompts)  # still serves
     finally:
         worker.close()
+
+
+def test_auto_transport_is_shared_only_where_the_staging_file_fits(tmp_path, monkeypatch):
+    assert choose_transport("pipe", 10, str(tmp_path)) == "pipe"
+    assert choose_transport("shared", 10, str(tmp_path)) == "shared"
+    free = 1_000
+
+    class Usage:
+        def __init__(self, free):
+            self.free = free
+
+    monkeypatch.setattr("shutil.disk_usage", lambda path: Usage(free))
+    assert choose_transport("auto", 500, str(tmp_path)) == "shared"
+    assert choose_transport("auto", 501, str(tmp_path)) == "pipe"  # keeps as much spare
+    with pytest.raises(ValueError, match="weight_transport must be one of"):
+        choose_transport("udp", 10, str(tmp_path))
+
+
+def test_shared_weights_map_the_same_bytes_in_another_mapping(tmp_path):
+    tensors = {"a": torch.randn(3, 5), "b": torch.randn(7).to(torch.bfloat16),
+               "c": torch.arange(4, dtype=torch.int64).reshape(2, 2)}
+    shared = SharedWeights.create(tensors, str(tmp_path))
+    # every tensor starts on an aligned offset (a dtype view of the bytes needs it)
+    assert all(offset % 64 == 0 for _, offset, _, _ in shared.spec["layout"])
+    other = SharedWeights.attach(shared.spec)  # as the worker maps it
+    shared.unlink()
+    assert list(tmp_path.iterdir()) == []  # the name is gone, the mappings stay
+    for name, tensor in tensors.items():
+        shared.views[name].copy_(tensor)
+    for name, tensor in tensors.items():
+        assert other.views[name].dtype == tensor.dtype
+        assert torch.equal(other.views[name], tensor)
+    shared.unlink()  # idempotent
+
+
+def test_a_staging_file_without_room_is_an_error_that_leaves_no_file(tmp_path, monkeypatch):
+    import errno
+
+    def full(descriptor, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    with pytest.raises(OSError, match="No space left"):
+        SharedWeights.create({"a": torch.zeros(1000)}, str(tmp_path))
+    assert list(tmp_path.iterdir()) == []
