@@ -62,19 +62,29 @@ def test_sokoban_preset_follows_run_sokoban_sh():
     assert json.loads(sokoban.env.eval_env_kwargs) == {"first_seed": 65_536}
 
 
-def test_cpu_webshop_is_sft_then_gigpo_on_the_offline_model():
+def _sft_then_gigpo_preset(name: str, env_id: str):
+    """The preset ``name`` as the CLI parses it, checked to be one command that trains
+    ``env_id`` from the offline model: the SFT stage on the env's expert first, evaluated
+    before RL starts and after its last iteration, no env argument the env refuses."""
     from algorithms.config import env_kwargs_problems
-    from algorithms.sft.data import expert_trajectories
     from train import parse_config
 
-    config = parse_config(["--preset", "cpu-webshop"])
-    assert config == PRESETS["cpu-webshop"]
+    config = parse_config(["--preset", name])
+    assert config == PRESETS[name]
     assert config.algo == "gigpo" and config.model.name_or_path is None
-    assert config.env.env_id == "AgentGym/WebShop-v0" and config.env.group_size >= 2
+    assert config.env.env_id == env_id and config.env.group_size >= 2
     assert config.sft.warm_start and config.sft.data is None
+    assert config.model.init_checkpoint is None
     assert config.run.eval_before_train and config.run.eval_every == config.run.iterations
+    assert env_kwargs_problems(config) == []  # e.g. none of the cpu-demo's KeyDoor kwargs
+    return config
+
+
+def test_cpu_webshop_is_sft_then_gigpo_on_the_offline_model():
+    from algorithms.sft.data import expert_trajectories
+
+    config = _sft_then_gigpo_preset("cpu-webshop", "AgentGym/WebShop-v0")
     assert json.loads(config.env.eval_env_kwargs) == {"split": "test"}
-    assert env_kwargs_problems(config) == []  # none of the cpu-demo's KeyDoor kwargs
     # the SFT stage's oracle episodes succeed within the preset's step limit
     trajectories = expert_trajectories(config.env.env_id, config.env.kwargs(), 6)
     assert all(t.extra["success"] for t in trajectories)
@@ -82,21 +92,10 @@ def test_cpu_webshop_is_sft_then_gigpo_on_the_offline_model():
 
 
 def test_cpu_alfworld_is_sft_then_gigpo_on_the_offline_model():
-    from algorithms.config import env_kwargs_problems
-    from train import parse_config
-
-    config = parse_config(["--preset", "cpu-alfworld"])
-    assert config == PRESETS["cpu-alfworld"]
-    assert config.algo == "gigpo" and config.model.name_or_path is None
-    assert config.env.env_id == "AgentGym/ALFWorld-v0" and config.env.group_size >= 2
-    # one command: the SFT stage first (the env's expert), evaluated before RL starts
-    assert config.sft.warm_start and config.sft.data is None
-    assert config.model.init_checkpoint is None
-    assert config.run.eval_before_train and config.run.eval_every == config.run.iterations
+    config = _sft_then_gigpo_preset("cpu-alfworld", "AgentGym/ALFWorld-v0")
     # every game of the held-out split is evaluated, not the first ids of one task type
     assert json.loads(config.env.eval_env_kwargs)["num_generated_games"] == \
         config.env.eval_episodes
-    assert env_kwargs_problems(config) == []  # the env takes every argument it passes
     # the prompt fits the expert's steps: the response its longest action
     assert config.prompt.response_prefix == "<action>" and not config.prompt.think
     assert config.generation.max_new_tokens >= 16
