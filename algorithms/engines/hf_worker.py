@@ -35,6 +35,7 @@ worker's traceback as a note.
 
 from __future__ import annotations
 
+import errno
 import io
 import multiprocessing
 import os
@@ -205,8 +206,9 @@ class SharedWeights:
     """Named tensors' staging copy in one memory-mapped file that two processes map.
 
     The parent builds it from the tensors' shapes and dtypes (:meth:`create`: the file is
-    reserved in full, so a full ``/dev/shm`` is an ``OSError`` here, not a crash on first
-    write); the worker maps the same file from :attr:`spec` (:meth:`attach`); the parent
+    reserved in full with ``posix_fallocate``, so a full ``/dev/shm`` is an ``OSError``
+    here, not a crash on first write; a sparse file where the file system cannot reserve);
+    the worker maps the same file from :attr:`spec` (:meth:`attach`); the parent
     then removes the file's name (:meth:`unlink`), the mappings stay until both close.
 
     Attributes:
@@ -237,9 +239,13 @@ class SharedWeights:
         size = max(offset, SHARED_ALIGNMENT)
         descriptor, path = tempfile.mkstemp(prefix="agentgym-weights-", dir=directory)
         try:
-            if hasattr(os, "posix_fallocate"):
+            try:
                 os.posix_fallocate(descriptor, 0, size)
-            else:
+            except (AttributeError, OSError) as error:
+                # no fallocate here (macOS, some file systems): a sparse file instead
+                if isinstance(error, OSError) and error.errno not in (errno.EOPNOTSUPP,
+                                                                      errno.EINVAL):
+                    raise
                 os.ftruncate(descriptor, size)
         except OSError:
             os.close(descriptor)

@@ -287,3 +287,16 @@ def test_a_staging_file_without_room_is_an_error_that_leaves_no_file(tmp_path, m
     with pytest.raises(OSError, match="No space left"):
         SharedWeights.create({"a": torch.zeros(1000)}, str(tmp_path))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_system_without_fallocate_gets_a_sparse_staging_file(tmp_path, monkeypatch):
+    import errno
+
+    def unsupported(descriptor, offset, length):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(os, "posix_fallocate", unsupported, raising=False)
+    shared = SharedWeights.create({"a": torch.zeros(10)}, str(tmp_path))
+    shared.views["a"].copy_(torch.arange(10.0))
+    assert torch.equal(SharedWeights.attach(shared.spec).views["a"], torch.arange(10.0))
+    shared.unlink()
