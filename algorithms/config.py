@@ -378,6 +378,12 @@ class EnvConfig:
     eval_episodes: int = 32
     """Held-out episodes per evaluation."""
 
+    task_order: Literal["first", "spread"] = "first"
+    """Which tasks an evaluation (``eval_episodes``) and the SFT stage's expert episodes
+    (``sft.episodes``) play: the ``first`` ones of the env's task list, or ones ``spread``
+    evenly over it (for lists grouped by kind: Search-QA's generated questions come
+    template by template; :mod:`algorithms.agent.task_choice`)."""
+
     invalid_action_penalty: float | None = None
     """Reward subtracted on a step with a badly formatted or invalid action. ``None``: the
     env's own (``TextEnv.invalid_action_penalty``: 0.01 for Search-QA, else 0.1)."""
@@ -1256,6 +1262,47 @@ def _cpu_webshop() -> TrainConfig:
     )
 
 
+def _cpu_searchqa() -> TrainConfig:
+    """SmolLM2-135M on Search-QA on two CPU cores: an SFT warm start on the env's
+    privileged expert (:meth:`agentgym.searchqa.env.SearchQAEnv.expert_action`: search the
+    question, then the bridge entity, then answer), then GiGPO, in one run, as
+    ``cpu-alfworld``.
+
+    The questions are the generated knowledge base's (invented names, so nothing can be
+    answered from memory; BM25 over its 5,100 passages; no download), ``train`` for the
+    expert and RL, 12 ``test`` questions spread over the templates for evaluation
+    (``task_order="spread"``: the list is grouped by template). Search-R1's turn budget
+    (3: two turns that may search, then a final one) and answer format (``<search>`` /
+    ``<answer>`` tags, no action list), the cpu-demo's model and loss, no thinking.
+
+    - Prompt: one step of history (the passages that named the bridge entity stay in view
+      when the second search returns), at most 640 tokens, answers of at most 32: on 64
+      expert episodes (2.3 turns on average, every one successful) with SmolLM2's
+      tokenizer, prompts of 259 tokens on average (90th percentile 450, longest 593),
+      answers of at most 24 tokens.
+    - SFT stage: 64 expert episodes, 8 optimizer steps of 8 samples at lr 5e-4 (LoRA),
+      micro-batches of 4 rows.
+    - RL: 2 groups x 4, the state anchor, lr 5e-4, KL 0.2, 2 iterations; held-out
+      evaluation before and after.
+    """
+    base = dataclasses.replace(_cpu_demo(), preset="cpu-searchqa")
+    return replace(
+        base,
+        generation={"max_new_tokens": 32, "batch_size": 16},
+        prompt={"max_prompt_tokens": 640, "history_window": 1, "env_style": "searchqa",
+                "show_admissible_actions": False, "response_prefix": ""},
+        env={"env_id": "AgentGym/SearchQA-v0", "num_groups": 2, "group_size": 4,
+             "max_steps": 3, "anchor": "state", "env_kwargs": json.dumps({"split": "train"}),
+             "eval_env_kwargs": json.dumps({"split": "test"}), "eval_episodes": 12,
+             "task_order": "spread"},
+        sft={"warm_start": True, "episodes": 64, "max_steps": 8, "batch_size": 8,
+             "micro_batch_size": 4, "lr": 5e-4},
+        learner={"micro_batch_size": 4},
+        run={"iterations": 2, "save_every": 2, "keep_checkpoints": 1, "eval_every": 2,
+             "eval_before_train": True},
+    )
+
+
 def _alfworld_1_5b() -> TrainConfig:
     """verl-agent's ``examples/gigpo_trainer/run_alfworld.sh`` (GiGPO, Qwen2.5-1.5B-Instruct).
 
@@ -1426,6 +1473,7 @@ PRESETS: dict[str, TrainConfig] = {
     "cpu-demo": _cpu_demo(),
     "cpu-alfworld": _cpu_alfworld(),
     "cpu-webshop": _cpu_webshop(),
+    "cpu-searchqa": _cpu_searchqa(),
     "alfworld-1.5b": _alfworld_1_5b(),
     "alfworld-7b-lora": _alfworld_7b_lora(),
     "webshop-1.5b": _webshop_1_5b(),
@@ -1447,6 +1495,9 @@ PRESET_HELP: dict[str, str] = {
     "cpu-webshop": "SmolLM2-135M with LoRA on WebShop (the shipped catalogue, synthetic "
                    "goals), 10 steps: an SFT stage on the oracle expert (8 steps), then "
                    "GiGPO, 2 groups x 4, 2 iterations.",
+    "cpu-searchqa": "SmolLM2-135M with LoRA on Search-QA (the generated knowledge base, "
+                    "BM25), 3 turns: an SFT stage on the privileged expert (8 steps), then "
+                    "GiGPO, 2 groups x 4, 2 iterations.",
     "alfworld-1.5b": "verl-agent's run_alfworld.sh: Qwen2.5-1.5B-Instruct on ALFWorld, "
                      "16 groups x 8, 50 steps, lr 1e-6, KL 0.01, vLLM rollouts, "
                      "150 iterations.",

@@ -301,6 +301,42 @@ class SearchQAEnv(TextEnv):
     def state_key(self) -> Hashable:
         return (self.task, self._retrieved)
 
+    def expert_action(self) -> str | None:
+        """The privileged expert's next turn (it reads the gold answers and, on the
+        generated knowledge base, the question's supporting passages and entity chain).
+
+        On the generated knowledge base: search the question, then each later hop's
+        bridge entity by name (``metadata["entities"][h]``, named in the passage of hop
+        ``h - 1``), then answer the first gold answer -- answering as soon as every
+        supporting passage has been retrieved, or on the last step (where a search would
+        not run). A hop whose passage a search missed is searched again by its entity's
+        name. On other data (no ``supporting_ids``): search the question once, then
+        answer. ``None`` once the episode is over.
+
+        Measured with BM25 on the knowledge base's ``train`` questions (500 drawn at
+        random): the question's own text retrieves the first hop's passage every time,
+        and the bridge entity's name the second hop's, so every two-hop question takes
+        three turns: Search-R1's default budget (``max_steps=3``).
+        """
+        if self._item is None or self._terminated or self._truncated:
+            return None
+        item = self._item
+        answer = f"<answer>{item.golden_answers[0]}</answer>"
+        if self._on_last_step():
+            return answer
+        supporting = list(item.metadata.get("supporting_ids") or ())
+        entities = list(item.metadata.get("entities") or ())
+        if not supporting:
+            return f"<search>{item.question}</search>" if self.elapsed_steps == 0 else answer
+        missing = [hop for hop, passage in enumerate(supporting)
+                   if passage not in self._retrieved]
+        if not missing:
+            return answer
+        hop = missing[0]
+        if (hop == 0 and self.elapsed_steps == 0) or hop >= len(entities):
+            return f"<search>{item.question}</search>"
+        return f"<search>{entities[hop]}</search>"
+
     def _extras(
         self,
         action_type: str,

@@ -1,7 +1,8 @@
 """Evaluation on held-out tasks: each task played once, results per task type.
 
-:func:`evaluate` plays the first ``env.eval_episodes`` tasks of the evaluation env (built
-with ``env.eval_kwargs()``) at ``generation.eval_temperature``, in chunks of at most one
+:func:`evaluate` plays ``env.eval_episodes`` tasks of the evaluation env (built with
+``env.eval_kwargs()``; the first ones, or ones spread over its list with
+``env.task_order``) at ``generation.eval_temperature``, in chunks of at most one
 training batch, the chunks dealt to the ranks of a torchrun job in turn. Episodes that
 ended on an env error are listed (``env_error``) and counted (``env_errors``) but left out
 of success, return and length, as in :mod:`algorithms.agent.metrics`. Rank 0 writes
@@ -22,6 +23,7 @@ from algorithms.agent.metrics import trajectory_table
 from algorithms.agent.records import trajectory_records, write_run_records
 from algorithms.agent.rollout import NoStepsError, RolloutSettings, collect_rollout
 from algorithms.agent.step_batch import StepBatch
+from algorithms.agent.task_choice import choose_task_ids
 from algorithms.config import TrainConfig
 from algorithms.runs import distributed
 from algorithms.runs.console import progress_bar
@@ -53,7 +55,8 @@ def evaluate(config: TrainConfig, engine: Any, tokenizer: Any, settings: Rollout
 
     probe = gym.make(config.env.env_id, **config.env.eval_kwargs())
     try:
-        task_ids = list(probe.unwrapped.task_ids)[: config.env.eval_episodes]
+        task_ids = choose_task_ids(probe.unwrapped.task_ids, config.env.eval_episodes,
+                                   config.env.task_order)
     finally:
         probe.close()
     if not task_ids:

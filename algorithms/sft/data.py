@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from algorithms.agent.prompts import PromptBuilder, PromptTooLongError
+from algorithms.agent.task_choice import TaskOrder, choose_task_ids
 from algorithms.config import PromptConfig
 
 
@@ -190,11 +191,13 @@ class NoExpertError(SFTDataError):
 
 
 def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, *,
-                        perturb: float = 0.0, seed: int = 0,
+                        perturb: float = 0.0, seed: int = 0, task_order: TaskOrder = "first",
                         progress: Any = None) -> list[ExpertTrajectory]:
     """Play ``episodes`` episodes with the env's declared expert and record them.
 
-    The env's tasks are played in order (cycled when ``episodes`` exceeds them). At each
+    The env's tasks are played in order (cycled when ``episodes`` exceeds them), the
+    first ``episodes`` of them or, with ``task_order="spread"``, ones spread evenly over
+    the list (:func:`~algorithms.agent.task_choice.choose_task_ids`). At each
     step, with probability ``perturb`` (a generator seeded by ``seed``) a random
     admissible action other than the expert's is played and recorded instead
     (``"perturbed": true`` on the line; nothing happens when the env offers no other).
@@ -208,6 +211,7 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, 
         episodes: episodes to record.
         perturb: share of perturbed steps, in [0, 1].
         seed: seed of the perturbations.
+        task_order: ``"first"`` or ``"spread"``.
         progress: optional tqdm-like bar, advanced once per episode.
 
     Returns:
@@ -224,7 +228,8 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, 
     rng = np.random.default_rng(seed)
     env = gym.make(env_id, **env_kwargs)
     try:
-        task_ids = list(env.unwrapped.task_ids)
+        all_ids = list(env.unwrapped.task_ids)
+        task_ids = choose_task_ids(all_ids, min(episodes, len(all_ids)), task_order)
         trajectories = []
         for episode in range(episodes):
             task_id = task_ids[episode % len(task_ids)]

@@ -49,6 +49,7 @@ from algorithms.agent.metrics import plot_curves, rollout_metrics, run_logger
 from algorithms.agent.rollout import NoStepsError, collect_rollout
 from algorithms.agent.sampling import rollout_settings
 from algorithms.agent.step_batch import concat_batches
+from algorithms.agent.task_choice import choose_task_ids
 from algorithms.config import ConfigError, TrainConfig, replace
 from algorithms.engines import make_engine
 from algorithms.runs.console import progress_bar, quiet_dependency_bars, sft_step_line
@@ -200,7 +201,8 @@ class SFTTrainer(Trainer):
                               desc="expert episodes") as bar:
                 trajectories = expert_trajectories(
                     config.env.env_id, config.env.kwargs(), config.sft.episodes,
-                    perturb=config.sft.perturb, seed=config.run.seed, progress=bar)
+                    perturb=config.sft.perturb, seed=config.run.seed,
+                    task_order=config.env.task_order, progress=bar)
             where = self.run_dir / DATA_FILE
             write_trajectories(where, trajectories)
         examples, stats = build_examples(
@@ -289,8 +291,8 @@ class SFTTrainer(Trainer):
         return last
 
     def evaluate_policy(self, step: int) -> dict[str, float]:
-        """Play the first ``env.eval_episodes`` tasks of the evaluation env once each at
-        ``generation.eval_temperature``; return their rollout metrics under ``eval/``
+        """Play ``env.eval_episodes`` tasks of the evaluation env (``env.task_order``) once
+        each at ``generation.eval_temperature``; return their rollout metrics under ``eval/``
         (success, return, format-error and invalid-action rates, ...)."""
         import gymnasium as gym
 
@@ -308,7 +310,8 @@ class SFTTrainer(Trainer):
         kwargs = config.env.eval_kwargs()
         probe = gym.make(config.env.env_id, **kwargs)
         try:
-            task_ids = list(probe.unwrapped.task_ids)[: config.env.eval_episodes]
+            task_ids = choose_task_ids(probe.unwrapped.task_ids, config.env.eval_episodes,
+                                       config.env.task_order)
         finally:
             probe.close()
         chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))

@@ -91,6 +91,33 @@ def test_cpu_webshop_is_sft_then_gigpo_on_the_offline_model():
     assert max(len(t.steps) for t in trajectories) <= config.env.max_steps
 
 
+def test_cpu_searchqa_is_sft_then_gigpo_on_the_offline_model():
+    import gymnasium as gym
+
+    from algorithms.agent.task_choice import choose_task_ids
+    from algorithms.sft.data import expert_trajectories
+
+    config = _sft_then_gigpo_preset("cpu-searchqa", "AgentGym/SearchQA-v0")
+    assert json.loads(config.env.eval_env_kwargs) == {"split": "test"}
+    # answers are the env's own tags, not an <action> opened for the model
+    assert config.prompt.env_style == "searchqa" and config.prompt.response_prefix == ""
+    assert not config.prompt.show_admissible_actions and not config.prompt.think
+    # the expert's episodes cover the templates and succeed in the turn budget
+    trajectories = expert_trajectories(config.env.env_id, config.env.kwargs(), 20,
+                                       task_order=config.env.task_order)
+    assert all(t.extra["success"] for t in trajectories)
+    assert max(len(t.steps) for t in trajectories) <= config.env.max_steps
+    assert len({t.task.split()[:3] == ["In", "which", "city"] for t in trajectories}) == 2
+    # the evaluation's 12 test questions are not the first 12 (one template)
+    env = gym.make(config.env.env_id, **config.env.eval_kwargs())
+    ids = list(env.unwrapped.task_ids)
+    questions = {item.id: item.metadata["template"] for item in env.unwrapped.items}
+    env.close()
+    chosen = choose_task_ids(ids, config.env.eval_episodes, config.env.task_order)
+    assert len({questions[i] for i in chosen}) >= 10
+    assert len({questions[i] for i in ids[:config.env.eval_episodes]}) == 1
+
+
 def test_cpu_alfworld_is_sft_then_gigpo_on_the_offline_model():
     config = _sft_then_gigpo_preset("cpu-alfworld", "AgentGym/ALFWorld-v0")
     # every game of the held-out split is evaluated, not the first ids of one task type

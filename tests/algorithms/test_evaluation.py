@@ -79,3 +79,27 @@ def test_evaluation_rates_are_over_the_steps_of_the_episodes_that_ended():
     assert results["format_error_rate"] == pytest.approx(1 / 5)
     assert results["invalid_action_rate"] == pytest.approx(3 / 5)
     assert eval_summary([_crashed_eval_row("t")])["format_error_rate"] is None
+
+
+@pytest.mark.parametrize("order", ["first", "spread"])
+def test_evaluation_plays_the_tasks_of_its_task_order(tmp_path, order):
+    """``env.task_order``: the first ``eval_episodes`` tasks, or ones spread over the list."""
+    import gymnasium as gym
+
+    from algorithms.agent.task_choice import choose_task_ids
+    from algorithms.config import replace
+
+    config = replace(scripted_config("grpo", iterations=1), env={"task_order": order})
+    env = gym.make(config.env.env_id, **config.env.eval_kwargs())
+    all_ids = list(env.unwrapped.task_ids)
+    env.close()
+    expected = {"first": all_ids[:4], "spread": all_ids[::16]}[order]
+    assert choose_task_ids(all_ids, 4, order) == expected  # 64 tasks
+    trainer = Trainer(config, policy=make_policy(seed=1), run_dir=tmp_path)
+    trainer.setup()
+    try:
+        trainer.evaluate(1)
+    finally:
+        trainer.close()
+    results = json.loads((tmp_path / "eval" / "iter_000001.json").read_text())
+    assert [r["task_id"] for r in results["tasks"]] == expected

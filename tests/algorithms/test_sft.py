@@ -142,6 +142,24 @@ def test_expert_data_succeeds_and_perturbations_are_seeded():
     assert sum(t.extra["success"] for t in noisy) < 16
 
 
+def test_expert_episodes_play_the_first_tasks_or_tasks_spread_over_the_list():
+    import gymnasium as gym
+
+    env = gym.make(KEYDOOR, **KEYDOOR_KWARGS)
+    all_ids = list(env.unwrapped.task_ids)
+    env.close()
+    n = len(all_ids)
+
+    def played(episodes, order):
+        return [t.extra["task_id"] for t in
+                expert_trajectories(KEYDOOR, KEYDOOR_KWARGS, episodes, task_order=order)]
+
+    assert played(3, "first") == all_ids[:3]
+    assert played(3, "spread") == [all_ids[i * n // 3] for i in range(3)] != all_ids[:3]
+    # more episodes than tasks: every task in turn, whichever the order
+    assert played(n + 2, "spread") == played(n + 2, "first") == all_ids + all_ids[:2]
+
+
 def test_an_env_without_expert_is_refused_in_one_line():
     with pytest.raises(NoExpertError, match="AgentGym/Scripted-v0 declares no expert.*--sft.data"):
         expert_trajectories("AgentGym/Scripted-v0", {}, 1)

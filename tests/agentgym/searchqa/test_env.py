@@ -552,3 +552,68 @@ def test_importing_the_env_stays_light() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
     )
     assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------ the privileged expert
+def _expert_episode(env: SearchQAEnv, task_id: str) -> tuple[list[str], bool]:
+    env.reset(options={"task_id": task_id})
+    actions = []
+    while (action := env.expert_action()) is not None:
+        actions.append(action)
+        env.step(action)
+    return actions, env.success
+
+
+def test_expert_searches_each_hop_then_answers(
+    kb: KnowledgeBase, kb_retriever: OverlapRetriever
+) -> None:
+    env = make_env(kb, kb_retriever)
+    two_hop = first_of(kb, "book.author.birth_city")
+    bridge = two_hop.metadata["entities"][1]
+    assert _expert_episode(env, two_hop.id) == (
+        [f"<search>{two_hop.question}</search>", f"<search>{bridge}</search>",
+         f"<answer>{two_hop.golden_answers[0]}</answer>"], True)
+    one_hop = first_of(kb, "book.author")
+    assert _expert_episode(env, one_hop.id) == (
+        [f"<search>{one_hop.question}</search>",
+         f"<answer>{one_hop.golden_answers[0]}</answer>"], True)
+    assert env.expert_action() is None  # the episode is over
+
+
+def test_expert_solves_the_knowledge_base_in_search_r1s_budget(
+    kb: KnowledgeBase, kb_retriever: OverlapRetriever
+) -> None:
+    env = make_env(kb, kb_retriever)  # max_steps 3: two searching turns, then an answer
+    rng = np.random.default_rng(0)
+    items = [kb.questions[int(i)] for i in rng.choice(len(kb.questions), 200, replace=False)]
+    episodes = [_expert_episode(env, item.id) for item in items]
+    assert all(success for _, success in episodes)
+    # mostly one search per hop (a first search may bring the second hop's passage too);
+    # where this test's word-overlap retriever misses a passage, a search by name finds it
+    direct = [len(actions) <= item.metadata["hops"] + 1
+              for (actions, _), item in zip(episodes, items, strict=True)]
+    assert 0.95 * len(items) <= sum(direct) < len(items)
+
+
+def test_expert_searches_a_missed_hop_by_name_and_answers_on_the_last_turn(
+    kb: KnowledgeBase, kb_retriever: OverlapRetriever
+) -> None:
+    item = first_of(kb, "book.author")
+    subject = item.metadata["entities"][0]
+    env = make_env(kb, kb_retriever)
+    env.reset(options={"task_id": item.id})
+    env.step("<search>zzz</search>")  # a search that missed the subject's passage
+    assert item.metadata["supporting_ids"][0] not in env.state_key()[1]
+    assert env.expert_action() == f"<search>{subject}</search>"
+    # on the last turn a search would not run: the expert answers whatever it has
+    env.step("<search>zzz</search>")
+    assert env.expert_action() == f"<answer>{item.golden_answers[0]}</answer>"
+
+
+def test_expert_on_data_without_hops_searches_once_then_answers() -> None:
+    item = QAItem(id="q1", question="Who wrote Hamlet?", golden_answers=("Shakespeare",),
+                  data_source="nq", split="train")
+    passages = (Document("0", '"Hamlet"\nHamlet is a tragedy by William Shakespeare.'),)
+    env = SearchQAEnv(qa_items=(item,), retriever=OverlapRetriever(passages))
+    assert _expert_episode(env, "q1") == (
+        ["<search>Who wrote Hamlet?</search>", "<answer>Shakespeare</answer>"], True)
