@@ -111,7 +111,7 @@ def test_cpu_demo_end_to_end(tmp_path, capsys):
     assert "rollout/format_error_rate" in metrics
     assert (tmp_path / "demo" / "curves.png").exists()
     out = capsys.readouterr().out
-    assert "iteration 1 (untrained policy) -> iteration 6" in out and "curves:" in out
+    assert "iteration 1 (before any update) -> iteration 6" in out and "curves:" in out
 
 
 def test_cpu_demo_shortened(tmp_path, capsys):
@@ -127,7 +127,7 @@ def test_cpu_demo_shortened(tmp_path, capsys):
     assert metrics["rollout/trajectories"] == 2 and metrics["rollout/steps"] == 2
     assert metrics["update/optimizer_steps"] == 1
     out = capsys.readouterr().out
-    assert "what moved, iteration 1 (untrained policy) -> iteration 1" in out
+    assert "what moved, iteration 1 (before any update) -> iteration 1" in out
     assert f"curves: {tmp_path / 'demo' / 'curves.png'}" in out
     run = tmp_path / "demo"
     saved = json.loads((run / "config.json").read_text())

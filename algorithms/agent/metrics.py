@@ -289,7 +289,8 @@ def run_summary(records: list[dict[str, float]], plot_path: Path | None = None) 
     iteration, and its mean over every iteration after the first.
 
     The first iteration's rollout is sampled before any update, so it measures the
-    untrained policy (the baseline); the later ones measure the policy in training. One
+    starting policy (the baseline: the base model, or an SFT warm start or
+    ``--model.init-checkpoint``'s); the later ones measure the policy in training. One
     iteration of a small preset holds few episodes, so the last one alone is noisy: the
     mean over iterations 2..N says more. Evaluation records (no ``rollout/`` keys) are
     skipped.
@@ -305,7 +306,7 @@ def run_summary(records: list[dict[str, float]], plot_path: Path | None = None) 
     if not rows:
         return ""
     first, last = rows[0], rows[-1]
-    span = f"iteration {int(first['iteration'])} (untrained policy) -> " \
+    span = f"iteration {int(first['iteration'])} (before any update) -> " \
            f"iteration {int(last['iteration'])}"
     trained = rows[1:]
     lines = [f"what moved, {span}"

@@ -24,7 +24,7 @@ def _records():
 def test_summary_reports_first_and_last_iteration_against_the_untrained_policy():
     text = run_summary(_records(), "runs/x/curves.png")
     lines = text.splitlines()
-    assert lines[0] == ("what moved, iteration 1 (untrained policy) -> iteration 3 "
+    assert lines[0] == ("what moved, iteration 1 (before any update) -> iteration 3 "
                         "(mean of iterations 3-3):")
     assert "  success                0.125 ->   0.500  (+0.375)  mean 0.500" in lines
     assert "  format-error rate      0.750 ->   0.250  (-0.500)  mean 0.250" in lines
