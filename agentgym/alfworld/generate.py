@@ -126,11 +126,19 @@ def _run(
     progress: bool,
     description: str,
 ) -> list[Path]:
-    """Builds, verifies and writes ``indices``; returns trial folders in index order."""
+    """Builds, verifies and writes ``indices``; returns trial folders in index order.
+
+    ``progress``: a tqdm bar on a terminal; where stderr is not one (a log file), one line
+    when generation starts and one when it ends instead of a redraw per game."""
     from tqdm.auto import tqdm
 
     tasks = [(config, index, verify, str(root)) for index in indices]
-    bar = tqdm(total=len(tasks), desc=description, unit="game", disable=not progress)
+    terminal = sys.stderr.isatty()
+    bar = tqdm(total=len(tasks), desc=description, unit="game",
+               disable=not (progress and terminal))
+    started = time.perf_counter()
+    if progress and not terminal:
+        print(f"{description}: {len(tasks)} games ...", file=sys.stderr, flush=True)
     try:
         if workers <= 1 or len(tasks) <= 1:
             paths = []
@@ -146,6 +154,9 @@ def _run(
     finally:
         bar.close()
         cleanup_staging(root)
+    if progress and not terminal:
+        print(f"{description}: {len(tasks)} games in {time.perf_counter() - started:.0f} s",
+              file=sys.stderr, flush=True)
     return paths
 
 
@@ -200,7 +211,7 @@ def generate_games(
             type in the scene; fewer objects make smaller, faster games).
         verify: replay every walkthrough through the real engine (default ``True``).
         workers: processes to use (1: in this process).
-        progress: show a tqdm progress bar.
+        progress: show a tqdm progress bar (two plain lines where stderr is not a terminal).
 
     Returns:
         The trial folders, in index order.
@@ -262,7 +273,7 @@ def ensure_generated_games(
         max_objects: cap on object instances per game.
         verify: replay every new walkthrough through the real engine.
         workers: processes to use for new games.
-        progress: show a tqdm progress bar.
+        progress: show a tqdm progress bar (two plain lines where stderr is not a terminal).
 
     Returns:
         The data root: ``root / "json_2.1.1" / split_dir`` holds the games, where

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -226,6 +227,18 @@ def test_same_seed_same_bytes_and_other_seed_other_games() -> None:
         first = game_bytes(make_game(config, index))
         assert first == game_bytes(make_game(again, index))
         assert make_game(other, index).game["pddl_problem"] != json.loads(first[0])["pddl_problem"]
+
+
+def test_progress_in_a_log_file_is_two_plain_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where stderr is not a terminal (pytest captures it), no bar is redrawn per game."""
+    generate_games(tmp_path, num_games=3, seed=3, verify=False, progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and "\r" not in "".join(lines)
+    assert lines[0].endswith(": 3 games ...") and re.search(r": 3 games in \d+ s$", lines[1])
+    generate_games(tmp_path / "quiet", num_games=1, seed=3, verify=False, progress=False)
+    assert capsys.readouterr().err == ""
 
 
 def test_game_does_not_depend_on_how_many_are_generated(tmp_path: Path) -> None:
