@@ -363,6 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     make.add_argument("--perturb", type=float, default=0.0,
                       help="share of steps that play a random other admissible action")
     make.add_argument("--seed", type=int, default=0)
+    make.add_argument("--task-order", choices=("first", "spread"), default="first",
+                      help="play the env's first tasks, or tasks spread over its list")
     make.add_argument("--out", required=True, help="the JSONL file to write")
     check = commands.add_parser("check", help="validate a JSONL file")
     check.add_argument("path")
@@ -383,7 +385,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 0 <= args.perturb <= 1 or args.episodes < 1:
             raise ValueError("--perturb must be in [0, 1] and --episodes >= 1")
         trajectories = expert_trajectories(args.env_id, kwargs, args.episodes,
-                                           perturb=args.perturb, seed=args.seed)
+                                           perturb=args.perturb, seed=args.seed,
+                                           task_order=args.task_order)
         write_trajectories(args.out, trajectories)
         success = np.mean([t.extra["success"] for t in trajectories])
         steps = sum(len(t.steps) for t in trajectories)

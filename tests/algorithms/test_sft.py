@@ -122,6 +122,11 @@ def test_the_check_command(tmp_path, capsys):
                  "--episodes", "5", "--out", str(path)]) == 0
     assert "5 trajectories" in capsys.readouterr().out
     assert main(["check", str(path)]) == 0
+    first = [t.extra["task_id"] for t in read_trajectories(path)]
+    assert main(["make-data", "--env-id", KEYDOOR, "--env-kwargs", json.dumps(KEYDOOR_KWARGS),
+                 "--episodes", "5", "--task-order", "spread", "--out", str(path)]) == 0
+    spread = [t.extra["task_id"] for t in read_trajectories(path)]
+    assert len(set(spread)) == 5 and spread != first
     path.write_text("{}\n", encoding="utf-8")
     assert main(["check", str(path)]) == 1
     assert "line 1: 'task' must be a string" in capsys.readouterr().err
