@@ -45,6 +45,9 @@ class ConfigError(ValueError):
     """A setting that cannot work (``train.py`` prints it as one line and exits)."""
 
 
+TaskOrder = Literal["first", "spread"]
+"""Which of an env's tasks an evaluation or the SFT stage's expert plays
+(:mod:`algorithms.agent.task_choice`)."""
 Algo = Literal["gigpo", "grpo", "rloo", "reinforce_pp", "dr_grpo", "gspo", "ppo", "sft"]
 Estimator = Literal["gigpo", "grpo", "rloo", "reinforce_pp", "gae"]
 
@@ -378,7 +381,7 @@ class EnvConfig:
     eval_episodes: int = 32
     """Held-out episodes per evaluation."""
 
-    task_order: Literal["first", "spread"] = "first"
+    task_order: TaskOrder = "first"
     """Which tasks an evaluation (``eval_episodes``) and the SFT stage's expert episodes
     (``sft.episodes``) play: the ``first`` ones of the env's task list, or ones ``spread``
     evenly over it (for lists grouped by kind: Search-QA's generated questions come

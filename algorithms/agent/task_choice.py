@@ -12,10 +12,11 @@ random draw, so every run and every rank picks the same tasks).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import get_args
 
-TaskOrder = Literal["first", "spread"]
-TASK_ORDERS: tuple[str, ...] = ("first", "spread")
+from algorithms.config import TaskOrder
+
+TASK_ORDERS: tuple[str, ...] = get_args(TaskOrder)
 
 
 def choose_task_ids(task_ids: Sequence[str], count: int, order: TaskOrder = "first") -> list[str]:

@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from algorithms.agent.prompts import PromptBuilder, PromptTooLongError
-from algorithms.agent.task_choice import TaskOrder, choose_task_ids
-from algorithms.config import PromptConfig
+from algorithms.agent.task_choice import choose_task_ids
+from algorithms.config import PromptConfig, TaskOrder
 
 
 class SFTDataError(ValueError):

@@ -49,7 +49,7 @@ from algorithms.agent.metrics import plot_curves, rollout_metrics, run_logger
 from algorithms.agent.rollout import NoStepsError, collect_rollout
 from algorithms.agent.sampling import rollout_settings
 from algorithms.agent.step_batch import concat_batches
-from algorithms.agent.task_choice import choose_task_ids
+from algorithms.agent.task_choice import TASK_ORDERS, choose_task_ids
 from algorithms.config import ConfigError, TrainConfig, replace
 from algorithms.engines import make_engine
 from algorithms.runs.console import progress_bar, quiet_dependency_bars, sft_step_line
@@ -363,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     make.add_argument("--perturb", type=float, default=0.0,
                       help="share of steps that play a random other admissible action")
     make.add_argument("--seed", type=int, default=0)
-    make.add_argument("--task-order", choices=("first", "spread"), default="first",
+    make.add_argument("--task-order", choices=TASK_ORDERS, default="first",
                       help="play the env's first tasks, or tasks spread over its list")
     make.add_argument("--out", required=True, help="the JSONL file to write")
     check = commands.add_parser("check", help="validate a JSONL file")
