@@ -359,12 +359,29 @@ def check_model_identity(path: Path, saved: dict[str, Any] | None,
             f"{_lora_flags(saved.get('lora'))}")
     fingerprint = saved.get("frozen_fingerprint")
     if fingerprint is not None and fingerprint != current.get("frozen_fingerprint"):
+        start = _started_from(saved.get("base_source"))
+        if start is not None and start != _started_from(current.get("base_source")):
+            fix = (f"pass --model.init-checkpoint {start} (the checkpoint its run started "
+                   "from)")
+        else:
+            fix = "pass the training run's --model.name-or-path / --model.gguf-file / " \
+                  "--model.dtype"
         raise CheckpointError(
             f"{path} stores only the trained weights of a model whose other weights differ "
             f"from this run's: trained on {saved.get('base_source')} ({fingerprint[:19]}), "
             f"loading into {current.get('base_source')} "
-            f"({str(current.get('frozen_fingerprint'))[:19]}); pass the training run's "
-            "--model.name-or-path / --model.gguf-file / --model.dtype")
+            f"({str(current.get('frozen_fingerprint'))[:19]}); {fix}")
+
+
+STARTED_FROM = ", started from "
+"""What a warm-started policy's ``source`` says before the checkpoint it started from
+(:func:`algorithms.training.warm_start.apply_init_checkpoint`)."""
+
+
+def _started_from(source: Any) -> str | None:
+    """The ``--model.init-checkpoint`` a model's ``base_source`` records, if any."""
+    text = str(source or "")
+    return text.rpartition(STARTED_FROM)[2] if STARTED_FROM in text else None
 
 
 # ---------------------------------------------------------------------- find and load

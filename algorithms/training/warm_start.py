@@ -29,6 +29,7 @@ from torch import nn
 from algorithms.config import ModelConfig
 from algorithms.engines.vllm import hf_weight_name
 from algorithms.runs.checkpoint import (
+    STARTED_FROM,
     CheckpointError,
     checkpoint_meta,
     load_checkpoint,
@@ -119,7 +120,7 @@ def apply_init_checkpoint(policy: Policy, config: ModelConfig, *, seed: int = 0)
     for parameter in model.parameters():
         parameter.requires_grad_(True)
     return wrap_model(model, policy.tokenizer, config,
-                      source=f"{policy.source}, started from {resolve_checkpoint(path)}",
+                      source=f"{policy.source}{STARTED_FROM}{resolve_checkpoint(path)}",
                       path=policy.path, gguf_file=policy.gguf_file, seed=seed)
 
 

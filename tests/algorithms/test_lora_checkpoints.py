@@ -184,6 +184,15 @@ def test_check_model_identity_rules(tmp_path):
                               "frozen_fingerprint": "sha256:" + "1" * 64})
     full = {"base_source": "a", "frozen_fingerprint": None, "lora": None}
     check_model_identity(tmp_path, full, {**full, "base_source": "other model"})
+    # a warm-started run's checkpoint, loaded without the checkpoint that run started
+    # from: the message names that one, not the base model's flags
+    warm = {**identity, "base_source": "a, started from /runs/x/sft/checkpoints/iter_000008"}
+    plain = {**identity, "base_source": "a", "frozen_fingerprint": "sha256:" + "1" * 64}
+    with pytest.raises(CheckpointError, match=r"; pass --model.init-checkpoint "
+                                              r"/runs/x/sft/checkpoints/iter_000008 \("):
+        check_model_identity(tmp_path, warm, plain)
+    with pytest.raises(CheckpointError, match="--model.name-or-path"):
+        check_model_identity(tmp_path, warm, {**plain, "base_source": warm["base_source"]})
 
 
 def test_the_adapters_initialisation_is_a_function_of_the_seed():
