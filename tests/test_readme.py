@@ -214,7 +214,7 @@ def test_readme_blocks_parse_their_tags():
         readme_blocks("```bash\necho hi\n", "docs/x.md")
 
 
-@pytest.mark.parametrize("block", _params())
+@pytest.mark.parametrize("block", list(_params()))
 def test_readme_block_runs(block: Block, sandboxes):
     where = f"{block.file} line {block.line}"
     if "skip" in block.tags:
