@@ -31,6 +31,21 @@ from algorithms.runs.distributed import Ranks
 from algorithms.runs.seeds import iteration_seed
 
 
+def held_out_task_ids(config: TrainConfig) -> list[str]:
+    """The ``env.eval_episodes`` task ids an evaluation plays, in ``env.task_order``, read
+    from a probe of the evaluation env (built with ``env.eval_kwargs()``, then closed)."""
+    import gymnasium as gym
+
+    import agentgym  # noqa: F401  (registers the ids)
+
+    probe = gym.make(config.env.env_id, **config.env.eval_kwargs())
+    try:
+        return choose_task_ids(probe.unwrapped.task_ids, config.env.eval_episodes,
+                               config.env.task_order)
+    finally:
+        probe.close()
+
+
 def evaluate(config: TrainConfig, engine: Any, tokenizer: Any, settings: RolloutSettings,
              make_vec_env: Callable[[dict[str, Any], int, int], Any], *, iteration: int,
              ranks: Ranks, run_dir: Path, bars: bool,
@@ -49,16 +64,7 @@ def evaluate(config: TrainConfig, engine: Any, tokenizer: Any, settings: Rollout
         bars: draw a progress bar.
         say: prints a message for the user.
     """
-    import gymnasium as gym
-
-    import agentgym  # noqa: F401  (registers the ids)
-
-    probe = gym.make(config.env.env_id, **config.env.eval_kwargs())
-    try:
-        task_ids = choose_task_ids(probe.unwrapped.task_ids, config.env.eval_episodes,
-                                   config.env.task_order)
-    finally:
-        probe.close()
+    task_ids = held_out_task_ids(config)
     if not task_ids:
         raise RuntimeError(f"the evaluation env {config.env.env_id} has no tasks")
     chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))

@@ -228,8 +228,7 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, 
     rng = np.random.default_rng(seed)
     env = gym.make(env_id, **env_kwargs)
     try:
-        all_ids = list(env.unwrapped.task_ids)
-        task_ids = choose_task_ids(all_ids, min(episodes, len(all_ids)), task_order)
+        task_ids = choose_task_ids(env.unwrapped.task_ids, episodes, task_order)
         trajectories = []
         for episode in range(episodes):
             task_id = task_ids[episode % len(task_ids)]

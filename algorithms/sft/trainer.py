@@ -45,11 +45,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from algorithms.agent.evaluation import held_out_task_ids
 from algorithms.agent.metrics import plot_curves, rollout_metrics, run_logger
 from algorithms.agent.rollout import NoStepsError, collect_rollout
 from algorithms.agent.sampling import rollout_settings
 from algorithms.agent.step_batch import concat_batches
-from algorithms.agent.task_choice import TASK_ORDERS, choose_task_ids
+from algorithms.agent.task_choice import TASK_ORDERS
 from algorithms.config import ConfigError, TrainConfig, replace
 from algorithms.engines import make_engine
 from algorithms.runs.console import progress_bar, quiet_dependency_bars, sft_step_line
@@ -294,8 +295,6 @@ class SFTTrainer(Trainer):
         """Play ``env.eval_episodes`` tasks of the evaluation env (``env.task_order``) once
         each at ``generation.eval_temperature``; return their rollout metrics under ``eval/``
         (success, return, format-error and invalid-action rates, ...)."""
-        import gymnasium as gym
-
         import agentgym  # noqa: F401  (registers the ids)
         from agentgym.vector import make_vector_env
 
@@ -308,12 +307,7 @@ class SFTTrainer(Trainer):
         self.policy.model.eval()
         self._sync_engine()
         kwargs = config.env.eval_kwargs()
-        probe = gym.make(config.env.env_id, **kwargs)
-        try:
-            task_ids = choose_task_ids(probe.unwrapped.task_ids, config.env.eval_episodes,
-                                       config.env.task_order)
-        finally:
-            probe.close()
+        task_ids = held_out_task_ids(config)
         chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))
         settings = rollout_settings(config, temperature=config.generation.eval_temperature,
                                     group_size=1, bootstrap=False)
