@@ -54,6 +54,7 @@ from algorithms.agent.task_choice import TASK_ORDERS
 from algorithms.config import ConfigError, TrainConfig, replace
 from algorithms.engines import make_engine
 from algorithms.runs.console import progress_bar, quiet_dependency_bars, sft_step_line
+from algorithms.runs.memory import release_freed_memory
 from algorithms.runs.run_folder import prepare_run_folder
 from algorithms.runs.seeds import iteration_seed
 from algorithms.sft.data import (
@@ -149,6 +150,10 @@ class SFTTrainer(Trainer):
                  run_dir: Path | None = None, **kwargs: Any):
         super().__init__(config, policy=policy, run_dir=run_dir, **kwargs)
         self.examples: list[SFTExample] = []
+        self.release_memory = True
+        """Return freed heap pages to the system before and after each micro-batch's forward
+        pass (:mod:`algorithms.runs.memory`, as the RL learner does); ``False`` only to
+        measure what that saves (``benchmarks/sft_step.py``)."""
 
     def setup(self) -> None:
         """Check the run folder, load the model (and ``--model.init-checkpoint``), build
@@ -237,7 +242,11 @@ class SFTTrainer(Trainer):
         for start in range(0, len(chosen), sft.micro_batch_size):
             ids, attention, mask = collate(chosen[start:start + sft.micro_batch_size],
                                            pad_id, self.device)
+            if self.release_memory:  # the pass grows from live memory, not a fragmented heap
+                release_freed_memory()
             nll, _ = response_nll(model, ids, attention, mask)
+            if self.release_memory:  # and so does the backward pass
+                release_freed_memory()
             (nll / max(tokens, 1)).backward()
             nll_total += float(nll.detach())
         parameters = [p for p in model.parameters() if p.requires_grad]
