@@ -283,6 +283,29 @@ def test_micro_batches_do_not_change_the_step(tmp_path, words):
         assert torch.allclose(weight, updated[1][name], atol=1e-6), name
 
 
+def test_freed_heap_pages_go_back_around_each_forward_pass_without_changing_the_step(
+        tmp_path, words, monkeypatch):
+    import algorithms.sft.trainer as sft_trainer
+
+    updated, calls = [], []
+    for release in (True, False):
+        policy = tiny(words)
+        trainer = SFTTrainer(sft_config(tmp_path, micro_batch_size=2), policy=policy,
+                             run_dir=tmp_path / f"release{release}")
+        trainer.setup()
+        trainer.release_memory = release
+        released: list[int] = []
+        monkeypatch.setattr(sft_trainer, "release_freed_memory",
+                            lambda seen=released: seen.append(1))
+        trainer.sft_step(np.arange(4))
+        calls.append(len(released))
+        updated.append({n: p.detach().clone() for n, p in policy.model.named_parameters()})
+        trainer.close()
+    assert calls == [4, 0]  # before and after each of the 2 micro-batches' forward passes
+    for name, weight in updated[0].items():
+        assert torch.equal(weight, updated[1][name]), name
+
+
 def test_resume_continues_exactly(tmp_path, words):
     config = sft_config(tmp_path, max_steps=4, lr=1e-2)
     whole = tiny(words)
