@@ -23,7 +23,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import tempfile
 import time
 from typing import Any
@@ -32,7 +31,7 @@ import numpy as np
 
 from algorithms.config import PRESETS, replace
 from algorithms.sft.trainer import SFTTrainer
-from benchmarks.train_iteration import PeakMemory
+from benchmarks.train_iteration import PeakMemory, in_fresh_process
 
 
 def run_variant(preset: str, release: bool, episodes: int, steps: int,
@@ -71,28 +70,6 @@ def run_variant(preset: str, release: bool, episodes: int, steps: int,
             "rows": lengths[rows].tolist()}
 
 
-def _child(connection: Any, *args: Any) -> None:
-    connection.send(run_variant(*args))
-    connection.close()
-
-
-def run_in_process(*args: Any) -> dict[str, Any]:
-    """:func:`run_variant` in a fresh process, so that its memory figures are its own."""
-    context = multiprocessing.get_context("spawn")
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_child, args=(sender, *args))
-    child.start()
-    sender.close()
-    try:
-        result = receiver.recv()
-    except EOFError:
-        child.join()
-        raise RuntimeError(f"the benchmark process ended with exit code {child.exitcode} "
-                           "before reporting") from None
-    child.join()
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="cpu-webshop",
@@ -107,8 +84,8 @@ def main() -> None:
         raise SystemExit("peak memory needs Linux's /proc/self/clear_refs")
 
     variants = {"no release": False, "release": True}
-    results = {name: run_in_process(args.preset, release, args.episodes, args.steps,
-                                    args.threads)
+    results = {name: in_fresh_process(run_variant, args.preset, release, args.episodes,
+                                      args.steps, args.threads)
                for name, release in variants.items()}
     first = next(iter(results.values()))
     config = PRESETS[args.preset]

@@ -184,25 +184,25 @@ def run_layout(preset: str, layout: str, iterations: int,
             "peaks": dict(memory.peaks), "remaining": dict(memory.remaining)}
 
 
-def _run_layout_child(connection: Any, *args: Any) -> None:
-    connection.send(run_layout(*args))
+def _child(connection: Any, function: Any, *args: Any) -> None:
+    connection.send(function(*args))
     connection.close()
 
 
-def run_layout_in_process(*args: Any) -> dict[str, Any]:
-    """:func:`run_layout` in a fresh (spawned) process, so that each layout's memory
-    figures are its own."""
+def in_fresh_process(function: Any, *args: Any) -> Any:
+    """``function(*args)`` in a fresh (spawned) process, so that the memory figures it
+    measures are its own (``function`` must be importable: a module-level function)."""
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_run_layout_child, args=(sender, *args))
+    child = context.Process(target=_child, args=(sender, function, *args))
     child.start()
     sender.close()
     try:
         result = receiver.recv()
     except EOFError:
         child.join()
-        raise RuntimeError(f"the benchmark process of layout {args[1]!r} ended with exit "
-                           f"code {child.exitcode} before reporting") from None
+        raise RuntimeError(f"the benchmark process of {function.__name__}{args!r} ended with "
+                           f"exit code {child.exitcode} before reporting") from None
     child.join()
     return result
 
@@ -221,7 +221,8 @@ def main() -> None:
     env = {key: value for key, value in (("env_id", args.env_id),
                                          ("env_kwargs", args.env_kwargs)) if value is not None}
 
-    results = {layout: run_layout_in_process(args.preset, layout, args.iterations, env)
+    results = {layout: in_fresh_process(run_layout, args.preset, layout, args.iterations,
+                                         env)
                for layout in args.layouts}
     totals = {layout: sum(np.mean(result["phases"][p]) for p in PHASES)
               for layout, result in results.items()}
