@@ -41,6 +41,12 @@ TODAY = {
             "kl_ref": [0.0, 9.16651333682239e-05]},
 }
 
+KL_ABS = 1e-8
+"""Absolute tolerance of the KL term against ``TODAY``: a mean of k3 terms of differences of
+float32 log-probs of ~5 nats, each rounded at ~3e-7, so CPUs whose float kernels differ
+land ~1e-9 apart (measured: 3.4e-9 on the 2026-11-26 VM, where every other figure
+matched)."""
+
 
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
@@ -59,8 +65,8 @@ def test_k0_is_the_synchronous_run_of_before(tmp_path, algo):
     rows = read_metrics(tmp_path / "metrics.jsonl")
     for key, values in expected.items():
         if key not in ("tokens", "actions"):
-            assert [row[f"update/{key}"] for row in rows] == pytest.approx(values, rel=1e-6,
-                                                                           abs=1e-9)
+            assert [row[f"update/{key}"] for row in rows] == pytest.approx(
+                values, rel=1e-6, abs=KL_ABS if key == "kl_ref" else 1e-9)
     assert not any(key.startswith(("overlap/", "update/is_")) for key in rows[-1])
 
 
