@@ -9,7 +9,7 @@ from benchmarks.sft_step import run_variant
 from benchmarks.train_iteration import PeakMemory
 
 
-@pytest.mark.slow  # the default model, Search-QA's BM25 index and two SFT steps: ~1 min
+@pytest.mark.slow  # the default model, Search-QA's BM25 index, one SFT step per variant: ~40 s
 @pytest.mark.skipif(not PeakMemory().available, reason="peak memory needs Linux")
 def test_variants_run_the_same_steps_on_the_longest_samples():
     with_release = run_variant("cpu-searchqa", True, episodes=2, steps=1, threads=1)
