@@ -27,7 +27,10 @@ Token ids, two modes (``generation.openai.token_ids``):
   without a stop string.
 
 Requests: one per prompt (each with its own seed, ``(seed * 1_000_003 + i) mod 2**31``),
-at most ``concurrency`` in flight, each limited to ``timeout`` seconds. A connection
+at most ``concurrency`` in flight, each limited to ``timeout`` seconds. A seed repeats a
+request exactly only when the server computes it the same way: vLLM batches concurrent
+requests and its low-precision logits depend on the batch, so exact repeats need
+``concurrency=1`` (or a batch-invariant server). A connection
 error, a timeout, HTTP 429 or a 5xx answer is retried ``retries`` times, after
 ``backoff``, ``2 * backoff``, ... seconds; any other failure is final at once. A request
 that finally failed yields a :class:`~algorithms.engines.FailedGeneration`, which the
