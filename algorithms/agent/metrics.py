@@ -119,26 +119,35 @@ def step_group_metrics(step_group_ids: np.ndarray) -> dict[str, float]:
     return metrics
 
 
-def gigpo_term_metrics(episode: np.ndarray, step: np.ndarray, step_group_ids: np.ndarray
-                       ) -> dict[str, float]:
+def gigpo_term_metrics(episode: np.ndarray, step: np.ndarray, step_group_ids: np.ndarray,
+                       tol: float = 1e-8) -> dict[str, float]:
     """What GiGPO's step groups did in one batch: the share of steps that shared their
     state with other steps of their group (a step group of 2 or more: only those can get a
-    nonzero step advantage) and the mean absolute episode and step advantages.
+    nonzero step advantage), the share whose step term is nonzero (their step group's
+    discounted returns differ: a shared state alone carries no signal), the share with a
+    nonzero step term and a zero episode term (steps that only GiGPO gives a gradient:
+    GRPO's would be zero there), and the mean absolute episode and step advantages.
 
     Args:
         episode: (N,) the episode term A_E of each step.
         step: (N,) the step term A_S (before the weight omega).
         step_group_ids: (N,) dense step-group ids.
+        tol: below this magnitude a term counts as zero.
 
     Returns:
-        ``advantage/shared_state_share``, ``advantage/episode_abs_mean`` and
+        ``advantage/shared_state_share``, ``advantage/step_nonzero_share``,
+        ``advantage/step_only_share``, ``advantage/episode_abs_mean`` and
         ``advantage/step_abs_mean`` (empty for an empty batch).
     """
     ids = np.asarray(step_group_ids)
     if ids.size == 0:
         return {}
     sizes = np.bincount(ids)
+    episode_zero = np.abs(episode) < tol
+    step_nonzero = np.abs(step) >= tol
     return {"advantage/shared_state_share": float((sizes[ids] >= 2).mean()),
+            "advantage/step_nonzero_share": float(step_nonzero.mean()),
+            "advantage/step_only_share": float((step_nonzero & episode_zero).mean()),
             "advantage/episode_abs_mean": float(np.abs(episode).mean()),
             "advantage/step_abs_mean": float(np.abs(step).mean())}
 
@@ -337,11 +346,17 @@ def _step_group_lines(rows: list[dict[str, float]]) -> list[str]:
     if not logged:
         return []
     share, episode, step = (sum(r[k] for r in logged) / len(logged) for k in keys)
-    return [f"GiGPO's step groups (mean of {len(logged)} iteration"
-            f"{'s' if len(logged) > 1 else ''}):",
-            f"  {share:.0%} of the steps shared their state with other steps of their group",
-            f"  mean |step advantage| {step:.3f} beside mean |episode advantage| "
-            f"{episode:.3f}"]
+    lines = [f"GiGPO's step groups (mean of {len(logged)} iteration"
+             f"{'s' if len(logged) > 1 else ''}):",
+             f"  {share:.0%} of the steps shared their state with other steps of their group"]
+    signal = ("advantage/step_nonzero_share", "advantage/step_only_share")
+    if all(r.get(k) is not None for r in logged for k in signal):
+        nonzero, only = (sum(r[k] for r in logged) / len(logged) for k in signal)
+        lines.append(f"  {nonzero:.0%} got a nonzero step advantage, {only:.0%} where the "
+                     f"episode advantage was zero")
+    lines.append(f"  mean |step advantage| {step:.3f} beside mean |episode advantage| "
+                 f"{episode:.3f}")
+    return lines
 
 
 def plot_curves(metrics_path: Path, png_path: Path) -> Path:

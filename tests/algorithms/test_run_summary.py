@@ -82,7 +82,25 @@ def test_gigpo_term_metrics_count_steps_that_shared_a_state():
     assert metrics["advantage/shared_state_share"] == pytest.approx(5 / 6)
     assert metrics["advantage/episode_abs_mean"] == pytest.approx(5 / 6)
     assert metrics["advantage/step_abs_mean"] == pytest.approx(1.0 / 6)
+    # nonzero step terms: steps 0, 1, 4, 5; none of them has a zero episode term
+    assert metrics["advantage/step_nonzero_share"] == pytest.approx(4 / 6)
+    assert metrics["advantage/step_only_share"] == 0.0
     assert gigpo_term_metrics(np.zeros(0), np.zeros(0), np.zeros(0, dtype=np.int64)) == {}
+
+
+def test_gigpo_term_metrics_count_steps_only_the_step_term_moves():
+    import numpy as np
+
+    from algorithms.agent.metrics import gigpo_term_metrics
+
+    # an all-equal episode group (A_E = 0 for steps 0-3) whose shared state {0, 1} led to
+    # different returns, and whose {2, 3} did not; a tiny term (1e-12) counts as zero
+    metrics = gigpo_term_metrics(np.array([0.0, 0.0, 0.0, 0.0, 1.0, -1.0]),
+                                 np.array([0.5, -0.5, 0.0, 1e-12, 0.4, 0.0]),
+                                 np.array([0, 0, 1, 1, 2, 3]))
+    assert metrics["advantage/shared_state_share"] == pytest.approx(4 / 6)
+    assert metrics["advantage/step_nonzero_share"] == pytest.approx(3 / 6)
+    assert metrics["advantage/step_only_share"] == pytest.approx(2 / 6)
 
 
 def test_summary_tells_what_the_step_groups_did():
@@ -95,4 +113,12 @@ def test_summary_tells_what_the_step_groups_did():
     assert "GiGPO's step groups (mean of 2 iterations):" in lines
     assert "  60% of the steps shared their state with other steps of their group" in lines
     assert "  mean |step advantage| 0.300 beside mean |episode advantage| 0.700" in lines
+    assert not any("nonzero step advantage" in line for line in lines)  # older records
+    for record, (nonzero, only) in zip((records[0], records[2]), ((0.3, 0.1), (0.5, 0.2)),
+                                       strict=True):
+        record.update({"advantage/step_nonzero_share": nonzero,
+                       "advantage/step_only_share": only})
+    lines = run_summary(records).splitlines()
+    assert "  40% got a nonzero step advantage, 15% where the episode advantage was zero" \
+        in lines
     assert "step groups" not in run_summary(_records())  # GRPO / PPO runs log none

@@ -51,6 +51,9 @@ def test_the_quick_study_writes_its_figures(tmp_path):
                 for i in range(len(figures["iterations"])):
                     assert math.isclose(sum(v[i] for v in shares.values()), 1.0,
                                         abs_tol=1e-6)
+                    assert (0.0 <= figures["step_only_share"][i]
+                            <= figures["step_nonzero_share"][i]
+                            <= figures["shared_state_share"][i] <= 1.0)
         for first, second in PAIRS:
             test = block["paired_tests"][f"{first} vs {second}"]
             assert 0.0 < test["p_value"] <= 1.0 and test["seeds"] == seeds
@@ -160,3 +163,21 @@ def test_another_horizon_evaluates_the_start_at_that_horizon(tmp_path, small_key
     assert figures["eval_success"][0] == [0, own_start[0]["eval/success"]]
     assert figures["iterations"] == [1, 2]  # the evaluation row is not a training one
     assert len(figures["rollout/success"]) == 2
+
+
+def test_gigpo_runs_report_which_steps_their_step_groups_moved(tmp_path, small_keydoor):
+    results = tmp_path / "results"
+    assert main(["--tasks", "keydoor", "--methods", "gigpo-state-std", "grpo-std",
+                 "--seeds", "0", "--iterations", "2", "--jobs", "1",
+                 "--workdir", str(tmp_path / "runs"), "--results-dir", str(results),
+                 "--tag", "shares"]) == 0
+    data = json.loads((results / "credit_assignment_full_shares.json").read_text())
+    figures = data["runs"]["keydoor"]["gigpo-state-std"]["0"]
+    for shared, nonzero, only in zip(figures["shared_state_share"],
+                                     figures["step_nonzero_share"],
+                                     figures["step_only_share"], strict=True):
+        # a step term is nonzero only in a step group of two or more
+        assert 0.0 <= only <= nonzero <= shared <= 1.0
+    row = data["summary"]["keydoor"]["methods"]["gigpo-state-std"]
+    assert row["step_nonzero_share"] == pytest.approx(sum(figures["step_nonzero_share"]) / 2)
+    assert "step_nonzero_share" not in data["summary"]["keydoor"]["methods"]["grpo-std"]
