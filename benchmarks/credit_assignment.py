@@ -406,7 +406,8 @@ def run_figures(rows: list[dict[str, float]], start: dict[str, Any]) -> dict[str
     if shares:
         figures["step_group_share"] = {k.rsplit("/", 1)[1]: [r.get(k, 0.0) for r in rows]
                                        for k in shares}
-        for key in ("shared_state_share", "step_nonzero_share", "step_only_share"):
+        for key in ("shared_state_share", "step_nonzero_share", "step_only_share",
+                    "step_episode_corr"):
             figures[key] = [r.get(f"advantage/{key}", float("nan")) for r in rows]
     return figures
 
@@ -433,7 +434,8 @@ def analyse(runs: dict[str, dict[str, dict[int, dict[str, Any]]]],
                 "final_episode_length": float(np.mean(
                     [seeds[s]["rollout/episode_length"][-1] for s in seeds])),
             }
-            for key in ("shared_state_share", "step_nonzero_share", "step_only_share"):
+            for key in ("shared_state_share", "step_nonzero_share", "step_only_share",
+                        "step_episode_corr"):
                 values = [v for s in seeds for v in seeds[s].get(key, [])]
                 if values and not np.all(np.isnan(values)):  # GiGPO runs that logged it
                     table[method][key] = float(np.nanmean(values))
@@ -469,7 +471,8 @@ def print_table(summary: dict[str, Any]) -> None:
                 print(f"  {method}, shares of steps (means over seeds and iterations): "
                       f"sharing a state {row['shared_state_share']:.2f}, with a nonzero step "
                       f"advantage {row['step_nonzero_share']:.2f}, with one where the episode "
-                      f"advantage was zero {row['step_only_share']:.2f}")
+                      f"advantage was zero {row['step_only_share']:.2f}; correlation of "
+                      f"the step and episode terms {row.get('step_episode_corr', float('nan')):.2f}")
         for name, test in block["paired_tests"].items():
             print(f"  {name}: mean difference {test['mean_difference']:+.3f}, paired "
                   f"permutation p = {test['p_value']:.3f} ({len(test['seeds'])} seeds)")

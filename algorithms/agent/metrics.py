@@ -126,7 +126,9 @@ def gigpo_term_metrics(episode: np.ndarray, step: np.ndarray, step_group_ids: np
     nonzero step advantage), the share whose step term is nonzero (their step group's
     discounted returns differ: a shared state alone carries no signal), the share with a
     nonzero step term and a zero episode term (steps that only GiGPO gives a gradient:
-    GRPO's would be zero there), and the mean absolute episode and step advantages.
+    GRPO's would be zero there), the correlation of the two terms over the batch (near 1:
+    the step term mostly repeats the episode term's ranking), and the mean absolute
+    episode and step advantages.
 
     Args:
         episode: (N,) the episode term A_E of each step.
@@ -136,7 +138,8 @@ def gigpo_term_metrics(episode: np.ndarray, step: np.ndarray, step_group_ids: np
 
     Returns:
         ``advantage/shared_state_share``, ``advantage/step_nonzero_share``,
-        ``advantage/step_only_share``, ``advantage/episode_abs_mean`` and
+        ``advantage/step_only_share``, ``advantage/step_episode_corr`` (Pearson; absent
+        when either term is constant), ``advantage/episode_abs_mean`` and
         ``advantage/step_abs_mean`` (empty for an empty batch).
     """
     ids = np.asarray(step_group_ids)
@@ -145,11 +148,15 @@ def gigpo_term_metrics(episode: np.ndarray, step: np.ndarray, step_group_ids: np
     sizes = np.bincount(ids)
     episode_zero = np.abs(episode) < tol
     step_nonzero = np.abs(step) >= tol
-    return {"advantage/shared_state_share": float((sizes[ids] >= 2).mean()),
-            "advantage/step_nonzero_share": float(step_nonzero.mean()),
-            "advantage/step_only_share": float((step_nonzero & episode_zero).mean()),
-            "advantage/episode_abs_mean": float(np.abs(episode).mean()),
-            "advantage/step_abs_mean": float(np.abs(step).mean())}
+    metrics = {"advantage/shared_state_share": float((sizes[ids] >= 2).mean()),
+               "advantage/step_nonzero_share": float(step_nonzero.mean()),
+               "advantage/step_only_share": float((step_nonzero & episode_zero).mean()),
+               "advantage/episode_abs_mean": float(np.abs(episode).mean()),
+               "advantage/step_abs_mean": float(np.abs(step).mean())}
+    episode, step = np.asarray(episode, np.float64), np.asarray(step, np.float64)
+    if episode.std() > tol and step.std() > tol:
+        metrics["advantage/step_episode_corr"] = float(np.corrcoef(episode, step)[0, 1])
+    return metrics
 
 
 def advantage_metrics(advantages: np.ndarray, tol: float = 1e-8) -> dict[str, float]:
@@ -356,6 +363,11 @@ def _step_group_lines(rows: list[dict[str, float]]) -> list[str]:
                      f"episode advantage was zero")
     lines.append(f"  mean |step advantage| {step:.3f} beside mean |episode advantage| "
                  f"{episode:.3f}")
+    corr = [r["advantage/step_episode_corr"] for r in logged
+            if r.get("advantage/step_episode_corr") is not None]
+    if corr:
+        lines.append(f"  correlation of the step and episode advantages "
+                     f"{sum(corr) / len(corr):+.2f}")
     return lines
 
 

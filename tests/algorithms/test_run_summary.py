@@ -103,6 +103,24 @@ def test_gigpo_term_metrics_count_steps_only_the_step_term_moves():
     assert metrics["advantage/step_only_share"] == pytest.approx(2 / 6)
 
 
+def test_gigpo_term_metrics_correlate_the_two_terms():
+    import numpy as np
+
+    from algorithms.agent.metrics import gigpo_term_metrics
+
+    ids = np.array([0, 0, 1, 1])
+    episode = np.array([1.0, -1.0, 1.0, -1.0])
+    # a step term that is a scaled copy of the episode term, its mirror, and an orthogonal one
+    assert gigpo_term_metrics(episode, 0.5 * episode, ids)[
+        "advantage/step_episode_corr"] == pytest.approx(1.0)
+    assert gigpo_term_metrics(episode, -episode, ids)[
+        "advantage/step_episode_corr"] == pytest.approx(-1.0)
+    assert gigpo_term_metrics(episode, np.array([1.0, 1.0, -1.0, -1.0]), ids)[
+        "advantage/step_episode_corr"] == pytest.approx(0.0)
+    # a constant term has no correlation to report
+    assert "advantage/step_episode_corr" not in gigpo_term_metrics(episode, np.zeros(4), ids)
+
+
 def test_summary_tells_what_the_step_groups_did():
     records = _records()
     records[0].update({"advantage/shared_state_share": 0.5, "advantage/episode_abs_mean": 0.8,
@@ -121,4 +139,9 @@ def test_summary_tells_what_the_step_groups_did():
     lines = run_summary(records).splitlines()
     assert "  40% got a nonzero step advantage, 15% where the episode advantage was zero" \
         in lines
+    assert not any("correlation" in line for line in lines)
+    records[0]["advantage/step_episode_corr"] = 0.5
+    records[2]["advantage/step_episode_corr"] = 0.7
+    assert "  correlation of the step and episode advantages +0.60" \
+        in run_summary(records).splitlines()
     assert "step groups" not in run_summary(_records())  # GRPO / PPO runs log none
