@@ -178,7 +178,8 @@ def test_gigpo_runs_report_which_steps_their_step_groups_moved(tmp_path, small_k
                                      figures["step_only_share"], strict=True):
         # a step term is nonzero only in a step group of two or more
         assert 0.0 <= only <= nonzero <= shared <= 1.0
-    assert all(-1.0 <= c <= 1.0 for c in figures["step_episode_corr"])
+    # logged where both terms vary (this tiny setting's step terms are all zero: NaN)
+    assert all(math.isnan(c) or -1.0 <= c <= 1.0 for c in figures["step_episode_corr"])
     row = data["summary"]["keydoor"]["methods"]["gigpo-state-std"]
     assert row["step_nonzero_share"] == pytest.approx(sum(figures["step_nonzero_share"]) / 2)
     assert "step_nonzero_share" not in data["summary"]["keydoor"]["methods"]["grpo-std"]
