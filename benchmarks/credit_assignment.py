@@ -308,7 +308,9 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     """One RL run (in a worker process): build the config, the tiny policy, train.
 
     ``job``: task, method, seed, run_dir, checkpoint, words, iterations, eval_every,
-    eval_episodes, omega, group_size, horizon, policy_size, rl_lr, staleness.
+    eval_episodes, omega, group_size, horizon, policy_size, rl_lr, staleness,
+    episode_stats (``"trajectories"`` also puts the penalty in the returns, as the config
+    requires; ``None`` keeps the recipe's).
     """
     import torch
 
@@ -319,6 +321,8 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)
     task = TASKS[job["task"]]
     method = METHODS[job["method"]]
+    episode_stats = ({"episode_stats": "trajectories", "penalty_in_returns": True}
+                     if job.get("episode_stats") == "trajectories" else {})
     config = replace(
         dataclasses.replace(base_config(task, max_steps=job["horizon"],
                                         group_size=job["group_size"],
@@ -326,7 +330,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         model={"init_checkpoint": job["checkpoint"]},
         env={"anchor": method["anchor"], "eval_episodes": job["eval_episodes"]},
         learner={"normalize": method["normalize"], "step_weight": job["omega"],
-                 "lr": job["rl_lr"], "critic_lr": job["rl_lr"]},
+                 "lr": job["rl_lr"], "critic_lr": job["rl_lr"], **episode_stats},
         run={"iterations": job["iterations"], "eval_every": job["eval_every"],
              "seed": job["seed"], "overwrite": True,
              "max_staleness": job["staleness"],
@@ -639,6 +643,11 @@ def main(argv: list[str] | None = None) -> int:
     ablation.add_argument("--staleness", type=int, default=0,
                           help="the RL runs' --run.max-staleness (rollout overlapped with "
                                "the update; each run then uses two processes)")
+    ablation.add_argument("--episode-stats", choices=("steps", "trajectories"), default=None,
+                          help="the episode groups' statistics: steps (the recipe's, "
+                               "verl-agent's: each step row scored by its trajectory's "
+                               "reward minus its own penalty) or trajectories (the paper's "
+                               "Eq. 3: each trajectory once, the penalty in the returns)")
     parser.add_argument("--warm-start-only", action="store_true",
                         help="make (or read) the warm starts, print them, run no RL")
     args = parser.parse_args(argv)
@@ -699,7 +708,8 @@ def main(argv: list[str] | None = None) -> int:
                              "num_groups": mode.num_groups[task_name],
                              "omega": args.omega, "group_size": args.group_size,
                              "horizon": args.horizon, "policy_size": policy_size,
-                             "rl_lr": args.rl_lr, "staleness": args.staleness})
+                             "rl_lr": args.rl_lr, "staleness": args.staleness,
+                             "episode_stats": args.episode_stats})
     if args.warm_start_only:
         print(json.dumps(starts, indent=1))
         return 0
@@ -727,6 +737,7 @@ def main(argv: list[str] | None = None) -> int:
                                               "horizon": args.horizon,
                                               "policy_size": list(policy_size),
                                               "staleness": args.staleness,
+                                              "episode_stats": args.episode_stats,
                                               "start_success": list(args.start_success),
                                               **{f"sft_{k}": v for k, v in
                                                  warm_start_options.items()}},

@@ -144,6 +144,22 @@ def test_staleness_and_rl_lr_reach_the_rl_runs(tmp_path, small_keydoor):
                          / "config.json").read_text())
     assert config["learner"]["lr"] == 3e-3 and config["run"]["max_staleness"] == 1
     assert not config["run"]["eval_before_train"]  # the task's own horizon
+    assert config["learner"]["episode_stats"] == "steps"  # the recipe's
+    assert not config["learner"]["penalty_in_returns"]
+
+
+def test_the_papers_episode_statistics_reach_the_rl_runs(tmp_path, small_keydoor):
+    results = tmp_path / "results"
+    assert main(["--tasks", "keydoor", "--methods", "grpo-std", "--seeds", "0",
+                 "--iterations", "1", "--jobs", "1", "--episode-stats", "trajectories",
+                 "--workdir", str(tmp_path / "runs"), "--results-dir", str(results),
+                 "--tag", "eq3"]) == 0
+    data = json.loads((results / "credit_assignment_full_eq3.json").read_text())
+    assert data["ablation"]["episode_stats"] == "trajectories"
+    config = json.loads((tmp_path / "runs" / "keydoor" / "grpo-std" / "seed0"
+                         / "config.json").read_text())
+    assert config["learner"]["episode_stats"] == "trajectories"
+    assert config["learner"]["penalty_in_returns"]
 
 
 def test_another_horizon_evaluates_the_start_at_that_horizon(tmp_path, small_keydoor):
