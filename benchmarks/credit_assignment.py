@@ -225,12 +225,12 @@ def load_words(workdir: Path, name: str, task: Task) -> list[str]:
 # ---------------------------------------------------------------------- warm start
 def warm_start_task(task: Task, *, expert: str | None = None, lr: float | None = None,
                     steps: int | None = None, eval_every: int | None = None,
-                    episodes: int | None = None) -> Task:
+                    episodes: int | None = None, perturb: float | None = None) -> Task:
     """``task`` with its warm start changed (the ``--sft-*`` ablations; ``None`` keeps
     the task's own): the env's ``expert=`` (it decides the SFT data and the vocabulary's
     expert episodes), the SFT lr, number of SFT steps, how often they are evaluated on
-    the held-out tasks (each evaluation is a candidate start) and the number of expert
-    episodes."""
+    the held-out tasks (each evaluation is a candidate start), the number of expert
+    episodes and the share of their steps replaced by a random action."""
     changes: dict[str, Any] = {}
     if expert is not None:
         changes["env_kwargs"] = {**task.env_kwargs, "expert": expert}
@@ -242,6 +242,8 @@ def warm_start_task(task: Task, *, expert: str | None = None, lr: float | None =
         changes["sft_eval_every"] = eval_every
     if episodes is not None:
         changes["sft_episodes"] = episodes
+    if perturb is not None:
+        changes["sft_perturb"] = perturb
     return dataclasses.replace(task, **changes)
 
 
@@ -634,6 +636,9 @@ def main(argv: list[str] | None = None) -> int:
                           help="warm-start evaluation cadence (steps)")
     ablation.add_argument("--sft-episodes", type=int, default=None,
                           help="expert episodes of the warm start")
+    ablation.add_argument("--sft-perturb", type=float, default=None,
+                          help="share of the warm start's expert steps replaced by a random "
+                               "action (default 0.2)")
     ablation.add_argument("--policy-hidden", type=int, default=POLICY_SIZE[0],
                           help="the tiny Llama's width (4 heads: a multiple of 4)")
     ablation.add_argument("--policy-layers", type=int, default=POLICY_SIZE[1],
@@ -660,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
     start_dir = Path(args.workdir or f"runs/credit_assignment/{mode_name}")
     warm_start_options = {"expert": args.sft_expert, "lr": args.sft_lr,
                           "steps": args.sft_steps, "eval_every": args.sft_eval_every,
-                          "episodes": args.sft_episodes}
+                          "episodes": args.sft_episodes, "perturb": args.sft_perturb}
     policy_size = (args.policy_hidden, args.policy_layers)
     if args.policy_hidden % 4:
         parser.error(f"--policy-hidden {args.policy_hidden}: the tiny Llama has 4 heads, "

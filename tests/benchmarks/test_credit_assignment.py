@@ -8,6 +8,7 @@ and the PNGs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -74,6 +75,9 @@ def test_warm_start_options_change_only_what_they_name():
     kept = {f: getattr(alfworld, f) for f in ("env_id", "eval_env_kwargs", "max_steps",
                                                "num_groups", "group_size", "sft_perturb")}
     assert {f: getattr(changed, f) for f in kept} == kept
+    clean = warm_start_task(alfworld, perturb=0.0)
+    assert clean.sft_perturb == 0.0 and alfworld.sft_perturb == 0.2
+    assert dataclasses.replace(clean, sft_perturb=0.2) == alfworld
     assert warm_start_task(alfworld, steps=50).sft_eval_every == alfworld.sft_eval_every
 
 
