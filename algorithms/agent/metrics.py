@@ -359,8 +359,8 @@ def _step_group_lines(rows: list[dict[str, float]]) -> list[str]:
     signal = ("advantage/step_nonzero_share", "advantage/step_only_share")
     if all(r.get(k) is not None for r in logged for k in signal):
         nonzero, only = (sum(r[k] for r in logged) / len(logged) for k in signal)
-        lines.append(f"  {nonzero:.0%} got a nonzero step advantage, {only:.0%} where the "
-                     f"episode advantage was zero")
+        lines.append(f"  {nonzero:.0%} got a nonzero step advantage; {only:.0%} got one where "
+                     f"the episode advantage was zero (a gradient GRPO would not give)")
     lines.append(f"  mean |step advantage| {step:.3f} beside mean |episode advantage| "
                  f"{episode:.3f}")
     corr = [r["advantage/step_episode_corr"] for r in logged
