@@ -381,6 +381,9 @@ CURVE_KEYS = ("rollout/success", "rollout/episode_length", "rollout/invalid_acti
 STALENESS_KEYS = ("overlap/staleness_mean", "update/behaviour_gap", "update/is_weight_mean",
                   "update/is_weight_max", "update/kl_ref")
 """Per-iteration figures kept when the rollout overlaps the update (``--staleness``)."""
+GIGPO_KEYS = ("shared_state_share", "step_nonzero_share", "step_only_share",
+              "step_episode_corr")
+"""Per-iteration figures of GiGPO's step groups (``advantage/<key>``; GiGPO runs only)."""
 
 
 def run_figures(rows: list[dict[str, float]], start: dict[str, Any]) -> dict[str, Any]:
@@ -412,8 +415,7 @@ def run_figures(rows: list[dict[str, float]], start: dict[str, Any]) -> dict[str
     if shares:
         figures["step_group_share"] = {k.rsplit("/", 1)[1]: [r.get(k, 0.0) for r in rows]
                                        for k in shares}
-        for key in ("shared_state_share", "step_nonzero_share", "step_only_share",
-                    "step_episode_corr"):
+        for key in GIGPO_KEYS:
             figures[key] = [r.get(f"advantage/{key}", float("nan")) for r in rows]
     return figures
 
@@ -440,8 +442,7 @@ def analyse(runs: dict[str, dict[str, dict[int, dict[str, Any]]]],
                 "final_episode_length": float(np.mean(
                     [seeds[s]["rollout/episode_length"][-1] for s in seeds])),
             }
-            for key in ("shared_state_share", "step_nonzero_share", "step_only_share",
-                        "step_episode_corr"):
+            for key in GIGPO_KEYS:
                 values = [v for s in seeds for v in seeds[s].get(key, [])]
                 if values and not np.all(np.isnan(values)):  # GiGPO runs that logged it
                     table[method][key] = float(np.nanmean(values))

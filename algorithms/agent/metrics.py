@@ -146,14 +146,14 @@ def gigpo_term_metrics(episode: np.ndarray, step: np.ndarray, step_group_ids: np
     if ids.size == 0:
         return {}
     sizes = np.bincount(ids)
-    episode_zero = np.abs(episode) < tol
-    step_nonzero = np.abs(step) >= tol
+    episode, step = np.asarray(episode, np.float64), np.asarray(step, np.float64)
+    episode_abs, step_abs = np.abs(episode), np.abs(step)
+    step_nonzero = step_abs >= tol
     metrics = {"advantage/shared_state_share": float((sizes[ids] >= 2).mean()),
                "advantage/step_nonzero_share": float(step_nonzero.mean()),
-               "advantage/step_only_share": float((step_nonzero & episode_zero).mean()),
-               "advantage/episode_abs_mean": float(np.abs(episode).mean()),
-               "advantage/step_abs_mean": float(np.abs(step).mean())}
-    episode, step = np.asarray(episode, np.float64), np.asarray(step, np.float64)
+               "advantage/step_only_share": float((step_nonzero & (episode_abs < tol)).mean()),
+               "advantage/episode_abs_mean": float(episode_abs.mean()),
+               "advantage/step_abs_mean": float(step_abs.mean())}
     if episode.std() > tol and step.std() > tol:
         metrics["advantage/step_episode_corr"] = float(np.corrcoef(episode, step)[0, 1])
     return metrics
@@ -352,22 +352,27 @@ def _step_group_lines(rows: list[dict[str, float]]) -> list[str]:
     logged = [r for r in rows if all(r.get(k) is not None for k in keys)]
     if not logged:
         return []
-    share, episode, step = (sum(r[k] for r in logged) / len(logged) for k in keys)
+    def mean(key: str, every: bool = True) -> float | None:
+        """Over the iterations that logged ``key``; ``None`` when none did or, with
+        ``every``, when some did not (records written before the key existed)."""
+        values = [r[key] for r in logged if r.get(key) is not None]
+        if not values or (every and len(values) < len(logged)):
+            return None
+        return sum(values) / len(values)
+
+    share, episode, step = (mean(k) for k in keys)
     lines = [f"GiGPO's step groups (mean of {len(logged)} iteration"
              f"{'s' if len(logged) > 1 else ''}):",
              f"  {share:.0%} of the steps shared their state with other steps of their group"]
-    signal = ("advantage/step_nonzero_share", "advantage/step_only_share")
-    if all(r.get(k) is not None for r in logged for k in signal):
-        nonzero, only = (sum(r[k] for r in logged) / len(logged) for k in signal)
+    nonzero, only = mean("advantage/step_nonzero_share"), mean("advantage/step_only_share")
+    if nonzero is not None and only is not None:
         lines.append(f"  {nonzero:.0%} got a nonzero step advantage; {only:.0%} got one where "
                      f"the episode advantage was zero (a gradient GRPO would not give)")
     lines.append(f"  mean |step advantage| {step:.3f} beside mean |episode advantage| "
                  f"{episode:.3f}")
-    corr = [r["advantage/step_episode_corr"] for r in logged
-            if r.get("advantage/step_episode_corr") is not None]
-    if corr:
-        lines.append(f"  correlation of the step and episode advantages "
-                     f"{sum(corr) / len(corr):+.2f}")
+    corr = mean("advantage/step_episode_corr", every=False)  # absent where a term is constant
+    if corr is not None:
+        lines.append(f"  correlation of the step and episode advantages {corr:+.2f}")
     return lines
 
 

@@ -133,13 +133,18 @@ def small_keydoor(monkeypatch):
     return small
 
 
-def test_staleness_and_rl_lr_reach_the_rl_runs(tmp_path, small_keydoor):
+def _study(tmp_path, tag: str, *options: str) -> dict:
+    """Run the study's full mode with ``options`` into ``tmp_path``; its results JSON."""
     results = tmp_path / "results"
-    assert main(["--tasks", "keydoor", "--methods", "grpo-std", "--seeds", "0",
-                 "--iterations", "2", "--jobs", "1", "--staleness", "1", "--rl-lr", "3e-3",
+    assert main(["--tasks", "keydoor", "--seeds", "0", "--jobs", "1", *options,
                  "--workdir", str(tmp_path / "runs"), "--results-dir", str(results),
-                 "--tag", "k1"]) == 0
-    data = json.loads((results / "credit_assignment_full_k1.json").read_text())
+                 "--tag", tag]) == 0
+    return json.loads((results / f"credit_assignment_full_{tag}.json").read_text())
+
+
+def test_staleness_and_rl_lr_reach_the_rl_runs(tmp_path, small_keydoor):
+    data = _study(tmp_path, "k1", "--methods", "grpo-std", "--iterations", "2",
+                  "--staleness", "1", "--rl-lr", "3e-3")
     assert data["ablation"]["staleness"] == 1 and data["rl_lr"] == 3e-3
     figures = data["runs"]["keydoor"]["grpo-std"]["0"]
     # the first batch comes from the start's weights, the second from one update before
@@ -153,12 +158,8 @@ def test_staleness_and_rl_lr_reach_the_rl_runs(tmp_path, small_keydoor):
 
 
 def test_the_papers_episode_statistics_reach_the_rl_runs(tmp_path, small_keydoor):
-    results = tmp_path / "results"
-    assert main(["--tasks", "keydoor", "--methods", "grpo-std", "--seeds", "0",
-                 "--iterations", "1", "--jobs", "1", "--episode-stats", "trajectories",
-                 "--workdir", str(tmp_path / "runs"), "--results-dir", str(results),
-                 "--tag", "eq3"]) == 0
-    data = json.loads((results / "credit_assignment_full_eq3.json").read_text())
+    data = _study(tmp_path, "eq3", "--methods", "grpo-std", "--iterations", "1",
+                  "--episode-stats", "trajectories")
     assert data["ablation"]["episode_stats"] == "trajectories"
     config = json.loads((tmp_path / "runs" / "keydoor" / "grpo-std" / "seed0"
                          / "config.json").read_text())
@@ -167,31 +168,23 @@ def test_the_papers_episode_statistics_reach_the_rl_runs(tmp_path, small_keydoor
 
 
 def test_another_horizon_evaluates_the_start_at_that_horizon(tmp_path, small_keydoor):
-    results = tmp_path / "results"
-    assert main(["--tasks", "keydoor", "--methods", "grpo-std", "--seeds", "0",
-                 "--iterations", "2", "--jobs", "1", "--horizon", "9",
-                 "--workdir", str(tmp_path / "runs"), "--results-dir", str(results),
-                 "--tag", "h9"]) == 0
+    data = _study(tmp_path, "h9", "--methods", "grpo-std", "--iterations", "2",
+                  "--horizon", "9")
     run_dir = tmp_path / "runs" / "keydoor" / "grpo-std" / "seed0"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     own_start = [r for r in rows if r["iteration"] == 0 and "eval/success" in r]
     assert len(own_start) == 1
     config = json.loads((run_dir / "config.json").read_text())
     assert config["env"]["max_steps"] == 9 and config["run"]["eval_before_train"]
-    figures = json.loads((results / "credit_assignment_full_h9.json").read_text())[
-        "runs"]["keydoor"]["grpo-std"]["0"]
+    figures = data["runs"]["keydoor"]["grpo-std"]["0"]
     assert figures["eval_success"][0] == [0, own_start[0]["eval/success"]]
     assert figures["iterations"] == [1, 2]  # the evaluation row is not a training one
     assert len(figures["rollout/success"]) == 2
 
 
 def test_gigpo_runs_report_which_steps_their_step_groups_moved(tmp_path, small_keydoor):
-    results = tmp_path / "results"
-    assert main(["--tasks", "keydoor", "--methods", "gigpo-state-std", "grpo-std",
-                 "--seeds", "0", "--iterations", "2", "--jobs", "1",
-                 "--workdir", str(tmp_path / "runs"), "--results-dir", str(results),
-                 "--tag", "shares"]) == 0
-    data = json.loads((results / "credit_assignment_full_shares.json").read_text())
+    data = _study(tmp_path, "shares", "--methods", "gigpo-state-std", "grpo-std",
+                  "--iterations", "2")
     figures = data["runs"]["keydoor"]["gigpo-state-std"]["0"]
     for shared, nonzero, only in zip(figures["shared_state_share"],
                                      figures["step_nonzero_share"],
