@@ -53,8 +53,17 @@ def _publish(staged: Path, final: Path) -> Path:
     return final
 
 
-def _staging_dir(root: Path) -> Path:
+def _staging_dir(root: Path, attempts: int = 10) -> Path:
+    """A fresh staging folder under ``<root>/.tmp``. Another process's
+    :func:`cleanup_staging` may remove the empty ``.tmp`` between its creation here and
+    ``mkdtemp``: then it is made again."""
     tmp = root / ".tmp"
+    for _ in range(attempts - 1):
+        tmp.mkdir(parents=True, exist_ok=True)
+        try:
+            return Path(tempfile.mkdtemp(prefix="game-", dir=tmp))
+        except FileNotFoundError:
+            continue
     tmp.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix="game-", dir=tmp))
 

@@ -365,6 +365,27 @@ def test_cache_is_safe_when_two_processes_race(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- CLI
 
 
+
+def test_staging_survives_another_processs_cleanup(tmp_path: Path, monkeypatch) -> None:
+    """The race the two-process test once hit: another process's cleanup removes the
+    empty ``.tmp`` between its creation and ``mkdtemp``; staging makes it again."""
+    import shutil
+    import tempfile
+
+    from agentgym.alfworld.gen import store
+
+    real_mkdtemp, calls = tempfile.mkdtemp, []
+
+    def mkdtemp_after_cleanup(**kwargs):
+        calls.append(kwargs["dir"])
+        if len(calls) == 1:
+            shutil.rmtree(kwargs["dir"])  # the other process's cleanup_staging
+        return real_mkdtemp(**kwargs)
+
+    monkeypatch.setattr(store.tempfile, "mkdtemp", mkdtemp_after_cleanup)
+    staged = store._staging_dir(tmp_path)
+    assert staged.is_dir() and staged.parent == tmp_path / ".tmp" and len(calls) == 2
+
 def test_cli_writes_the_same_games(tmp_path: Path, train_games: tuple[Path, list[Path]]) -> None:
     _, paths = train_games
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONHASHSEED": "123"}
