@@ -362,10 +362,6 @@ def test_cache_is_safe_when_two_processes_race(tmp_path: Path) -> None:
     assert len(list(root.glob("json_2.1.1/valid_unseen/*/trial_*/traj_data.json"))) == 4
 
 
-# ---------------------------------------------------------------- CLI
-
-
-
 def test_staging_survives_another_processs_cleanup(tmp_path: Path, monkeypatch) -> None:
     """The race the two-process test once hit: another process's cleanup removes the
     empty ``.tmp`` between its creation and ``mkdtemp``; staging makes it again."""
@@ -385,6 +381,10 @@ def test_staging_survives_another_processs_cleanup(tmp_path: Path, monkeypatch) 
     monkeypatch.setattr(store.tempfile, "mkdtemp", mkdtemp_after_cleanup)
     staged = store._staging_dir(tmp_path)
     assert staged.is_dir() and staged.parent == tmp_path / ".tmp" and len(calls) == 2
+
+
+# ---------------------------------------------------------------- CLI
+
 
 def test_cli_writes_the_same_games(tmp_path: Path, train_games: tuple[Path, list[Path]]) -> None:
     _, paths = train_games
