@@ -1,0 +1,150 @@
+"""Compare one method of a credit-assignment study with another, seed by seed, across runs.
+
+``benchmarks/credit_assignment.py`` tests its methods against each other within one run
+(one ``--tag``). An ablation is a comparison across runs: the same method under two
+settings (``--episode-stats trajectories`` against the recipe's), or one measure other than
+the final held-out success (training-rollout success over some iterations). This script
+reads two of the study's result JSONs, pairs the seeds both have, and prints each side's
+mean with its 95% bootstrap interval, every seed, the mean paired difference and the
+two-sided paired permutation p-value (``benchmarks/study_stats.py``)::
+
+    python -m benchmarks.compare_studies \\
+        benchmarks/results/credit_assignment_full_h48-eq3.json:gigpo-state-std \\
+        benchmarks/results/credit_assignment_full_h48-omega1.json:gigpo-state-std
+    python -m benchmarks.compare_studies --measure train --iterations 5 8 \\
+        benchmarks/results/credit_assignment_full_h48-g16.json:gigpo-state-std \\
+        benchmarks/results/credit_assignment_full_h48-g16.json:grpo-std
+
+Measures, per seed: ``final`` (held-out success at the last evaluation, the study's own
+measure) and ``train`` (the mean of ``rollout/success`` over the iterations
+``--iterations FIRST LAST``, both included, numbered from 1 as the runs log them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.study_stats import bootstrap_ci, paired_permutation_test
+
+MEASURES = ("final", "train")
+
+
+def seed_values(study: dict[str, Any], task: str, method: str, measure: str,
+                iterations: tuple[int, int] | None = None) -> dict[int, float]:
+    """One figure per seed of ``method`` on ``task`` in a study's result JSON.
+
+    Args:
+        study: the JSON ``benchmarks/credit_assignment.py`` writes (its ``runs`` block).
+        measure: ``final`` (the last held-out evaluation's success) or ``train`` (the mean
+            ``rollout/success`` of the iterations ``first..last``, both included).
+        iterations: ``(first, last)``, needed by ``train``.
+
+    Raises:
+        KeyError: the study has no such task or method (the message names what it has).
+        ValueError: an unknown measure, or ``train`` without iterations or with iterations a
+            seed did not run.
+    """
+    runs = study.get("runs", {})
+    if task not in runs:
+        raise KeyError(f"no task {task!r} in this study (it has {sorted(runs)})")
+    if method not in runs[task]:
+        raise KeyError(f"no method {method!r} for {task} in this study "
+                       f"(it has {sorted(runs[task])})")
+    if measure not in MEASURES:
+        raise ValueError(f"unknown measure {measure!r}: one of {MEASURES}")
+    if measure == "train" and iterations is None:
+        raise ValueError("the train measure needs iterations=(first, last)")
+    values: dict[int, float] = {}
+    for seed, figures in runs[task][method].items():
+        if measure == "final":
+            values[int(seed)] = float(figures["final_success"])
+            continue
+        first, last = iterations
+        logged = dict(zip(figures["iterations"], figures["rollout/success"], strict=True))
+        wanted = range(first, last + 1)
+        missing = [i for i in wanted if i not in logged]
+        if missing or first > last:
+            raise ValueError(f"seed {seed} of {method} logged iterations "
+                             f"{min(logged)}..{max(logged)}, not {first}..{last}")
+        values[int(seed)] = float(np.mean([logged[i] for i in wanted]))
+    return values
+
+
+def compare(first: dict[int, float], second: dict[int, float]) -> dict[str, Any]:
+    """The paired comparison of two ``{seed: figure}`` maps over the seeds both have.
+
+    Returns:
+        ``seeds``, per side ``a``/``b`` the values, mean and 95% bootstrap ``ci95``, the
+        ``mean_difference`` (a − b) and the two-sided paired permutation ``p_value``.
+
+    Raises:
+        ValueError: no seed in common.
+    """
+    common = sorted(set(first) & set(second))
+    if not common:
+        raise ValueError(f"no seed in common: {sorted(first)} against {sorted(second)}")
+    out: dict[str, Any] = {"seeds": common}
+    for side, values in (("a", first), ("b", second)):
+        row = [values[s] for s in common]
+        mean, low, high = bootstrap_ci(row)
+        out[side] = {"values": row, "mean": mean, "ci95": [low, high]}
+    out["mean_difference"] = float(np.mean(np.subtract(out["a"]["values"], out["b"]["values"])))
+    out["p_value"] = paired_permutation_test(out["a"]["values"], out["b"]["values"])
+    return out
+
+
+def _side(spec: str) -> tuple[Path, str]:
+    path, sep, method = spec.rpartition(":")
+    if not sep or not path or not method:
+        raise argparse.ArgumentTypeError(f"{spec!r}: expected RESULTS.json:METHOD")
+    return Path(path), method
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("a", type=_side, help="RESULTS.json:METHOD, the first side")
+    parser.add_argument("b", type=_side, help="RESULTS.json:METHOD, the second side")
+    parser.add_argument("--task", default="keydoor")
+    parser.add_argument("--measure", choices=MEASURES, default="final")
+    parser.add_argument("--iterations", type=int, nargs=2, metavar=("FIRST", "LAST"),
+                        help="the train measure's iterations, both included")
+    args = parser.parse_args(argv)
+    if args.measure == "train" and args.iterations is None:
+        parser.error("--measure train needs --iterations FIRST LAST")
+    sides = []
+    for path, method in (args.a, args.b):
+        try:
+            study = json.loads(path.read_text())
+            sides.append(seed_values(study, args.task, method, args.measure,
+                                     tuple(args.iterations) if args.iterations else None))
+        except (OSError, json.JSONDecodeError, KeyError, ValueError) as error:
+            message = error.args[0] if isinstance(error, KeyError) else error
+            print(f"error: {path}: {message}", file=sys.stderr)
+            return 2
+    try:
+        result = compare(*sides)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    what = ("held-out success at the last evaluation" if args.measure == "final" else
+            f"training-rollout success, mean of iterations {args.iterations[0]}"
+            f"-{args.iterations[1]}")
+    print(f"{args.task}, {what}, seeds {result['seeds']}:")
+    for side, (path, method) in zip(("a", "b"), (args.a, args.b), strict=True):
+        row = result[side]
+        low, high = row["ci95"]
+        print(f"  {side}: {method} ({path.name}) {row['mean']:.3f} [{low:.3f}, {high:.3f}]  "
+              + " ".join(f"{v:.3f}" for v in row["values"]))
+    print(f"a - b: {result['mean_difference']:+.3f}, paired permutation p = "
+          f"{result['p_value']:.3f} ({len(result['seeds'])} seeds)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Comparisons across two credit-assignment studies (benchmarks/compare_studies.py):
+hand-computed cases, the committed seeds-0-9 figures it must reproduce, and its errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.compare_studies import compare, main, seed_values
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+
+def _study(method: str, seeds: dict[int, tuple[float, list[float]]]) -> dict:
+    """A result JSON with the fields the comparison reads: per seed (final, curve)."""
+    return {"runs": {"keydoor": {method: {
+        str(seed): {"final_success": final, "iterations": list(range(1, len(curve) + 1)),
+                    "rollout/success": curve}
+        for seed, (final, curve) in seeds.items()}}}}
+
+
+STUDY = _study("gigpo-state-std", {0: (0.5, [0.0, 0.2, 0.4, 0.6]),
+                                   1: (0.25, [0.1, 0.1, 0.3, 0.5]),
+                                   2: (0.75, [0.2, 0.2, 0.2, 0.2])})
+
+
+def test_final_is_the_last_held_out_success():
+    assert seed_values(STUDY, "keydoor", "gigpo-state-std", "final") == {0: 0.5, 1: 0.25,
+                                                                          2: 0.75}
+
+
+def test_train_is_the_mean_over_the_iterations_both_ends_included():
+    values = seed_values(STUDY, "keydoor", "gigpo-state-std", "train", (3, 4))
+    assert values == pytest.approx({0: 0.5, 1: 0.4, 2: 0.2})
+    values = seed_values(STUDY, "keydoor", "gigpo-state-std", "train", (2, 2))
+    assert values == pytest.approx({0: 0.2, 1: 0.1, 2: 0.2})
+
+
+def test_compare_pairs_only_the_common_seeds():
+    # common seeds 1, 2: d = [0.5, 0.5], mean +0.5; of the 4 sign flips ++ and -- reach it
+    result = compare({0: 9.0, 1: 1.0, 2: 1.0}, {1: 0.5, 2: 0.5, 3: 9.0})
+    assert result["seeds"] == [1, 2]
+    assert result["a"]["values"] == [1.0, 1.0] and result["b"]["values"] == [0.5, 0.5]
+    assert result["mean_difference"] == pytest.approx(0.5)
+    assert result["p_value"] == pytest.approx(2 / 4)
+    assert result["a"]["ci95"] == [1.0, 1.0]
+
+
+def test_compare_without_common_seeds_fails():
+    with pytest.raises(ValueError, match="no seed in common"):
+        compare({0: 1.0}, {1: 1.0})
+
+
+def test_unknown_task_method_measure_and_iterations_are_named():
+    with pytest.raises(KeyError, match="alfworld"):
+        seed_values(STUDY, "alfworld", "gigpo-state-std", "final")
+    with pytest.raises(KeyError, match="it has \\['gigpo-state-std'\\]"):
+        seed_values(STUDY, "keydoor", "ppo", "final")
+    with pytest.raises(ValueError, match="unknown measure"):
+        seed_values(STUDY, "keydoor", "gigpo-state-std", "best")
+    with pytest.raises(ValueError, match="needs iterations"):
+        seed_values(STUDY, "keydoor", "gigpo-state-std", "train")
+    with pytest.raises(ValueError, match="logged iterations 1..4, not 3..5"):
+        seed_values(STUDY, "keydoor", "gigpo-state-std", "train", (3, 5))
+
+
+@pytest.mark.parametrize("argv, line", [
+    # the two post-hoc leads of docs/credit-assignment.md, from the committed results
+    (["--measure", "train", "--iterations", "5", "8",
+      f"{RESULTS}/credit_assignment_full_h48-g16.json:gigpo-state-std",
+      f"{RESULTS}/credit_assignment_full_h48-g16.json:grpo-std"],
+     "a - b: +0.033, paired permutation p = 0.016 (10 seeds)"),
+    ([f"{RESULTS}/credit_assignment_full_h48-eq3.json:gigpo-state-std",
+      f"{RESULTS}/credit_assignment_full_h48-omega1.json:gigpo-state-std"],
+     "a - b: +0.055, paired permutation p = 0.016 (10 seeds)"),
+])
+def test_the_documented_leads_are_reproduced(argv, line, capsys):
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == line
+
+
+def test_command_line_errors_are_one_line(tmp_path, capsys):
+    study = tmp_path / "study.json"
+    study.write_text(json.dumps(STUDY))
+    assert main([f"{study}:ppo", f"{study}:gigpo-state-std"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "no method 'ppo' for keydoor in this study (it has ['gigpo-state-std'])")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert main([f"{broken}:gigpo-state-std", f"{study}:gigpo-state-std"]) == 2
+    assert "broken.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--measure", "train", f"{study}:a", f"{study}:b"])
+    with pytest.raises(SystemExit):
+        main(["no-method-here", f"{study}:b"])
