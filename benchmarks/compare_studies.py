@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.study_stats import bootstrap_ci, paired_permutation_test
+from benchmarks.study_stats import paired_comparison
 
 MEASURES = ("final", "train")
 
@@ -76,29 +76,6 @@ def seed_values(study: dict[str, Any], task: str, method: str, measure: str,
     return values
 
 
-def compare(first: dict[int, float], second: dict[int, float]) -> dict[str, Any]:
-    """The paired comparison of two ``{seed: figure}`` maps over the seeds both have.
-
-    Returns:
-        ``seeds``, per side ``a``/``b`` the values, mean and 95% bootstrap ``ci95``, the
-        ``mean_difference`` (a − b) and the two-sided paired permutation ``p_value``.
-
-    Raises:
-        ValueError: no seed in common.
-    """
-    common = sorted(set(first) & set(second))
-    if not common:
-        raise ValueError(f"no seed in common: {sorted(first)} against {sorted(second)}")
-    out: dict[str, Any] = {"seeds": common}
-    for side, values in (("a", first), ("b", second)):
-        row = [values[s] for s in common]
-        mean, low, high = bootstrap_ci(row)
-        out[side] = {"values": row, "mean": mean, "ci95": [low, high]}
-    out["mean_difference"] = float(np.mean(np.subtract(out["a"]["values"], out["b"]["values"])))
-    out["p_value"] = paired_permutation_test(out["a"]["values"], out["b"]["values"])
-    return out
-
-
 def _side(spec: str) -> tuple[Path, str]:
     path, sep, method = spec.rpartition(":")
     if not sep or not path or not method:
@@ -128,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {path}: {message}", file=sys.stderr)
             return 2
     try:
-        result = compare(*sides)
+        result = paired_comparison(*sides)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -55,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.study_stats import bootstrap_ci, paired_permutation_test
+from benchmarks.study_stats import bootstrap_ci, paired_comparison
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -449,12 +449,11 @@ def analyse(runs: dict[str, dict[str, dict[int, dict[str, Any]]]],
         tests = {}
         for first, second in PAIRS:
             if first in methods and second in methods:
-                common = sorted(set(methods[first]) & set(methods[second]))
-                a = [methods[first][s]["final_success"] for s in common]
-                b = [methods[second][s]["final_success"] for s in common]
+                test = paired_comparison(
+                    *({s: f["final_success"] for s, f in methods[m].items()}
+                      for m in (first, second)))
                 tests[f"{first} vs {second}"] = {
-                    "seeds": common, "mean_difference": float(np.mean(np.subtract(a, b))),
-                    "p_value": paired_permutation_test(a, b)}
+                    k: test[k] for k in ("seeds", "mean_difference", "p_value")}
         summary[task] = {"start": {k: v for k, v in starts[task].items() if k != "curve"},
                          "methods": table, "paired_tests": tests}
     return summary

@@ -1,13 +1,16 @@
-"""Statistics of a multi-seed comparison: a bootstrap interval and a paired permutation test.
+"""Statistics of a multi-seed comparison: a bootstrap interval, a paired permutation test, and
+both over the seeds two runs share.
 
-Pure functions of per-seed figures (``benchmarks/credit_assignment.py`` uses them; their
-hand-computed cases are in ``tests/benchmarks/test_study_stats.py``).
+Pure functions of per-seed figures (``benchmarks/credit_assignment.py`` and
+``benchmarks/compare_studies.py`` use them; their hand-computed cases are in
+``tests/benchmarks/test_study_stats.py``).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -65,3 +68,26 @@ def paired_permutation_test(a: Sequence[float], b: Sequence[float], *,
     signs = rng.choice((1.0, -1.0), size=(resamples, diff.size))
     stats = np.abs((signs * diff).mean(axis=1))
     return float(((stats >= observed - 1e-12).sum() + 1) / (resamples + 1))
+
+
+def paired_comparison(first: Mapping[int, float], second: Mapping[int, float]) -> dict[str, Any]:
+    """The paired comparison of two ``{seed: figure}`` maps over the seeds both have.
+
+    Returns:
+        ``seeds``, per side ``a``/``b`` the values, mean and 95% bootstrap ``ci95``, the
+        ``mean_difference`` (a − b) and the two-sided paired permutation ``p_value``.
+
+    Raises:
+        ValueError: no seed in common.
+    """
+    common = sorted(set(first) & set(second))
+    if not common:
+        raise ValueError(f"no seed in common: {sorted(first)} against {sorted(second)}")
+    out: dict[str, Any] = {"seeds": common}
+    for side, values in (("a", first), ("b", second)):
+        row = [values[s] for s in common]
+        mean, low, high = bootstrap_ci(row)
+        out[side] = {"values": row, "mean": mean, "ci95": [low, high]}
+    out["mean_difference"] = float(np.mean(np.subtract(out["a"]["values"], out["b"]["values"])))
+    out["p_value"] = paired_permutation_test(out["a"]["values"], out["b"]["values"])
+    return out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.compare_studies import compare, main, seed_values
+from benchmarks.compare_studies import main, seed_values
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
@@ -36,21 +36,6 @@ def test_train_is_the_mean_over_the_iterations_both_ends_included():
     assert values == pytest.approx({0: 0.5, 1: 0.4, 2: 0.2})
     values = seed_values(STUDY, "keydoor", "gigpo-state-std", "train", (2, 2))
     assert values == pytest.approx({0: 0.2, 1: 0.1, 2: 0.2})
-
-
-def test_compare_pairs_only_the_common_seeds():
-    # common seeds 1, 2: d = [0.5, 0.5], mean +0.5; of the 4 sign flips ++ and -- reach it
-    result = compare({0: 9.0, 1: 1.0, 2: 1.0}, {1: 0.5, 2: 0.5, 3: 9.0})
-    assert result["seeds"] == [1, 2]
-    assert result["a"]["values"] == [1.0, 1.0] and result["b"]["values"] == [0.5, 0.5]
-    assert result["mean_difference"] == pytest.approx(0.5)
-    assert result["p_value"] == pytest.approx(2 / 4)
-    assert result["a"]["ci95"] == [1.0, 1.0]
-
-
-def test_compare_without_common_seeds_fails():
-    with pytest.raises(ValueError, match="no seed in common"):
-        compare({0: 1.0}, {1: 1.0})
 
 
 def test_unknown_task_method_measure_and_iterations_are_named():

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from benchmarks.study_stats import bootstrap_ci, paired_permutation_test
+from benchmarks.study_stats import bootstrap_ci, paired_comparison, paired_permutation_test
 
 
 def test_bootstrap_of_equal_values_is_a_point():
@@ -56,3 +56,18 @@ def test_sampled_permutation_beyond_the_exact_limit():
     # is (hits + 1) / (resamples + 1), about 1 / 10001
     p = paired_permutation_test([1.0] * 20, [0.0] * 20, resamples=10_000)
     assert p < 1e-3
+
+
+def test_paired_comparison_pairs_only_the_common_seeds():
+    # common seeds 1, 2: d = [0.5, 0.5], mean +0.5; of the 4 sign flips ++ and -- reach it
+    result = paired_comparison({0: 9.0, 1: 1.0, 2: 1.0}, {1: 0.5, 2: 0.5, 3: 9.0})
+    assert result["seeds"] == [1, 2]
+    assert result["a"]["values"] == [1.0, 1.0] and result["b"]["values"] == [0.5, 0.5]
+    assert result["mean_difference"] == pytest.approx(0.5)
+    assert result["p_value"] == pytest.approx(2 / 4)
+    assert result["a"]["ci95"] == [1.0, 1.0]
+
+
+def test_paired_comparison_without_common_seeds_fails():
+    with pytest.raises(ValueError, match="no seed in common"):
+        paired_comparison({0: 1.0}, {1: 1.0})
