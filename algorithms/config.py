@@ -535,6 +535,17 @@ class LearnerConfig:
     staleness weight. Needs an engine that reports log-probs (hf, vllm). ``None``: off
     (verl's default)."""
 
+    staleness_correction: Literal["decoupled", "behaviour-clip"] = "decoupled"
+    """How a batch sampled by older weights (``run.max_staleness`` > 0) is corrected.
+    ``decoupled``: AReaL's decoupled PPO (Fu et al. 2025, eq. 5): the clipped ratio is
+    taken around the policy before this update, and each token's loss is weighted by
+    ``pi_old / pi_behaviour`` (:mod:`algorithms.objectives.behaviour_weights`).
+    ``behaviour-clip``: PPO's own objective with the behaviour policy as its old policy
+    (Schulman et al. 2017, eq. 7): the ratio is ``pi_theta / pi_behaviour``, taken against
+    the log-probs the engine recorded when it sampled, and clipped around 1, so a token
+    the policy already moved past the clip range in its advantage's direction since it
+    was sampled gets no gradient; no importance weight. Unused at ``max_staleness`` 0."""
+
     behaviour_weight_cap: float | None = 5.0
     """With ``run.max_staleness`` > 0 (the decoupled objective,
     :mod:`algorithms.training.overlap`): tokens whose staleness weight
@@ -914,6 +925,11 @@ class TrainConfig:
             problems.append("learner.tis_cap must be > 0 (or None to turn it off)")
         if learner.behaviour_weight_cap is not None and not learner.behaviour_weight_cap > 1:
             problems.append("learner.behaviour_weight_cap must be > 1 (or None)")
+        if learner.staleness_correction == "behaviour-clip" and (
+                learner.tis_cap is not None or learner.behaviour_weight_kl):
+            problems.append("learner.staleness_correction 'behaviour-clip' takes the ratio "
+                            "against the behaviour policy and weights no token: it does not "
+                            "combine with learner.tis_cap or learner.behaviour_weight_kl")
         if self.run.max_staleness > 0 and learner.dynamic_sampling:
             problems.append("run.max_staleness > 0 with learner.dynamic_sampling is not "
                             "supported: dynamic sampling's extra rollouts need the envs "

@@ -15,6 +15,10 @@ policy before this update (the "proximal" policy of the decoupled objective):
   corrects the gap between the engine's numerics and the learner's even on-policy.
 
 The weights carry no gradient.
+
+The alternative to the decoupled objective, ``learner.staleness_correction
+"behaviour-clip"``, is PPO's objective with the behaviour policy as its old policy
+(:func:`behaviour_as_old`): no weight, the clip around ``pi_behaviour``.
 """
 
 from __future__ import annotations
@@ -75,3 +79,24 @@ def behaviour_weights(old_log_probs: torch.Tensor, behaviour_log_probs: torch.Te
             "behaviour_gap": masked_mean(log_w.abs(), known),
         }
     return weights, stats
+
+
+def behaviour_as_old(old_log_probs: torch.Tensor, behaviour_log_probs: torch.Tensor
+                     ) -> torch.Tensor:
+    """The old log-probs for PPO's ratio against the behaviour policy: the engine's
+    log-probs where it reported them, the learner's ``old_log_probs`` where not (NaN).
+
+    Args:
+        old_log_probs: (B, T) the learner's log-probs of the response tokens before this
+            update.
+        behaviour_log_probs: (B, T) the engine's, NaN where unknown.
+
+    Returns:
+        (B, T) float32, no gradient.
+    """
+    if old_log_probs.shape != behaviour_log_probs.shape:
+        raise ValueError(f"shape mismatch: old_log_probs {tuple(old_log_probs.shape)}, "
+                         f"behaviour_log_probs {tuple(behaviour_log_probs.shape)}")
+    old = old_log_probs.detach().float()
+    behaviour = behaviour_log_probs.detach().float().to(old.device)
+    return torch.where(torch.isnan(behaviour), old, behaviour)

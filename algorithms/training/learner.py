@@ -77,7 +77,7 @@ from torch import nn
 from algorithms.agent.step_batch import StepBatch
 from algorithms.config import TrainConfig
 from algorithms.objectives import losses
-from algorithms.objectives.behaviour_weights import behaviour_weights
+from algorithms.objectives.behaviour_weights import behaviour_as_old, behaviour_weights
 from algorithms.runs import distributed
 from algorithms.runs.distributed import SINGLE, Ranks
 from algorithms.training import scoring
@@ -287,6 +287,14 @@ class Learner:
         ``run.max_staleness`` > 0, truncated importance sampling with ``learner.tis_cap``."""
         return self.config.run.max_staleness > 0 or self.learner.tis_cap is not None
 
+    @property
+    def behaviour_clip(self) -> bool:
+        """Whether PPO's ratio is taken against the behaviour policy's log-probs
+        (``learner.staleness_correction`` ``"behaviour-clip"`` with ``run.max_staleness``
+        > 0) instead of the decoupled objective's weights."""
+        return (self.config.run.max_staleness > 0
+                and self.learner.staleness_correction == "behaviour-clip")
+
     def _token_weights(self, rows: dict[str, torch.Tensor], old_log_probs: torch.Tensor,
                        mask: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, Any]]:
         """The micro-batch's behaviour weights and their statistics (``None`` and none when
@@ -336,6 +344,12 @@ class Learner:
             token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
             old_log_probs = rows.get("old_log_probs", scored.log_probs.detach())
             token_weights, weight_stats = self._token_weights(rows, old_log_probs, mask)
+            if self.behaviour_clip:
+                # PPO's ratio against the behaviour policy (staleness_correction
+                # "behaviour-clip"): the engine's log-probs replace the learner's as the
+                # old policy; the weights' statistics are still logged, not applied
+                old_log_probs = behaviour_as_old(old_log_probs, rows["behaviour_log_probs"])
+                token_weights = None
             loss, stats = losses.policy_loss(
                 scored.log_probs, old_log_probs, token_advantages, mask, recipe,
                 ref_log_probs=rows.get("ref_log_probs"), entropy=scored.entropy,

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from algorithms.objectives.behaviour_weights import behaviour_weights  # noqa: E402
+from algorithms.objectives.behaviour_weights import behaviour_as_old, behaviour_weights  # noqa: E402
 from algorithms.objectives.losses import (  # noqa: E402
     LossRecipe,
     gspo_policy_loss,
@@ -104,3 +104,13 @@ def test_policy_loss_weights_the_clip_term_only():
     assert stats["policy_loss"].item() == 0.0
     assert stats["kl_ref"].item() == plain_stats["kl_ref"].item()
     assert zero.item() == pytest.approx(plain.item() - plain_stats["policy_loss"].item())
+
+
+def test_behaviour_as_old_takes_the_engine_log_probs_where_known():
+    old = t([[-1.0, -2.0, -3.0]]).requires_grad_()
+    behaviour = t([[-0.5, NAN, -4.0]])
+    taken = behaviour_as_old(old, behaviour)
+    assert taken.tolist() == [[-0.5, -2.0, -4.0]]
+    assert not taken.requires_grad
+    with pytest.raises(ValueError, match="shape mismatch"):
+        behaviour_as_old(torch.zeros(1, 2), torch.zeros(1, 3))

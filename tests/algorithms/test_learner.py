@@ -466,3 +466,51 @@ def test_gigpo_uses_the_configured_gamma():
                                gamma=gamma).combined(1.0)
         np.testing.assert_allclose(results[gamma], expected)
     assert np.abs(results[0.5] - results[0.9]).max() > 1e-3
+
+
+def _stale_update(correction: str, shift: float):
+    """One GRPO update at ``run.max_staleness`` 1 of a batch whose recorded behaviour
+    log-probs are the learner's own plus ``shift`` nats; its stats, batch, advantages and
+    the updated weights."""
+    policy = make_policy(seed=5)
+    config = replace(_config("grpo", kl_coef=0.0, entropy_coef=0.0, weight_decay=0.0,
+                             mini_batch_size=64, micro_batch_size=64,
+                             staleness_correction=correction),
+                     run={"max_staleness": 1})
+    learner = Learner(policy, config.validate(), CPU)
+    batch = learner.score(_rollout(policy.tokenizer))
+    behaviour = np.where(batch.response_mask == 1, batch.old_log_probs + shift, np.nan)
+    batch = dataclasses.replace(batch, behaviour_log_probs=behaviour.astype(np.float32))
+    signals = learner.advantages(batch)
+    return learner.update(batch, signals, seed=0), batch, signals, _snapshot(policy.model)
+
+
+def test_behaviour_clip_takes_ppo_ratio_against_the_engine_log_probs():
+    # the engine gave each sampled token 1 nat more than the learner's policy before the
+    # update: the ratio against it is exp(-1) = 0.37 on every token
+    stats, batch, signals, _ = _stale_update("behaviour-clip", 1.0)
+    mask = batch.response_mask == 1
+    advantages = np.broadcast_to(signals.advantages[:, None], mask.shape)[mask]
+    assert (advantages > 0).any() and (advantages < 0).any()
+    ratio = np.exp(-1.0)
+    # PPO's clip around the behaviour policy (eps 0.2): A > 0 keeps -A r; A < 0 takes the
+    # clipped -A (1 - 0.2), which has no gradient
+    per_token = np.where(advantages > 0, -advantages * ratio, -advantages * 0.8)
+    assert stats["policy_loss"] == pytest.approx(per_token.mean(), rel=1e-4)
+    assert stats["clip_fraction"] == pytest.approx((advantages < 0).mean(), abs=1e-6)
+    # the decoupled objective on the same batch: ratio 1 around the learner's policy,
+    # each token weighted by pi_old / pi_behaviour = exp(-1)
+    decoupled, *_ = _stale_update("decoupled", 1.0)
+    assert decoupled["policy_loss"] == pytest.approx((-advantages * ratio).mean(), rel=1e-4)
+    assert decoupled["clip_fraction"] == 0.0
+    # both log the same gap between the learner and the engine
+    assert stats["behaviour_gap"] == pytest.approx(1.0, rel=1e-5)
+    assert decoupled["behaviour_gap"] == pytest.approx(1.0, rel=1e-5)
+
+
+def test_behaviour_clip_is_the_decoupled_update_when_nothing_is_stale():
+    (decoupled, _, _, a), (clipped, _, _, b) = (
+        _stale_update(correction, 0.0) for correction in ("decoupled", "behaviour-clip"))
+    assert decoupled["policy_loss"] == pytest.approx(clipped["policy_loss"], rel=1e-6)
+    assert decoupled["grad_norm"] == pytest.approx(clipped["grad_norm"], rel=1e-5)
+    assert all(torch.allclose(a[n], b[n], atol=1e-7) for n in a)

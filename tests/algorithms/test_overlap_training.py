@@ -217,6 +217,10 @@ def test_overlap_settings_are_checked():
         replace(scripted_config(), learner={"tis_cap": 0.0}).validate()
     with pytest.raises(ConfigError, match="behaviour_weight_cap must be > 1"):
         replace(scripted_config(), learner={"behaviour_weight_cap": 1.0}).validate()
+    for other in ({"tis_cap": 2.0}, {"behaviour_weight_kl": True}):
+        with pytest.raises(ConfigError, match="'behaviour-clip' .* does not combine"):
+            replace(scripted_config(max_staleness=1),
+                    learner={"staleness_correction": "behaviour-clip", **other}).validate()
 
 
 def test_tis_at_k0_weights_the_loss_and_logs_its_figures(tmp_path):
@@ -342,3 +346,15 @@ def test_reference_in_worker_refuses_other_engines_and_several_ranks():
     with pytest.raises(ValueError, match="one process only"):
         check_reference_engine(Callable_(), Ranks(rank=0, world_size=2))
     check_reference_engine(Callable_(), Ranks())
+
+
+def test_k1_with_the_ratio_against_the_behaviour_policy_trains(tmp_path):
+    config = replace(_overlapped(iterations=3),
+                     learner={"staleness_correction": "behaviour-clip"})
+    policy = make_policy(seed=0)
+    trainer = Trainer(config, policy=policy, engine=CopyEngine(policy), run_dir=tmp_path)
+    trainer.run()
+    rows = read_metrics(tmp_path / "metrics.jsonl")
+    assert [row["overlap/staleness_mean"] for row in rows] == [0.0, 1.0, 1.0]
+    assert all(np.isfinite(row["update/grad_norm"]) and "update/behaviour_gap" in row
+               for row in rows)
