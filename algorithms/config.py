@@ -544,7 +544,8 @@ class LearnerConfig:
     (Schulman et al. 2017, eq. 7): the ratio is ``pi_theta / pi_behaviour``, taken against
     the log-probs the engine recorded when it sampled, and clipped around 1, so a token
     the policy already moved past the clip range in its advantage's direction since it
-    was sampled gets no gradient; no importance weight. Unused at ``max_staleness`` 0."""
+    was sampled gets no gradient; no importance weight on that term (the KL term's tokens
+    are still weighted with ``behaviour_weight_kl``). Unused at ``max_staleness`` 0."""
 
     behaviour_weight_cap: float | None = 5.0
     """With ``run.max_staleness`` > 0 (the decoupled objective,
@@ -925,11 +926,10 @@ class TrainConfig:
             problems.append("learner.tis_cap must be > 0 (or None to turn it off)")
         if learner.behaviour_weight_cap is not None and not learner.behaviour_weight_cap > 1:
             problems.append("learner.behaviour_weight_cap must be > 1 (or None)")
-        if learner.staleness_correction == "behaviour-clip" and (
-                learner.tis_cap is not None or learner.behaviour_weight_kl):
+        if learner.staleness_correction == "behaviour-clip" and learner.tis_cap is not None:
             problems.append("learner.staleness_correction 'behaviour-clip' takes the ratio "
-                            "against the behaviour policy and weights no token: it does not "
-                            "combine with learner.tis_cap or learner.behaviour_weight_kl")
+                            "against the behaviour policy and weights no token of the clip "
+                            "term: it does not combine with learner.tis_cap")
         if self.run.max_staleness > 0 and learner.dynamic_sampling:
             problems.append("run.max_staleness > 0 with learner.dynamic_sampling is not "
                             "supported: dynamic sampling's extra rollouts need the envs "

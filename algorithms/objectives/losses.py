@@ -622,6 +622,7 @@ def policy_loss(
     ref_log_probs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     token_weights: torch.Tensor | None = None,
+    kl_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The actor loss of one micro-batch: PPO-clip, minus the entropy bonus, plus the KL.
 
@@ -647,6 +648,10 @@ def policy_loss(
             objective's or TIS's behaviour weights,
             :mod:`algorithms.objectives.behaviour_weights`), or ``None``; the entropy
             term is not weighted, the KL term only with ``recipe.weight_kl``.
+        kl_weights: (B, T) no-grad weights of the KL term's tokens with
+            ``recipe.weight_kl``, where they differ from ``token_weights`` (PPO's ratio
+            against the behaviour policy weights no clip-term token but may weight the
+            KL); ``None``: ``token_weights``.
 
     Returns:
         ``(loss, stats)``: the 0-d loss, and detached 0-d ``policy_loss`` (the aggregated
@@ -689,8 +694,9 @@ def policy_loss(
             raise ValueError("kl_coef > 0 needs the reference log-probs")
         kl_tokens = kl_penalty(log_probs, ref_log_probs, kind=recipe.kl_estimator,
                                response_mask=response_mask)
-        if recipe.weight_kl and token_weights is not None:
-            kl_tokens = kl_tokens * token_weights.detach().to(kl_tokens.dtype)
+        weights = token_weights if kl_weights is None else kl_weights
+        if recipe.weight_kl and weights is not None:
+            kl_tokens = kl_tokens * weights.detach().to(kl_tokens.dtype)
         kl_term = aggregate(kl_tokens, response_mask, recipe.aggregation,
                             norm_length=norm_length)
         loss = loss + recipe.kl_coef * kl_term

@@ -344,16 +344,18 @@ class Learner:
             token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
             old_log_probs = rows.get("old_log_probs", scored.log_probs.detach())
             token_weights, weight_stats = self._token_weights(rows, old_log_probs, mask)
+            kl_weights = None
             if self.behaviour_clip:
                 # PPO's ratio against the behaviour policy (staleness_correction
                 # "behaviour-clip"): the engine's log-probs replace the learner's as the
-                # old policy; the weights' statistics are still logged, not applied
+                # old policy, and the weights reach only the KL term (with
+                # behaviour_weight_kl) and the logged statistics
                 old_log_probs = behaviour_as_old(old_log_probs, rows["behaviour_log_probs"])
-                token_weights = None
+                token_weights, kl_weights = None, token_weights
             loss, stats = losses.policy_loss(
                 scored.log_probs, old_log_probs, token_advantages, mask, recipe,
                 ref_log_probs=rows.get("ref_log_probs"), entropy=scored.entropy,
-                token_weights=token_weights)
+                token_weights=token_weights, kl_weights=kl_weights)
             stats = {**stats, **weight_stats}
             if weight_stats and real:
                 weight_max = max(weight_max, float(weight_stats["is_weight_max"].item()))

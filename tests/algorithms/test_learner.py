@@ -468,16 +468,21 @@ def test_gigpo_uses_the_configured_gamma():
     assert np.abs(results[0.5] - results[0.9]).max() > 1e-3
 
 
-def _stale_update(correction: str, shift: float):
+def _stale_update(correction: str, shift: float, **learner: object):
     """One GRPO update at ``run.max_staleness`` 1 of a batch whose recorded behaviour
     log-probs are the learner's own plus ``shift`` nats; its stats, batch, advantages and
     the updated weights."""
     policy = make_policy(seed=5)
-    config = replace(_config("grpo", kl_coef=0.0, entropy_coef=0.0, weight_decay=0.0,
-                             mini_batch_size=64, micro_batch_size=64,
-                             staleness_correction=correction),
+    config = replace(_config("grpo", **{"kl_coef": 0.0, "entropy_coef": 0.0,
+                                        "weight_decay": 0.0, "mini_batch_size": 64,
+                                        "micro_batch_size": 64,
+                                        "staleness_correction": correction, **learner}),
                      run={"max_staleness": 1})
     learner = Learner(policy, config.validate(), CPU)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # away from the reference (a copy made by the Learner)
+        for parameter in policy.model.parameters():
+            parameter.add_(0.02 * torch.randn(parameter.shape, generator=generator))
     batch = learner.score(_rollout(policy.tokenizer))
     behaviour = np.where(batch.response_mask == 1, batch.old_log_probs + shift, np.nan)
     batch = dataclasses.replace(batch, behaviour_log_probs=behaviour.astype(np.float32))
@@ -514,3 +519,13 @@ def test_behaviour_clip_is_the_decoupled_update_when_nothing_is_stale():
     assert decoupled["policy_loss"] == pytest.approx(clipped["policy_loss"], rel=1e-6)
     assert decoupled["grad_norm"] == pytest.approx(clipped["grad_norm"], rel=1e-5)
     assert all(torch.allclose(a[n], b[n], atol=1e-7) for n in a)
+
+
+def test_behaviour_clip_weights_the_kl_term_only_when_asked():
+    # exp(-1) on every token reaches the KL term with behaviour_weight_kl, not without;
+    # the clip term is the same either way
+    plain, *_ = _stale_update("behaviour-clip", 1.0, kl_coef=0.1)
+    weighted, *_ = _stale_update("behaviour-clip", 1.0, kl_coef=0.1, behaviour_weight_kl=True)
+    assert plain["kl_ref"] > 0
+    assert weighted["kl_ref"] == pytest.approx(plain["kl_ref"] * np.exp(-1.0), rel=1e-4)
+    assert weighted["policy_loss"] == pytest.approx(plain["policy_loss"], rel=1e-6)
