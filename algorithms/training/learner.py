@@ -282,9 +282,11 @@ class Learner:
 
     @property
     def behaviour_weighting(self) -> bool:
-        """Whether each token's policy loss is weighted against the behaviour policy
-        (:mod:`algorithms.objectives.behaviour_weights`): the decoupled objective with
-        ``run.max_staleness`` > 0, truncated importance sampling with ``learner.tis_cap``."""
+        """Whether the behaviour weights are computed
+        (:mod:`algorithms.objectives.behaviour_weights`): with ``run.max_staleness`` > 0
+        (the decoupled objective weights each token's policy loss by them; with
+        :attr:`behaviour_clip` they reach only the KL term and the logs), and with
+        ``learner.tis_cap`` (truncated importance sampling)."""
         return self.config.run.max_staleness > 0 or self.learner.tis_cap is not None
 
     @property
