@@ -926,7 +926,8 @@ class TrainConfig:
             problems.append("learner.tis_cap must be > 0 (or None to turn it off)")
         if learner.behaviour_weight_cap is not None and not learner.behaviour_weight_cap > 1:
             problems.append("learner.behaviour_weight_cap must be > 1 (or None)")
-        if learner.staleness_correction == "behaviour-clip" and learner.tis_cap is not None:
+        if (self.run.max_staleness > 0 and learner.staleness_correction == "behaviour-clip"
+                and learner.tis_cap is not None):
             problems.append("learner.staleness_correction 'behaviour-clip' takes the ratio "
                             "against the behaviour policy and weights no token of the clip "
                             "term: it does not combine with learner.tis_cap")
