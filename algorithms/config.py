@@ -87,7 +87,15 @@ class ModelConfig:
     """GGUF file name inside ``name_or_path`` (for GGUF checkpoints other than the default)."""
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Weights dtype. ``auto``: float32 on CPU, bfloat16 on GPU."""
+    """Compute dtype. ``auto``: bfloat16 on a GPU; on a CPU bfloat16 where it has bfloat16
+    instructions (AVX512-BF16, AMX, Arm BF16), else float32. On a CPU, bfloat16 is mixed
+    precision: frozen linear weights in bfloat16, trained weights, optimizer state,
+    embeddings and logits in float32 (:mod:`algorithms.precision`)."""
+
+    attn_implementation: Literal["auto", "eager", "sdpa"] = "auto"
+    """transformers' attention kernel. ``auto``: ``eager`` under CPU mixed precision (its
+    generation and scoring agree on log-probs to 1e-4 where SDPA's bfloat16 kernels differ
+    by 0.1 nats, and it is faster there), else the model's default (SDPA)."""
 
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% more compute)."""
@@ -1167,8 +1175,7 @@ def _cpu_demo() -> TrainConfig:
     base = TrainConfig(preset="cpu-demo")
     return replace(
         base,
-        model={"dtype": "float32", "lora_rank": 16, "lora_alpha": 32,
-               "gradient_checkpointing": True},
+        model={"lora_rank": 16, "lora_alpha": 32, "gradient_checkpointing": True},
         generation={"max_new_tokens": 8, "batch_size": 16},
         prompt={"max_prompt_tokens": 320, "think": False, "history_window": 1,
                 "response_prefix": "<action>", "action_list": "lines"},

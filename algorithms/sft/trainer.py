@@ -53,6 +53,7 @@ from algorithms.agent.step_batch import concat_batches
 from algorithms.agent.task_choice import TASK_ORDERS
 from algorithms.config import ConfigError, TrainConfig, replace
 from algorithms.engines import make_engine
+from algorithms.precision import autocast
 from algorithms.runs.console import progress_bar, quiet_dependency_bars, sft_step_line
 from algorithms.runs.memory import release_freed_memory
 from algorithms.runs.run_folder import prepare_run_folder
@@ -93,10 +94,11 @@ def response_nll(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tens
     """
     backbone, lm_head = split_model(model)
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
-                      position_ids=positions, use_cache=False).last_hidden_state
     targets = loss_mask[:, 1:].bool()
-    logits = lm_head(hidden[:, :-1][targets]).float()
+    with autocast(model):  # the policy's compute dtype (algorithms.precision)
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
+                          position_ids=positions, use_cache=False).last_hidden_state
+        logits = lm_head(hidden[:, :-1][targets]).float()
     nll = torch.nn.functional.cross_entropy(logits, input_ids[:, 1:][targets], reduction="sum")
     return nll, int(targets.sum())
 

@@ -7,6 +7,7 @@ on the shared 2-core machine), so the tests share workers where they can."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import signal
@@ -116,9 +117,12 @@ def test_worker_samples_like_the_in_process_engine_and_follows_synced_weights(tr
     assert not worker._process.is_alive() and _gone(worker.pid)
 
 
-def test_lora_adapters_are_what_sync_sends():
+@pytest.mark.parametrize("dtype", ["auto", "bfloat16"])
+def test_lora_adapters_are_what_sync_sends(dtype):
+    """Also under CPU mixed precision: the worker's copy computes as the parent's does
+    (autocast, float32 head, eager attention cross in the pickled model)."""
     pytest.importorskip("peft")
-    policy = make_policy(seed=1, model_config=LORA)
+    policy = make_policy(seed=1, model_config=dataclasses.replace(LORA, dtype=dtype))
     prompts = _prompts(policy.tokenizer)
     sampling = {"temperature": 1.0, "max_new_tokens": 10, "seed": 3}
     embeddings = policy.model.get_input_embeddings()
