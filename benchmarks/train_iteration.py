@@ -21,8 +21,10 @@ fragmentation). Elsewhere than Linux the memory columns are left out.
 
 Precision (``--dtypes``): each ``model.dtype`` named runs as its own variant beside each
 layout, e.g. ``--dtypes float32 auto`` (``auto``: bfloat16 on a CPU with bfloat16
-instructions, :mod:`algorithms.precision`); the last line then gives the second dtype's
-speed-up over the first per iteration. The learner's achieved FLOP/s -- the floating-point
+instructions, :mod:`algorithms.precision`), in its own process; the processes of one
+layout take turns iteration by iteration (one runs while the others wait), so a load
+that comes and goes on a shared machine falls on each alike. The last line gives the
+second dtype's speed-up over the first per iteration. The learner's achieved FLOP/s -- the floating-point
 operations of the log-probs and update phases, counted by torch's ``FlopCounterMode`` over
 one more iteration after the timed ones (not timed), divided by those phases' mean times --
 is printed against this machine's matrix-product peak in the same dtype, measured in the
@@ -162,12 +164,20 @@ def matmul_peak(dtype: torch.dtype, threads: int, size: int = 2048, repeats: int
         torch.set_num_threads(previous)
 
 
+TURN_TIMEOUT_S = 3600.0
+"""Seconds a variant waits for its turn before it gives up (the other variant died)."""
+
+
 def run_layout(preset: str, layout: str, iterations: int,
-               env: dict[str, str] | None = None, dtype: str | None = None
-               ) -> dict[str, Any]:
+               env: dict[str, str] | None = None, dtype: str | None = None,
+               turns: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Train ``iterations`` iterations of ``preset`` in ``layout`` (``env`` overrides
     fields of the preset's env section; ``dtype``, if given, the model's dtype), saving a
     checkpoint after each, then one more iteration whose learner FLOPs are counted.
+
+    ``turns`` -- ``(mine, next)`` semaphores -- make variants running in parallel
+    processes take turns: each iteration waits for ``mine`` and then releases ``next``, so
+    the variants' iterations alternate and share whatever else loads the machine.
 
     Returns:
         ``{"setup"``: setup seconds, ``"phases"``: the seconds of each phase (and the
@@ -200,9 +210,19 @@ def run_layout(preset: str, layout: str, iterations: int,
             memory.wrap(trainer.learner, method, name)
         phases: dict[str, list[float]] = defaultdict(list)
         extra: list[tuple[float, float, int]] = []
+        def take_turn() -> None:
+            if turns is not None and not turns[0].acquire(timeout=TURN_TIMEOUT_S):
+                raise RuntimeError("the variant before this one stopped taking turns")
+
+        def pass_turn() -> None:
+            if turns is not None:
+                turns[1].release()
+
         try:
             for iteration in range(iterations):
+                take_turn()
                 metrics = trainer.train_iteration(iteration)
+                pass_turn()
                 with memory.phase("checkpoint"):
                     trainer.save(iteration + 1, metrics)
                 for phase in PHASES:
@@ -215,6 +235,8 @@ def run_layout(preset: str, layout: str, iterations: int,
                 grpo = _best_of(lambda b=batch: adv.grpo_advantages(
                     b.rewards, b.traj_ids, b.group_ids))
                 extra.append((gigpo, grpo, len(batch)))
+            peaks = {k: list(v) for k, v in memory.peaks.items()}  # the timed iterations
+            remaining = {k: list(v) for k, v in memory.remaining.items()}
             flops = {}
             for method, name in (("score", "log_probs"), ("update", "update")):
                 counted = getattr(trainer.learner, method)
@@ -227,18 +249,47 @@ def run_layout(preset: str, layout: str, iterations: int,
                     return result
 
                 setattr(trainer.learner, method, counting)
+            take_turn()
             trainer.train_iteration(iterations)
+            pass_turn()
             dtype_name = str(compute_dtype(trainer.policy.model)).removeprefix("torch.")
         finally:
             trainer.close()
     return {"setup": setup_seconds, "phases": dict(phases), "extra": extra,
-            "peaks": dict(memory.peaks), "remaining": dict(memory.remaining),
-            "dtype": dtype_name, "threads": torch.get_num_threads(), "flops": flops}
+            "peaks": peaks, "remaining": remaining, "dtype": dtype_name, "threads": torch.get_num_threads(), "flops": flops}
 
 
 def _child(connection: Any, function: Any, *args: Any) -> None:
     connection.send(function(*args))
     connection.close()
+
+
+def alternating(function: Any, calls: list[tuple[Any, ...]]) -> list[Any]:
+    """``function(*args, turns)`` for each ``args`` of ``calls``, each in a fresh (spawned)
+    process, all started at once and taking turns (see :func:`run_layout`); the results
+    in the order of ``calls``."""
+    context = multiprocessing.get_context("spawn")
+    semaphores = [context.Semaphore(1 if k == 0 else 0) for k in range(len(calls))]
+    children = []
+    for k, args in enumerate(calls):
+        receiver, sender = context.Pipe(duplex=False)
+        turns = (semaphores[k], semaphores[(k + 1) % len(calls)])
+        child = context.Process(target=_child, args=(sender, function, *args, turns))
+        child.start()
+        sender.close()
+        children.append((child, receiver, args))
+    results = []
+    for child, receiver, args in children:
+        try:
+            results.append(receiver.recv())
+        except EOFError:
+            child.join()
+            for other, *_ in children:
+                other.kill()
+            raise RuntimeError(f"the benchmark process of {function.__name__}{args!r} ended "
+                               f"with exit code {child.exitcode} before reporting") from None
+        child.join()
+    return results
 
 
 def in_fresh_process(function: Any, *args: Any) -> Any:
@@ -278,9 +329,10 @@ def main() -> None:
     dtypes = args.dtypes or [None]
     results = {}
     for layout in args.layouts:
-        for dtype in dtypes:
-            result = in_fresh_process(run_layout, args.preset, layout, args.iterations, env,
-                                      dtype)
+        calls = [(args.preset, layout, args.iterations, env, dtype) for dtype in dtypes]
+        outcomes = alternating(run_layout, calls) if len(calls) > 1 else \
+            [in_fresh_process(run_layout, *calls[0])]
+        for dtype, result in zip(dtypes, outcomes, strict=True):
             label = layout if dtype is None else f"{layout}/{dtype}"
             if dtype == "auto":
                 label += f" ({result['dtype']})"
