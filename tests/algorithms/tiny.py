@@ -20,6 +20,16 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[EOS]")
 torch.set_num_threads(1)
 
 
+def resolve_auto_as_float32() -> None:
+    """Make ``model.dtype: auto`` resolve in this process as on a CPU without bfloat16
+    instructions: what ``tests/conftest.py`` does for every in-process test, for the
+    scripts the tests start as subprocesses (torchrun ranks), whose tolerances are
+    float32's."""
+    from algorithms import precision
+
+    precision.cpu_has_bf16 = lambda: False
+
+
 def _corpus() -> str:
     rooms = " ".join(f"{i} {i}." for i in range(10))
     doors = " ".join(f"open {d} door" for d in DEFAULT_DOORS)
