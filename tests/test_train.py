@@ -159,7 +159,7 @@ def test_cli_turns_setup_errors_into_a_message_and_exit_code(monkeypatch, capsys
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--env.env-kwargs", "{bad"], "env_kwargs must be a JSON object"),
-    (["--env.env-id", "AgentGym/Nope-v0"], "unknown env.env_id 'AgentGym/Nope-v0'"),
+    (["--env.env-id", "AgentGym/Nope-v0"], "env.env_id: unknown env id 'AgentGym/Nope-v0'"),
     (["--resume", "--run.run-name", "nosuchrun"], "no checkpoint to resume in"),
     (["--eval-only", "--checkpoint", "nowhere"], "no checkpoint at nowhere"),
     (["--env.env-id", "AgentGym/ALFWorld-v0",
@@ -257,10 +257,9 @@ def test_a_setup_error_prints_no_traceback(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--env.env-id", "AgentGym/ALFWorld-v0"],
-     "env.env_kwargs has arguments AgentGym/ALFWorld-v0 does not take: height, key, width "
-     "(the cpu-demo preset sets them for AgentGym/KeyDoor-v0); clear them with "
-     "--env.env-kwargs '{}' or pass only its own (data_path, split, task_types,"),
+    (["--env.env-id", "AgentGym/ALFWorld-v0", "--env.env-kwargs", '{"width": 2}'],
+     "env.env_kwargs has arguments AgentGym/ALFWorld-v0 does not take: width; clear them "
+     "with --env.env-kwargs '{}' or pass only its own (data_path, split, task_types,"),
     (["--env.eval-env-kwargs", '{"split": "valid_unseen"}'],
      "env.eval_env_kwargs has arguments AgentGym/KeyDoor-v0 does not take: split; clear "
      "them with --env.eval-env-kwargs '{}'"),
