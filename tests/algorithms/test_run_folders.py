@@ -169,3 +169,20 @@ def test_a_run_without_a_checkpoint_is_not_offered_for_resume(tmp_path):
                                              r"checkpoint to resume .*--run.run-name NAME, or "
                                              r"replace it with --run.overwrite"):
         _train(tmp_path)
+
+
+def test_a_finished_run_is_told_apart_from_one_to_continue(tmp_path):
+    from algorithms.runs.run_folder import finished_run
+
+    _train(tmp_path, iterations=2)
+    finished = finished_run(scripted_config("grpo", iterations=2, resume=True), tmp_path)
+    assert finished is not None
+    line, metrics = finished
+    assert line == (f"{tmp_path} is finished: its newest checkpoint, iter_000002, is after "
+                    "iteration 2 (run.iterations 2); nothing to resume (raise "
+                    "--run.iterations to train on)")
+    assert "rollout/success" in metrics
+    assert finished_run(scripted_config("grpo", iterations=3, resume=True), tmp_path) is None
+    assert finished_run(scripted_config("grpo", iterations=2), tmp_path) is None
+    assert finished_run(scripted_config("grpo", iterations=2, resume=True),
+                        tmp_path / "elsewhere") is None
