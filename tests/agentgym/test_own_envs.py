@@ -170,3 +170,27 @@ def test_a_textenv_is_built_as_registered():
     assert not isinstance(env.unwrapped, PlainTextEnv) and env.unwrapped.max_steps == 2
     assert math.isfinite(env.unwrapped.invalid_action_penalty)
     env.close()
+
+
+def _scripted_env(**kwargs):
+    from agentgym.scripted import ScriptedTextEnv
+
+    return ScriptedTextEnv(**kwargs)
+
+
+def _plain_env(**kwargs):
+    return PlainGuessEnv(**kwargs)
+
+
+def test_a_function_entry_point_is_judged_by_the_env_it_builds():
+    from agentgym.check import check_env_contract
+
+    gym.register("AgentGymTest/FunctionScripted-v0", entry_point=_scripted_env)
+    gym.register("AgentGymTest/FunctionPlain-v0", entry_point=_plain_env)
+    scripted = make_text_env("AgentGymTest/FunctionScripted-v0", anchor="state", max_steps=2)
+    assert not isinstance(scripted, PlainTextEnv) and scripted.unwrapped.max_steps == 2
+    plain = make_text_env("AgentGymTest/FunctionPlain-v0", high=3, max_steps=2)
+    assert isinstance(plain, PlainTextEnv) and plain.env.unwrapped.high == 3
+    for env_id in ("AgentGymTest/FunctionScripted-v0", "AgentGymTest/FunctionPlain-v0"):
+        results = check_env_contract(env_id, {"first_seed": 5} if "Plain" in env_id else {})
+        assert all(r.passed for r in results), [r.line for r in results if not r.passed]

@@ -186,3 +186,27 @@ def test_a_finished_run_is_told_apart_from_one_to_continue(tmp_path):
     assert finished_run(scripted_config("grpo", iterations=2), tmp_path) is None
     assert finished_run(scripted_config("grpo", iterations=2, resume=True),
                         tmp_path / "elsewhere") is None
+
+
+def _sft_checkpoint(run_dir, step: int, epoch: float) -> None:
+    """The files :func:`finished_run` reads of an SFT checkpoint after ``step`` steps."""
+    folder = run_dir / "checkpoints" / f"iter_{step:06d}"
+    folder.mkdir(parents=True)
+    (folder / "weights.safetensors").write_bytes(b"")
+    (folder / "meta.json").write_text(json.dumps(
+        {"iteration": step, "metrics": {"sft/epoch": epoch, "sft/loss": 0.5}}))
+    (run_dir / "checkpoints" / "latest").write_text(folder.name)
+
+
+@pytest.mark.parametrize(("sft", "finished"), [
+    ({"max_steps": 4}, True), ({"max_steps": 5}, False), ({"epochs": 2}, True),
+    ({"epochs": 3}, False)])
+def test_an_sft_run_is_finished_at_its_steps_or_epochs(tmp_path, sft, finished):
+    from algorithms.runs.run_folder import finished_run
+
+    _sft_checkpoint(tmp_path, 4, 2.0)
+    config = replace(scripted_config("grpo", resume=True), algo="sft", sft=sft)
+    found = finished_run(config, tmp_path)
+    assert (found is not None) == finished
+    if finished:
+        assert "is after optimizer step 4" in found[0] and found[1]["sft/loss"] == 0.5
