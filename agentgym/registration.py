@@ -79,8 +79,9 @@ def register(id: str, entry_point: Any, *, kwargs: dict[str, Any] | None = None,
 
     The vector env's workers (``backend="subprocess"`` or ``"ray"``) are new processes:
     they build the env from ``"<module>:<id>"``, where ``<module>`` is the module that
-    called :func:`register`, so that importing it registers the id there too (a script
-    run as ``__main__`` is imported again by the workers anyway).
+    called :func:`register`, so that importing it registers the id there too: call it at
+    the top level of that module (a script run as ``__main__`` is imported again by the
+    workers anyway).
 
     Registering an id again with the same entry point does nothing (a module imported
     twice); with another entry point it replaces it, as in Gymnasium.
