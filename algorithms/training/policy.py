@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from algorithms.config import ModelConfig
+from algorithms.config import TINY_MODEL, ModelConfig
 from algorithms.engines.vllm import hf_weight_name
 from algorithms.precision import (
     attention_kernel,
@@ -168,12 +168,12 @@ def check_model_source(name_or_path: str | None) -> None:
 
     Args:
         name_or_path: ``ModelConfig.name_or_path`` (``None``: the default model, checked
-            when it loads).
+            when it loads; ``tiny``: the smoke model, built in-process).
 
     Raises:
         PolicyLoadError: the model cannot be loaded; the message says how to get it.
     """
-    if name_or_path is None or Path(name_or_path).expanduser().exists():
+    if name_or_path in (None, TINY_MODEL) or Path(name_or_path).expanduser().exists():
         return
     from huggingface_hub import constants
     from huggingface_hub.errors import HFValidationError

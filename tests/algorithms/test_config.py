@@ -263,3 +263,56 @@ def test_the_env_id_help_names_every_registered_env():
     text = field_docs(EnvConfig)["env_id"]
     missing = [k for k in gym.registry if k.startswith("AgentGym/") and f"``{k}``" not in text]
     assert missing == []
+
+
+# ---------------------------------------------------------------------- envs of one's own
+def test_an_env_of_ones_own_is_named_in_gymnasiums_import_form():
+    config = replace(TrainConfig(), env={"env_id": "examples.own_env:OwnEnv/NumberGuess-v0"})
+    assert config.validate() is config
+    with pytest.raises(ConfigError, match="env.env_id: unknown env id 'OwnEnv/Nope-v0'.*"
+                                          "'your_module:OwnEnv/Nope-v0'"):
+        replace(config, env={"env_id": "OwnEnv/Nope-v0"}).validate()
+    with pytest.raises(ConfigError, match="the module 'nowhere_xyz' cannot be imported"):
+        replace(config, env={"env_id": "nowhere_xyz:OwnEnv/Nope-v0"}).validate()
+
+
+def test_a_plain_envs_kwargs_may_name_the_adapters_arguments():
+    plain = "tests.agentgym.faulty_envs:AgentGymTest/PlainGuess-v0"
+    config = replace(TrainConfig(), env={"env_id": plain,
+                                         "env_kwargs": json.dumps({"high": 4}),
+                                         "eval_env_kwargs": json.dumps({"first_seed": 10**6})})
+    assert config.validate() is config
+    with pytest.raises(ConfigError, match="does not take: width; clear them"):
+        replace(config, env={"env_kwargs": json.dumps({"width": 2})}).validate()
+
+
+def test_another_env_id_drops_the_presets_env_kwargs_unless_given():
+    from algorithms.config import for_env_id
+
+    demo = PRESETS["cpu-demo"]
+    own = replace(demo, env={"env_id": "examples.own_env:OwnEnv/NumberGuess-v0"})
+    dropped, note = for_env_id(own, demo)
+    assert dropped.env.env_kwargs == "{}" and dropped.env.eval_env_kwargs == "{}"
+    assert note == (
+        "--env.env-id examples.own_env:OwnEnv/NumberGuess-v0: the cpu-demo preset's "
+        'env_kwargs {"width": 2, "height": 2, "key": false} are arguments of '
+        "AgentGym/KeyDoor-v0, not passed on (give --env.env-kwargs to set them)")
+    kept, note = for_env_id(own, demo, frozenset({"env_kwargs"}))
+    assert kept is own and note is None  # given on the command line, even if equal
+    assert for_env_id(demo, demo) == (demo, None)
+    alfworld = PRESETS["cpu-alfworld"]
+    mine = replace(alfworld, env={"env_id": "AgentGym/Scripted-v0",
+                                  "env_kwargs": json.dumps({"num_rooms": 2})})
+    changed, note = for_env_id(mine, alfworld, frozenset({"env_kwargs"}))
+    assert changed.env.env_kwargs == json.dumps({"num_rooms": 2})
+    assert changed.env.eval_env_kwargs == "{}" and "eval_env_kwargs" in note
+
+
+def test_the_tiny_model_and_the_untrained_limit_are_checked():
+    tiny = replace(TrainConfig(), model={"name_or_path": "tiny"},
+                   generation={"engine": "vllm"})
+    with pytest.raises(ConfigError, match="'tiny' is built in this process; "
+                                          "generation.engine vllm cannot load it"):
+        tiny.validate()
+    with pytest.raises(ConfigError, match="max_untrained_iterations must be >= 0"):
+        replace(TrainConfig(), run={"max_untrained_iterations": -1}).validate()
