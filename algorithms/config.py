@@ -12,6 +12,8 @@ The learner is chosen by :attr:`TrainConfig.algo`:
 ``algo``          advantage estimator (and loss)               critic
 ================  ===========================================  ======
 ``gigpo``         episode + step-group (GiGPO, Eq. 7)          no
+``hgpo``          weighted history groups (HGPO)               no
+``graphgpo``      episode + state-graph distance (GraphGPO)    no
 ``grpo``          episode only (GRPO)                          no
 ``rloo``          episode, leave-one-out baseline (RLOO)       no
 ``reinforce_pp``  episode, group mean then batch whitening     no
@@ -20,8 +22,9 @@ The learner is chosen by :attr:`TrainConfig.algo`:
 ``ppo``           turn-level GAE                               yes
 ================  ===========================================  ======
 
-``dr_grpo`` and ``gspo`` fix some learner settings and start others from their reference
-scripts' values (:data:`ALGO_SETTINGS`, applied by :func:`with_algo`; ``docs/estimators.md``).
+``dr_grpo`` and ``gspo`` fix some learner settings, and ``gspo`` and ``graphgpo`` start
+others from their reference scripts' values (:data:`ALGO_SETTINGS`, applied by
+:func:`with_algo`; ``docs/estimators.md``).
 
 ``sft`` is no RL learner: supervised fine-tuning on expert trajectories in the RL prompt
 layout (:class:`SFTConfig`, :mod:`algorithms.sft.trainer`), whose checkpoint an RL run starts
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -48,15 +52,17 @@ class ConfigError(ValueError):
 TaskOrder = Literal["first", "spread"]
 """Which of an env's tasks an evaluation or the SFT stage's expert plays
 (:mod:`algorithms.agent.task_choice`)."""
-Algo = Literal["gigpo", "grpo", "rloo", "reinforce_pp", "dr_grpo", "gspo", "ppo", "sft"]
-Estimator = Literal["gigpo", "grpo", "rloo", "reinforce_pp", "gae"]
+Algo = Literal["gigpo", "hgpo", "graphgpo", "grpo", "rloo", "reinforce_pp", "dr_grpo", "gspo",
+               "ppo", "sft"]
+Estimator = Literal["gigpo", "hgpo", "graphgpo", "grpo", "rloo", "reinforce_pp", "gae"]
 
 ALGO_ESTIMATORS: dict[str, str] = {
-    "gigpo": "gigpo", "grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp",
-    "dr_grpo": "grpo", "gspo": "grpo", "ppo": "gae"}
+    "gigpo": "gigpo", "hgpo": "hgpo", "graphgpo": "graphgpo", "grpo": "grpo", "rloo": "rloo",
+    "reinforce_pp": "reinforce_pp", "dr_grpo": "grpo", "gspo": "grpo", "ppo": "gae"}
 """The advantage estimator of each ``algo``."""
 
-GROUP_ALGOS: tuple[str, ...] = ("gigpo", "grpo", "rloo", "reinforce_pp", "dr_grpo", "gspo")
+GROUP_ALGOS: tuple[str, ...] = ("gigpo", "hgpo", "graphgpo", "grpo", "rloo", "reinforce_pp",
+                                "dr_grpo", "gspo")
 """The algorithms whose advantages are relative to a group of trajectories (no critic)."""
 
 ALGO_SETTINGS: dict[str, dict[str, Any]] = {
@@ -66,10 +72,14 @@ ALGO_SETTINGS: dict[str, dict[str, Any]] = {
     # verl-agent's examples/gspo_trainer/run_alfworld.sh: loss_mode=gspo,
     # clip_ratio_low=0.0003, clip_ratio_high=0.0004
     "gspo": {"policy_loss": "gspo", "clip_eps_low": 3e-4, "clip_eps_high": 4e-4},
+    # the GraphGPO recipe's config/graphgpo_trainer.yaml and ALFWorld script:
+    # algorithm.gamma=0.10, the decay of its graph returns 10 * gamma^d
+    "graphgpo": {"gamma": 0.1},
 }
 """Learner settings each ``algo`` starts from (:func:`with_algo`). Those in
 :data:`ALGO_REQUIRED` define the algorithm and are checked by :meth:`TrainConfig.validate`;
-the rest (GSPO's clip ranges) are its reference script's values and may be changed."""
+the rest (GSPO's clip ranges, GraphGPO's gamma) are its reference script's values and may be
+changed."""
 
 ALGO_REQUIRED: dict[str, tuple[str, ...]] = {
     "dr_grpo": ("normalize", "loss_aggregation"), "gspo": ("policy_loss",)}
@@ -438,7 +448,9 @@ class LearnerConfig:
     """AdamW weight decay (decoupled; verl's default 0.01)."""
 
     gamma: float = 0.95
-    """Discount across agent steps (GiGPO step returns, GAE)."""
+    """Discount across agent steps (GiGPO and HGPO step returns, GAE); GraphGPO's decay of
+    its graph returns ``10 * gamma ** d`` (``--algo graphgpo`` starts it at 0.1, its
+    recipe's)."""
 
     gae_lambda: float = 0.95
     """GAE lambda across agent steps (PPO)."""
@@ -451,7 +463,30 @@ class LearnerConfig:
     state). ``False`` treats every cut as termination (the GiGPO reference code)."""
 
     step_weight: float = 1.0
-    """GiGPO omega: weight of the step-level advantage (Eq. 8)."""
+    """GiGPO omega: weight of the step-level advantage (Eq. 8); GraphGPO's
+    ``step_advantage_w``."""
+
+    hgpo_history_length: int | None = None
+    """HGPO: a step joins the groups of its last ``k`` anchors for ``k = 1 ..
+    hgpo_history_length + 1`` (verl-agent's ``env.history_length``, which sets its prompt's
+    history too). ``None``: ``prompt.history_window``, as the recipe ties them."""
+
+    hgpo_length_weight_alpha: float = 1.0
+    """HGPO: the weight of a history group of length ``k`` is ``(k + 1) ** alpha``
+    (``algorithm.hgpo.length_weight_alpha``; 0: every group the same)."""
+
+    hgpo_base_group: bool = False
+    """HGPO: the episode advantage joins each step's weighted mean as a ``k = 0`` item
+    (``algorithm.hgpo.base_group``)."""
+
+    graphgpo_episode_weight: float = 1.0
+    """GraphGPO: weight of the episode advantage (``algorithm.graphgpo.
+    episode_advantage_w``; 0: the graph's step advantage alone)."""
+
+    graphgpo_normalize_distance: bool = False
+    """GraphGPO: step returns ``10 * gamma ** (d(next) - d(state) + 1)``, from the distance
+    to the goal gained, instead of ``10 * gamma ** d(next)``
+    (``algorithm.graphgpo.normalize_distance``)."""
 
     normalize: Literal["std", "mean"] = "std"
     """Group normalization: subtract the group mean and divide by the sample std (``std``;
@@ -476,7 +511,8 @@ class LearnerConfig:
     similarity_threshold: float | None = None
     """GiGPO: group steps whose anchor texts are at least this similar (difflib ratio in
     (0, 1); verl-agent's ``enable_similarity`` / ``similarity_thresh``, off by default).
-    ``None``: exact anchors only."""
+    GraphGPO: merge such states into one node of its state graph (its step groups stay
+    exact, as its code has them). ``None``: exact anchors only."""
 
     whiten_gae: bool = True
     """PPO: whiten GAE advantages over the batch."""
@@ -778,8 +814,10 @@ class TrainConfig:
     """A full training run."""
 
     algo: Algo = "gigpo"
-    """The training algorithm: an advantage estimator and its loss, or SFT. ``gigpo`` (GiGPO: episode + step-group advantages, no critic), ``grpo``
-    (episode advantages only), ``rloo`` (leave-one-out baseline), ``reinforce_pp``
+    """The training algorithm: an advantage estimator and its loss, or SFT. ``gigpo`` (GiGPO: episode + step-group advantages, no critic), ``hgpo``
+    (HGPO: weighted advantages of the groups of each step's recent history), ``graphgpo``
+    (GraphGPO: returns from distances in each group's state graph, plus the episode
+    advantage), ``grpo`` (episode advantages only), ``rloo`` (leave-one-out baseline), ``reinforce_pp``
     (REINFORCE++: group mean, then whitened over the batch), ``dr_grpo`` (GRPO without
     std, constant-length loss normalization), ``gspo`` (GRPO advantages, sequence-level
     ratio loss), ``ppo`` (critic + turn-level GAE) or ``sft`` (supervised warm start on expert
@@ -969,9 +1007,14 @@ class TrainConfig:
         if learner.similarity_threshold is not None:
             if not 0 < learner.similarity_threshold < 1:
                 problems.append("learner.similarity_threshold must be in (0, 1) (or None)")
-            if self.algo != "gigpo":
-                problems.append("learner.similarity_threshold groups GiGPO's steps: it needs "
-                                "--algo gigpo")
+            if self.algo not in ("gigpo", "graphgpo"):
+                problems.append("learner.similarity_threshold groups GiGPO's steps or merges "
+                                "GraphGPO's graph nodes: it needs --algo gigpo or graphgpo")
+        if learner.hgpo_history_length is not None and learner.hgpo_history_length < 0:
+            problems.append("learner.hgpo_history_length must be >= 0 (or None: the prompt's "
+                            "history window)")
+        if not math.isfinite(learner.hgpo_length_weight_alpha):
+            problems.append("learner.hgpo_length_weight_alpha must be finite")
         if (self.algo in GROUP_ALGOS and learner.episode_stats == "trajectories"
                 and not learner.penalty_in_returns
                 and (self.env.penalty() != 0 or learner.overlong_buffer > 0)):
