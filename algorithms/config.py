@@ -1434,6 +1434,122 @@ def _webshop_1_5b() -> TrainConfig:
     )
 
 
+def _hgpo_alfworld_1_5b() -> TrainConfig:
+    """verl-agent's ``recipe/hgpo/run_qwen2.5_1.5b_alfworld_train.sh`` (HGPO,
+    Qwen2.5-1.5B-Instruct; ``recipe/hgpo/config/hgpo_trainer.yaml``).
+
+    As the script: 16 groups x 8, 50 steps, history 2 (the prompt's window and HGPO's
+    history length, both ``env.history_length``), prompts 4096 / responses 512 tokens, lr
+    1e-6, mini-batches of 256 steps in micro-batches of 16 (per rank), KL loss 0.01
+    (low-variance), penalty 0.1, gamma 0.95, ``mean_std_norm``, length weight alpha 1, no
+    base group, the raw observation as the anchor (its env manager's), training
+    temperature 1.0 and evaluation at 0.4 on 128 in-distribution games (``valid_seen``:
+    the trainer's ``val_out=False``) every 5 iterations, 160 iterations
+    (``total_epochs=160``); the rest is the recipe's defaults (:class:`LearnerConfig`).
+    Differs: a prompt over 4096 tokens loses history first (the script's
+    ``truncation='left'`` cuts its beginning, the task); the env workers are subprocesses,
+    not Ray actors; a history group whose returns are all equal scores exactly 0 (the
+    reference's float32 mean can leave it a nonzero item: :func:`~algorithms.objectives.
+    advantages.hgpo_advantages`).
+    """
+    base = dataclasses.replace(_alfworld_1_5b(), preset="hgpo-alfworld-1.5b", algo="hgpo")
+    return replace(
+        base,
+        prompt={"max_prompt_tokens": 4096, "history_window": 2},
+        learner={"micro_batch_size": 16, "normalize": "std", "hgpo_history_length": None,
+                 "hgpo_length_weight_alpha": 1.0, "hgpo_base_group": False},
+        run={"iterations": 160, "eval_every": 5},
+    )
+
+
+def _hgpo_webshop_1_5b() -> TrainConfig:
+    """verl-agent's ``recipe/hgpo/run_qwen2.5_1.5b_webshop_train.sh`` (HGPO on WebShop,
+    Qwen2.5-1.5B-Instruct).
+
+    As the script: 16 groups x 8, 30 steps, history 2, prompts 4096 / responses 512
+    tokens, lr 1e-6, mini-batches of 64 steps in micro-batches of 4, KL loss 0.01,
+    penalty 0.1, gamma 0.95, ``mean_norm``, alpha 1, no base group, evaluation at 0.4
+    every 5 iterations on 128 tasks (``val_batch_size``), 160 iterations. Differs: the
+    script starts ``verl.trainer.main_ppo``, whose trainer in verl-agent's checkout has
+    no ``hgpo`` estimator and whose config no ``algorithm.hgpo`` section (it stops
+    there); this preset is the script as ``recipe.hgpo.main_hgpo`` (its ALFWorld script's
+    entry point) would run it. Evaluation on the first 128 goals of the test split (the
+    script's are of its own sampling, which can repeat training goals: REFERENCE.md); a
+    prompt over 4096 tokens loses history first; subprocess env workers; all-equal groups
+    score 0 as in :func:`_hgpo_alfworld_1_5b`.
+    """
+    base = dataclasses.replace(_webshop_1_5b(), preset="hgpo-webshop-1.5b", algo="hgpo")
+    return replace(
+        base,
+        generation={"max_new_tokens": 512},
+        prompt={"max_prompt_tokens": 4096, "history_window": 2},
+        env={"num_groups": 16, "group_size": 8, "max_steps": 30, "eval_episodes": 128},
+        learner={"normalize": "mean", "mini_batch_size": 64, "micro_batch_size": 4,
+                 "hgpo_history_length": None, "hgpo_length_weight_alpha": 1.0,
+                 "hgpo_base_group": False},
+        run={"iterations": 160, "eval_every": 5},
+    )
+
+
+def _graphgpo_alfworld_1_5b() -> TrainConfig:
+    """The GraphGPO recipe's ``recipe/GraphGPO/run_qwen2.5_1.5b_alfworld_train.sh``
+    (floatingstarZ/verl-agent; ``config/graphgpo_trainer.yaml``; Qwen2.5-1.5B-Instruct).
+
+    As the script: 16 groups x 8, 50 steps, history 2 (verl-agent's default
+    ``env.history_length``), prompts 2048 / responses 512 tokens, lr 1e-6, mini-batches of
+    256 steps in micro-batches of 32, KL loss 0.01 (low-variance), penalty 0.1, gamma
+    0.10 (the graph returns' decay), step and episode weights 1, ``mean_std_norm``,
+    absolute distances (``normalize_distance=False``), exact states (no similarity),
+    evaluation at 0.4 on 128 ``valid_seen`` games before training and every 5
+    iterations, 150 iterations. Differs: the anchor is this env's true-state key
+    (``anchor="state"``): GraphGPO's ALFWorld env manager keys a state by its observation
+    with the location, the held object and its status, the objects moved so far and the
+    sorted admissible commands appended, a stand-in for the state that this env gives
+    directly (no env changes here); the goal node is reached on the last step of a
+    successful episode (the script: an episode whose env reward sum is above 0, the
+    same in ALFWorld); a prompt over 2048 tokens loses history first (the script's
+    ``truncation='error'`` stops the run); subprocess env workers.
+    """
+    base = dataclasses.replace(_alfworld_1_5b(), preset="graphgpo-alfworld-1.5b",
+                               algo="graphgpo")
+    return replace(
+        base,
+        env={"anchor": "state"},
+        learner={"gamma": 0.1, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
+                 "normalize": "std", "graphgpo_normalize_distance": False,
+                 "similarity_threshold": None},
+        run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
+    )
+
+
+def _graphgpo_webshop_1_5b() -> TrainConfig:
+    """The GraphGPO recipe's ``recipe/GraphGPO/run_qwen2.5_1.5b_webshop_train.sh``
+    (Qwen2.5-1.5B-Instruct).
+
+    As the script: 16 groups x 8, 15 steps, history 2, prompts 5120 / responses 512
+    tokens, lr 1e-6, mini-batches of 64 steps in micro-batches of 8, KL loss 0.01,
+    penalty 0.1, gamma 0.20, step and episode weights 1, ``mean_std_norm``, absolute
+    distances, exact states, evaluation at 0.4 before training and every 5 iterations on
+    128 tasks, 150 iterations. Differs: the script's WebShop pages are
+    ``observation_mode=text_rich``; this env has WebShop's text mode only; the state
+    anchor as :func:`_graphgpo_alfworld_1_5b`; evaluation on the first 128 goals of the
+    test split; a prompt over 5120 tokens loses history first; subprocess env workers.
+    """
+    base = dataclasses.replace(_webshop_1_5b(), preset="graphgpo-webshop-1.5b",
+                               algo="graphgpo")
+    return replace(
+        base,
+        generation={"max_new_tokens": 512},
+        prompt={"max_prompt_tokens": 5120, "history_window": 2},
+        env={"num_groups": 16, "group_size": 8, "max_steps": 15, "anchor": "state",
+             "eval_episodes": 128},
+        learner={"gamma": 0.2, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
+                 "normalize": "std", "graphgpo_normalize_distance": False,
+                 "similarity_threshold": None, "mini_batch_size": 64, "micro_batch_size": 8},
+        run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
+    )
+
+
 def _sokoban() -> TrainConfig:
     """verl-agent's ``examples/gigpo_trainer/run_sokoban.sh`` (GiGPO on 6 x 6 Sokoban, one box).
 
@@ -1540,6 +1656,10 @@ PRESETS: dict[str, TrainConfig] = {
     "alfworld-1.5b": _alfworld_1_5b(),
     "alfworld-7b-lora": _alfworld_7b_lora(),
     "webshop-1.5b": _webshop_1_5b(),
+    "hgpo-alfworld-1.5b": _hgpo_alfworld_1_5b(),
+    "hgpo-webshop-1.5b": _hgpo_webshop_1_5b(),
+    "graphgpo-alfworld-1.5b": _graphgpo_alfworld_1_5b(),
+    "graphgpo-webshop-1.5b": _graphgpo_webshop_1_5b(),
     "sokoban": _sokoban(),
     "searchqa-3b": _searchqa_3b(),
     "searchqa-3b-transcript": _searchqa_3b_transcript(),
@@ -1568,6 +1688,15 @@ PRESET_HELP: dict[str, str] = {
                         "(rank 64), lr 3e-6, no KL.",
     "webshop-1.5b": "verl-agent's run_webshop.sh: Qwen2.5-1.5B-Instruct on WebShop, 6 "
                     "groups x 8, 15 steps, mean-only normalization.",
+    "hgpo-alfworld-1.5b": "verl-agent's recipe/hgpo 1.5B ALFWorld script: HGPO (history 2, "
+                          "alpha 1, no base group), 16 groups x 8, 50 steps, prompts 4096.",
+    "hgpo-webshop-1.5b": "verl-agent's recipe/hgpo 1.5B WebShop script: HGPO, 16 groups x 8, "
+                         "30 steps, mean-only normalization.",
+    "graphgpo-alfworld-1.5b": "GraphGPO's 1.5B ALFWorld script: state-graph returns "
+                              "10 * 0.1^d plus the episode advantage, 16 groups x 8, "
+                              "50 steps, state anchors.",
+    "graphgpo-webshop-1.5b": "GraphGPO's 1.5B WebShop script: gamma 0.2, 16 groups x 8, "
+                             "15 steps, prompts 5120, state anchors.",
     "sokoban": "verl-agent's run_sokoban.sh in text: Qwen2.5-3B-Instruct on 6x6 "
               "Sokoban (1 box), 32 groups x 8, 15 steps, mean-only normalization, "
               "lr 1e-6, KL 0.01.",
