@@ -203,6 +203,18 @@ def test_graphgpo_similarity_merges_graph_nodes_not_step_groups():
     np.testing.assert_array_equal(exact.step_group_ids, merged.step_group_ids)
 
 
+def test_graphgpo_groups_with_the_same_texts_have_graphs_of_their_own():
+    # group 0 wins along A -> B; group 1 walks the same texts B -> A and fails: its
+    # states must not reach group 0's goal
+    rewards = np.array([0.0, 10.0, 0.0, 0.0])
+    traj, group = np.array([0, 0, 1, 1]), np.array([0, 0, 1, 1])
+    anchors, nexts = ["A", "B", "B", "A"], ["B", "C", "A", "B"]
+    success = np.array([True, True, False, False])
+    terms = graphgpo_terms(rewards, traj, group, anchors, nexts, success, gamma=0.5)
+    np.testing.assert_array_equal(terms.distances, [1, 0, 1, 1])
+    np.testing.assert_array_equal(terms.anchor_distances, [2, 1, 1, 1])
+
+
 def test_graphgpo_equals_the_loop_reference_and_ignores_row_order():
     rng = np.random.default_rng(5)
     for _ in range(20):
