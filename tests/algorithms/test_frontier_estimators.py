@@ -272,6 +272,7 @@ def test_the_learner_runs_hgpo_with_the_prompts_history_window():
         np.testing.assert_array_equal(got.advantages, want.advantages)
         np.testing.assert_array_equal(got.step, want.history)
         np.testing.assert_array_equal(got.episode, want.episode)
+        np.testing.assert_array_equal(got.step_group_ids, want.step_group_ids)
     with_history = estimate_advantages(batch, replace(with_algo(TrainConfig(), "hgpo"),
                                                       prompt={"history_window": 1}))
     without = estimate_advantages(batch, replace(with_algo(TrainConfig(), "hgpo"),
@@ -292,6 +293,9 @@ def test_the_learner_runs_graphgpo_from_the_recorded_next_states():
                            batch.next_anchors, batch.success, gamma=0.1,
                            episode_stats="steps", penalties=batch.penalties)
     np.testing.assert_array_equal(got.advantages, terms.combined(1.0, 1.0))
+    np.testing.assert_array_equal(got.step, terms.step)
+    np.testing.assert_array_equal(got.episode, terms.episode)
+    np.testing.assert_array_equal(got.step_group_ids, terms.step_group_ids)
     # S -> A -> goal: 1 and 10; B and U cannot reach it: one past S's 2 edges
     np.testing.assert_allclose(terms.returns, [1.0, 10.0, 0.01, 0.01], rtol=1e-12)
     weighted = estimate_advantages(batch, replace(config, learner={
