@@ -3,6 +3,7 @@
 Run from the repository root::
 
     python -m benchmarks.recipe_parity --verl-agent PATH   # PATH: a verl-agent checkout
+    python -m benchmarks.recipe_parity --verl-agent PATH --graphgpo-core FILE  # + GraphGPO
     python -m benchmarks.recipe_parity --self-check        # no verl-agent needed
 
 The same synthetic multi-turn batches, shaped like ALFWorld's (groups of 8 trajectories,
@@ -42,6 +43,12 @@ verl-agent's ``mean_std_norm``; ``mean``: ``mean_norm``):
   sampling through :func:`~algorithms.agent.dynamic_sampling.varied_group_rows` and
   :func:`~algorithms.agent.dynamic_sampling.sample_until_full` (the trainer's loop).
 
+HGPO (verl-agent's ``recipe/hgpo``, from the same checkout) and GraphGPO (its recipe's
+``core_graph.py``, from the file ``--graphgpo-core`` or ``$GRAPHGPO_CORE`` names): their
+defaults and every setting of their sweeps, on the same batches
+(``benchmarks/frontier_parity.py``); each is skipped, with the reason printed, when its
+reference is absent, and ``--no-frontier`` leaves both out.
+
 Printed per term: the largest absolute difference over every token, seed and batch of
 the per-token advantages, the per-token loss (one token alone), the micro- and
 mini-batch losses and their gradients with respect to the log-probs and the entropies
@@ -50,8 +57,8 @@ old, reference log-probs, entropies and logits are random; responses have 1 to 2
 tokens. Then each named option of ``LearnerConfig`` is turned on, one at a time, and
 compared with verl-agent's default and, where verl has the same setting, with verl run
 that way. The run exits 1 when a term of any section (every ``--algo``'s defaults and
-DAPO's parts) differs by more than 1e-6; its last line is ``worst difference with
-defaults: X (term, normalization)``.
+DAPO's parts) or an HGPO or GraphGPO setting differs by more than 1e-6; its last line is
+``worst difference with defaults: X (term, normalization)``.
 
 Precision. verl-agent computes the step returns in float32 (its function casts the
 rewards to float32 and returns a float32 tensor), its episode scores and the penalty in
