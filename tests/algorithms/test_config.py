@@ -47,6 +47,54 @@ def test_gpu_presets_follow_the_paper():
     assert search.env.env_id == "AgentGym/SearchQA-v0"
 
 
+def test_hgpo_presets_follow_recipe_hgpos_1_5b_scripts():
+    alf, shop = PRESETS["hgpo-alfworld-1.5b"], PRESETS["hgpo-webshop-1.5b"]
+    for config in (alf, shop):
+        learner = config.learner
+        assert config.algo == "hgpo" and config.estimator == "hgpo"
+        assert (config.env.num_groups, config.env.group_size) == (16, 8)
+        assert learner.hgpo_history_length is None and config.prompt.history_window == 2
+        assert (learner.hgpo_length_weight_alpha, learner.hgpo_base_group) == (1.0, False)
+        assert (learner.lr, learner.kl_coef, learner.gamma, config.env.penalty()) == (
+            1e-6, 0.01, 0.95, 0.1)
+        assert (config.prompt.max_prompt_tokens, config.generation.max_new_tokens) == (
+            4096, 512)
+        assert (config.run.iterations, config.run.eval_every) == (160, 5)
+        assert config.env.anchor == "observation"
+    assert (alf.env.max_steps, alf.learner.normalize) == (50, "std")
+    assert (alf.learner.mini_batch_size, alf.learner.micro_batch_size) == (256, 16)
+    assert (shop.env.max_steps, shop.learner.normalize, shop.env.eval_episodes) == (
+        30, "mean", 128)
+    assert (shop.learner.mini_batch_size, shop.learner.micro_batch_size) == (64, 4)
+
+
+def test_graphgpo_presets_follow_its_1_5b_scripts():
+    alf, shop = PRESETS["graphgpo-alfworld-1.5b"], PRESETS["graphgpo-webshop-1.5b"]
+    for config in (alf, shop):
+        learner = config.learner
+        assert config.algo == "graphgpo" and config.env.anchor == "state"
+        assert (learner.step_weight, learner.graphgpo_episode_weight) == (1.0, 1.0)
+        assert learner.normalize == "std" and not learner.graphgpo_normalize_distance
+        assert learner.similarity_threshold is None and config.prompt.history_window == 2
+        assert (config.env.num_groups, config.env.group_size, config.env.penalty()) == (
+            16, 8, 0.1)
+        assert config.run.eval_before_train and config.run.iterations == 150
+    assert (alf.learner.gamma, alf.env.max_steps, alf.prompt.max_prompt_tokens) == (
+        0.1, 50, 2048)
+    assert (alf.learner.mini_batch_size, alf.learner.micro_batch_size) == (256, 32)
+    assert (shop.learner.gamma, shop.env.max_steps, shop.prompt.max_prompt_tokens) == (
+        0.2, 15, 5120)
+    assert (shop.learner.mini_batch_size, shop.learner.micro_batch_size) == (64, 8)
+
+
+def test_similarity_and_hgpo_settings_are_checked():
+    with pytest.raises(ConfigError, match="gigpo or graphgpo"):
+        replace(TrainConfig(algo="hgpo"), learner={"similarity_threshold": 0.9}).validate()
+    replace(TrainConfig(algo="graphgpo"), learner={"similarity_threshold": 0.9}).validate()
+    with pytest.raises(ConfigError, match="hgpo_history_length must be >= 0"):
+        replace(TrainConfig(algo="hgpo"), learner={"hgpo_history_length": -1}).validate()
+
+
 def test_sokoban_preset_follows_run_sokoban_sh():
     sokoban = PRESETS["sokoban"]
     assert sokoban.algo == "gigpo" and sokoban.env.env_id == "AgentGym/Sokoban-v0"
