@@ -202,14 +202,14 @@ def _tiny_model_folder(folder):
     """A random word-level Llama over KeyDoor's texts, saved like a HF model (the
     pretrained-LM study's ``--model`` in a test's place)."""
     from agentgym.keydoor import KeyDoorEnv
-    from benchmarks.tiny_llm import tiny_llama, word_tokenizer
+    from algorithms.training.tiny_model import text_words, tiny_llama, word_tokenizer
 
     env = KeyDoorEnv(width=2, height=2, key=False)
     texts = ["<action> </action> User Assistant"]
     for seed in range(8):
         observation, info = env.reset(seed=seed)
         texts += [observation, info["task"], *info["admissible_actions"]]
-    tokenizer = word_tokenizer(texts)
+    tokenizer = word_tokenizer(text_words(texts))
     tiny_llama(len(tokenizer), hidden=32, layers=1).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return str(folder)
