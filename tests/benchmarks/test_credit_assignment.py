@@ -282,6 +282,26 @@ def test_the_pretrained_lm_studys_runs_differ_only_in_algo_and_seed():
         assert config["env"]["eval_episodes"] == 16 and config["run"]["eval_every"] == 6
 
 
+def test_the_pretrained_lm_studys_tasks_change_only_the_env():
+    import json
+
+    from benchmarks.credit_assignment import smollm2_config
+
+    demo = smollm2_config("grpo", 3, 8, 16).to_dict()
+    for task, kwargs, steps in (("keydoor-key", {"width": 2, "height": 2, "key": True}, 10),
+                                ("keydoor-3x3", {"width": 3, "height": 3, "key": False}, 8)):
+        config = smollm2_config("grpo", 3, 8, 16, task=task).validate()
+        assert json.loads(config.env.env_kwargs) == kwargs and config.env.max_steps == steps
+        held_out = config.env.eval_kwargs()
+        assert {k: held_out[k] for k in (*kwargs, "first_task", "num_tasks")} == \
+            {**kwargs, "first_task": 64, "num_tasks": 64}
+        other = config.to_dict()
+        assert {k: v for k, v in other.items() if k != "env"} == \
+            {k: v for k, v in demo.items() if k != "env"}
+        assert json.loads(other["env"]["eval_env_kwargs"]) == {"first_task": 64,
+                                                               "num_tasks": 64}
+
+
 def test_the_pretrained_lm_studys_figures_of_a_run():
     from benchmarks.credit_assignment import smollm2_figures
 
