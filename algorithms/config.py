@@ -113,8 +113,8 @@ class ModelConfig:
 
     attn_implementation: Literal["auto", "eager", "sdpa"] = "auto"
     """transformers' attention kernel. ``auto``: ``eager`` under CPU mixed precision (its
-    generation and scoring agree on log-probs to 1e-4 where SDPA's bfloat16 kernels differ
-    by 0.1 nats, and it is faster there), else the model's default (SDPA)."""
+    generation and scoring agree on log-probs to 2e-5 where SDPA's bfloat16 kernels differ
+    by up to 0.1 nats, and it is faster there), else the model's default (SDPA)."""
 
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% more compute)."""

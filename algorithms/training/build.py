@@ -15,6 +15,7 @@ import torch
 
 from algorithms.config import TINY_MODEL, EnvConfig, TrainConfig
 from algorithms.engines import make_engine, resolve_engine
+from algorithms.precision import describe as describe_precision
 from algorithms.runs.distributed import Ranks, WeightMirror
 from algorithms.runs.memory import release_around_each_call
 from algorithms.training.learner import Learner
@@ -48,7 +49,8 @@ def build_policy(config: TrainConfig, device: torch.device, ranks: Ranks,
         policy = load_run_policy(config, device, ranks, say)
     policy = with_init_checkpoint(policy, config, device, ranks)
     say(f"policy: {policy.source}; "
-        f"{sum(p.numel() for p in policy.model.parameters()) / 1e6:.1f}M parameters")
+        f"{sum(p.numel() for p in policy.model.parameters()) / 1e6:.1f}M parameters; "
+        f"{describe_precision(policy.model)}")
     policy.model.to(device)
     return policy
 

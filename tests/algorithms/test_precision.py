@@ -198,3 +198,12 @@ def test_the_vllm_engine_takes_the_policys_compute_dtype(monkeypatch, dtype, eng
     policy = make_policy(model_config=ModelConfig(dtype=dtype, **LORA))
     VLLMEngine.for_policy(policy, GenerationConfig(), device=CPU, seed=0, max_model_len=64)
     assert seen["dtype"] == engine_dtype
+
+
+def test_the_run_log_says_which_precision():
+    from algorithms.precision import describe
+
+    mixed = make_policy(model_config=ModelConfig(dtype="bfloat16", **LORA))
+    assert describe(mixed.model).startswith("bfloat16 compute, mixed precision")
+    assert describe(make_policy(model_config=ModelConfig(dtype="float32")).model) == \
+        "float32 weights and compute"
