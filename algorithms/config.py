@@ -125,6 +125,38 @@ class ModelConfig:
     trust_remote_code: bool = False
     """Allow model code from the checkpoint (only for models that need it)."""
 
+    kind: Literal["auto", "text", "vision"] = "auto"
+    """``text``: a causal LM (``AutoModelForCausalLM`` + ``AutoTokenizer``). ``vision``: a
+    vision-language model (``AutoModelForImageTextToText`` + its processor; the Qwen2-VL,
+    Qwen2.5-VL and Qwen3-VL families) whose prompts show the images of a visual env
+    (``docs/vlm.md``). ``auto``: ``vision`` when the model's config has a
+    ``vision_config``, else ``text`` (the offline default is a text model)."""
+
+    train_vision_tower: bool = False
+    """Vision-language models: train the vision tower's weights (merger included) too.
+    Off: the tower is frozen; LoRA adapters sit on the language model only, and a full
+    fine-tune trains the language model and the LM head. verl-agent's FSDP actor trains
+    every weight of a full fine-tune, tower included, so the ``sokoban-vl-3b`` and
+    ``ezpoints-vl-3b`` presets turn this on."""
+
+    image_min_pixels: int = 256 * 256
+    """Vision-language models: an env image of fewer pixels is scaled up to this many
+    (aspect kept) before the image processor, as verl-agent's ``process_image`` does
+    (256 x 256). 0: never scaled up."""
+
+    image_max_pixels: int = 2048 * 2048
+    """Vision-language models: an env image of more pixels is scaled down to this many
+    before the image processor (verl-agent's ``process_image``: 2048 x 2048)."""
+
+    processor_min_pixels: int | None = None
+    """Vision-language models: the image processor's lower pixel bound (it resizes every
+    image to multiples of its patch size within its bounds); ``None``: the model's own
+    (Qwen2.5-VL: 3,136)."""
+
+    processor_max_pixels: int | None = None
+    """Vision-language models: the image processor's upper pixel bound; ``None``: the
+    model's own (Qwen2.5-VL: 12,845,056)."""
+
     init_checkpoint: str | None = None
     """Start from this checkpoint (or run folder: its newest checkpoint), e.g. an ``--algo
     sft`` warm start. Its trained weights are loaded into the base model before training,
@@ -289,6 +321,13 @@ class PromptConfig:
     """Wrap the user message in the tokenizer's chat template (with the generation
     prompt). ``--prompt.no-chat-template`` sends the message as raw text (base models,
     Search-R1's base-model runs)."""
+
+    image_position: Literal["observation", "start"] = "observation"
+    """Where a visual env's image goes in the user message. ``observation``: right before
+    the current observation's text, where verl-agent's Sokoban prompt shows it ("Your
+    current observation is shown in the image: <image>"). ``start``: before everything,
+    as verl-agent's Gym Cards prompts begin with it. A template with an ``{image}``
+    placeholder puts it there instead."""
 
     response_prefix: str = ""
     """Text placed after the chat template's generation prompt, as if the model had

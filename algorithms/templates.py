@@ -27,6 +27,8 @@ TEMPLATE_PLACEHOLDERS: dict[str, str] = {
     "step_count": "steps taken so far (0 on the first step)",
     "current_step": "the number of this step, step_count + 1",
     "history_length": "how many pairs {history} holds",
+    "image": "where a visual env's image goes (replaced by the image's tokens; empty for "
+             "text envs; without it the image goes where prompt.image_position says)",
 }
 """The placeholders a prompt template may use, with what each is replaced by."""
 
@@ -69,7 +71,7 @@ def load_template(path: str | Path) -> str:
 
 def render_template(template: str, *, task: str, history: Sequence[tuple[str, str]],
                     first_step: int, observation: str, admissible_actions: Sequence[str],
-                    step_count: int, config: PromptConfig) -> str:
+                    step_count: int, config: PromptConfig, image: str = "") -> str:
     """The user message from a template checked by :func:`load_template`.
 
     Args:
@@ -81,6 +83,7 @@ def render_template(template: str, *, task: str, history: Sequence[tuple[str, st
         admissible_actions: actions the env accepts now.
         step_count: steps taken so far.
         config: prompt settings (``show_admissible_actions``).
+        image: what ``{image}`` becomes (the prompt builder's mark for the image, or ``""``).
     """
     lines = [f"[Observation {first_step + i}: '{past.strip()}', Action {first_step + i}: "
              f"'{action.strip()}']" for i, (past, action) in enumerate(history)]
@@ -88,4 +91,5 @@ def render_template(template: str, *, task: str, history: Sequence[tuple[str, st
     return template.format(
         task=task.strip(), observation=observation.strip(),
         admissible_actions=", ".join(actions), history="\n".join(lines),
-        step_count=step_count, current_step=step_count + 1, history_length=len(history))
+        step_count=step_count, current_step=step_count + 1, history_length=len(history),
+        image=image)

@@ -319,7 +319,7 @@ class SFTTrainer(Trainer):
         task_ids = held_out_task_ids(config)
         chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))
         settings = rollout_settings(config, temperature=config.generation.eval_temperature,
-                                    group_size=1, bootstrap=False)
+                                    group_size=1, bootstrap=False, vision=self.policy.vision)
         batches, offsets = [], []
         with progress_bar(self.bars, total=len(task_ids), leave=False,
                           desc="evaluation (episodes)") as bar:

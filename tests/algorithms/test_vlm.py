@@ -1,0 +1,252 @@
+"""Vision-language policies: loading, what trains, images in prompts, pixel encoding.
+
+The tiny random Qwen2.5-VL / Qwen3-VL of :mod:`benchmarks.tiny_vlm` stands in for the
+real models; the visual grid of :mod:`tests.algorithms.visual_env` for a visual env.
+verl-agent's image resizing is compared with its own ``process_image`` when
+``AGENTGYM_VERL_AGENT_PATH`` names a checkout.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+pytest.importorskip("PIL")
+
+from algorithms.agent.prompts import IMAGE_MARK, PromptBuilder  # noqa: E402
+from algorithms.config import ModelConfig, PromptConfig  # noqa: E402
+from algorithms.engines.vision import (  # noqa: E402
+    VisionProcessor,
+    check_image,
+    png_bytes,
+    png_data_url,
+    resize_like_verl_agent,
+)
+from algorithms.training.policy import adapters_only, load_policy  # noqa: E402
+from algorithms.training.vision_model import resolve_model_kind, vision_tower  # noqa: E402
+from benchmarks.tiny_vlm import save_tiny_vlm  # noqa: E402
+from tests.algorithms.tiny import make_policy  # noqa: E402
+from tests.algorithms.visual_env import (  # noqa: E402
+    MOVES,
+    TASK,
+    make_vision_policy,
+    vocabulary_texts,
+)
+
+IMAGE = np.random.default_rng(0).integers(0, 256, (24, 24, 3), dtype=np.uint8)
+
+
+def _trainable(model) -> set[str]:
+    return {name for name, parameter in model.named_parameters() if parameter.requires_grad}
+
+
+# --- what trains -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["qwen2_5_vl", "qwen3_vl"])
+def test_lora_adapts_the_language_model_only_and_the_tower_is_frozen(kind):
+    policy = make_vision_policy(kind=kind, model_config=ModelConfig(lora_rank=2))
+    tower = vision_tower(policy.model)[0]
+    trained = _trainable(policy.model)
+    assert trained and all("lora_" in name and ".language_model." in name for name in trained)
+    lora_modules = {name for name, _ in policy.model.named_modules() if "lora_A" in name}
+    assert not any(name.startswith(tower) for name in lora_modules)
+    # Qwen2.5-VL's tower has modules named like the language model's (gate/up/down_proj)
+    assert any(name.startswith(tower) and name.endswith("gate_proj")
+               for name, _ in policy.model.named_modules()) == (kind == "qwen2_5_vl")
+    assert adapters_only(policy.model)
+
+
+def test_train_vision_tower_trains_every_tower_weight_with_and_without_lora():
+    full = make_vision_policy(model_config=ModelConfig())
+    tower = vision_tower(full.model)[0]
+    assert _trainable(full.model) and not any(n.startswith(tower) for n in _trainable(full.model))
+    assert "lm_head.weight" in _trainable(full.model) or \
+        "model.language_model.embed_tokens.weight" in _trainable(full.model)
+    both = make_vision_policy(model_config=ModelConfig(train_vision_tower=True))
+    assert all(p.requires_grad for p in both.model.parameters())
+    lora = make_vision_policy(model_config=ModelConfig(lora_rank=2, train_vision_tower=True))
+    tower = vision_tower(lora.model)[0]
+    trained = _trainable(lora.model)
+    tower_weights = {n for n, _ in lora.model.named_parameters() if n.startswith(tower)}
+    assert tower_weights <= trained and tower_weights and not adapters_only(lora.model)
+    assert trained - tower_weights and all("lora_" in n for n in trained - tower_weights)
+
+
+# --- loading ---------------------------------------------------------------------------
+
+def test_a_saved_vlm_loads_through_load_policy_as_a_vision_policy(tmp_path):
+    folder = save_tiny_vlm(tmp_path / "vlm", vocabulary_texts())
+    assert resolve_model_kind("auto", str(folder)) == "vision"
+    assert resolve_model_kind("auto", None) == "text"
+    assert resolve_model_kind("text", str(folder)) == "text"
+    config = ModelConfig(name_or_path=str(folder), lora_rank=2, processor_min_pixels=28 * 28,
+                         processor_max_pixels=2 * 28 * 28)
+    policy = load_policy(config, torch.device("cpu"))
+    assert policy.vision is not None and policy.lora and adapters_only(policy.model)
+    assert type(policy.model.get_base_model()).__name__ == "Qwen2_5_VLForConditionalGeneration"
+    # the processor's bounds were overridden: a 256 x 256 image is at most 2 tokens now
+    counts = policy.vision.token_counts(policy.vision.encode([IMAGE]))
+    assert counts == [1] or counts == [2]
+    text = load_policy(ModelConfig(name_or_path=str(folder), kind="vision"),
+                       torch.device("cpu"))
+    assert text.vision.token_counts(text.vision.encode([IMAGE])) == [4]
+
+
+def test_a_text_tokenizer_is_refused_by_the_vision_processor():
+    from benchmarks.tiny_vlm import tiny_image_processor
+
+    policy = make_policy()
+    with pytest.raises(ValueError, match="no <|vision_start|> token"):
+        VisionProcessor(tiny_image_processor(), policy.tokenizer)
+
+
+# --- prompts ---------------------------------------------------------------------------
+
+def _decoded(policy, built) -> str:
+    return policy.tokenizer.decode(list(built.token_ids))
+
+
+@pytest.mark.parametrize("position", ["observation", "start"])
+def test_the_image_goes_where_image_position_says(position):
+    policy = make_vision_policy()
+    config = PromptConfig(image_position=position, think=False, history_window=2)
+    builder = PromptBuilder(policy.tokenizer, config, policy.vision)
+    built = builder.build(TASK, [("You moved.", "up")], "The grid is in the image.",
+                          tuple(MOVES), images=[IMAGE])
+    image_id = policy.vision.image_token_id
+    assert built.images[0] is IMAGE and list(built.token_ids).count(image_id) == 4
+    text = _decoded(policy, built)
+    assert IMAGE_MARK not in built.text
+    shown = "<|vision_start|> " + "<|image_pad|> " * 4 + "<|vision_end|>"
+    if position == "observation":
+        assert f"Now you see: {shown} The grid is in the image." in text
+    else:  # the message opens with it, right after the chat template's user header
+        assert text.startswith(f"<|im_start|> user {shown} You are an agent")
+    # the history keeps its text: past images are never shown
+    assert "You saw: You moved." in text and text.count("<|vision_start|>") == 1
+    # without an image the same builder writes the text prompt
+    plain = builder.build(TASK, [], "The grid is in the image.", tuple(MOVES))
+    assert image_id not in plain.token_ids and plain.images == ()
+
+
+def test_a_template_places_the_image_at_its_placeholder(tmp_path):
+    policy = make_vision_policy()
+    template = tmp_path / "t.txt"
+    template.write_text("Your task: {task}\nNow you see: {image} then\n{observation}")
+    builder = PromptBuilder(policy.tokenizer, PromptConfig(template=str(template)),
+                            policy.vision)
+    built = builder.build(TASK, [], "You moved.", tuple(MOVES), images=[IMAGE])
+    assert "see: <|vision_start|>" in _decoded(policy, built)
+    # a template without {image}: where image_position says
+    template.write_text("Your task: {task}\nNow you see: {observation}")
+    for position, expected in (("observation", "see: <|vision_start|>"),
+                               ("start", "user <|vision_start|>")):
+        builder = PromptBuilder(policy.tokenizer, PromptConfig(template=str(template),
+                                                               image_position=position),
+                                policy.vision)
+        text = _decoded(policy, builder.build(TASK, [], "You moved.", (), images=[IMAGE]))
+        assert expected in text and text.count("<|image_pad|>") == 4
+
+
+def test_image_tokens_count_against_the_budget_and_the_image_is_never_cut():
+    policy = make_vision_policy()
+    builder = PromptBuilder(policy.tokenizer, PromptConfig(think=False), policy.vision)
+    full = builder.build(TASK, [("You moved.", "up")] * 2, "You bump into the wall. " * 5,
+                         tuple(MOVES), images=[IMAGE])
+    tight = PromptBuilder(policy.tokenizer, PromptConfig(think=False,
+                                                         max_prompt_tokens=len(
+                                                             full.token_ids) - 20),
+                          policy.vision)
+    cut = tight.build(TASK, [("You moved.", "up")] * 2, "You bump into the wall. " * 5,
+                      tuple(MOVES), images=[IMAGE])
+    assert cut.was_cut and len(cut.token_ids) <= len(full.token_ids) - 20
+    assert list(cut.token_ids).count(policy.vision.image_token_id) == 4
+
+
+def test_images_need_a_vision_policy_and_one_image_per_step():
+    text_policy = make_policy()
+    with pytest.raises(ValueError, match="policy is a text model"):
+        PromptBuilder(text_policy.tokenizer, PromptConfig()).build(TASK, [], "x",
+                                                                  images=[IMAGE])
+    policy = make_vision_policy()
+    with pytest.raises(ValueError, match="one image"):
+        PromptBuilder(policy.tokenizer, PromptConfig(), policy.vision).build(
+            TASK, [], "x", images=[IMAGE, IMAGE])
+
+
+# --- pixels ----------------------------------------------------------------------------
+
+def test_encoding_is_a_pure_function_of_the_image():
+    policy = make_vision_policy()
+    first = policy.vision.encode([IMAGE, IMAGE[:10]])
+    second = policy.vision.encode([IMAGE.copy(), IMAGE[:10].copy()])
+    assert first.pixel_values.dtype == np.float32
+    assert np.array_equal(first.pixel_values, second.pixel_values)
+    assert np.array_equal(first.image_grid_thw, second.image_grid_thw)
+    tensors = policy.vision.tensors([(IMAGE,), (), (IMAGE[:10],)], "cpu")
+    assert torch.equal(tensors["pixel_values"], torch.as_tensor(first.pixel_values))
+    assert policy.vision.tensors([(), ()], "cpu") == {}
+
+
+def test_resize_like_verl_agent_by_hand():
+    small = resize_like_verl_agent(IMAGE)  # 576 pixels -> 256 * 256: factor sqrt(65536/576)
+    side = int(24 * (65536 / 576) ** 0.5)
+    assert small.shape == (side, side, 3) == (256, 256, 3)
+    wide = np.zeros((10, 4000, 3), dtype=np.uint8)
+    assert resize_like_verl_agent(wide, min_pixels=0, max_pixels=10_000).shape == (
+        int(10 * 0.5), int(4000 * 0.5), 3)
+    same = np.zeros((300, 300, 3), dtype=np.uint8)
+    assert resize_like_verl_agent(same) is not same
+    assert np.array_equal(resize_like_verl_agent(same), same)
+    with pytest.raises(ValueError, match="uint8"):
+        check_image(np.zeros((4, 4, 3), dtype=np.float32))
+
+
+def test_png_bytes_decode_to_the_image():
+    from PIL import Image
+
+    picture = np.asarray(Image.open(io.BytesIO(png_bytes(IMAGE))))
+    assert picture.dtype == np.uint8 and np.array_equal(picture, IMAGE)
+    assert png_data_url(IMAGE).startswith("data:image/png;base64,iVBOR")
+
+
+VERL_AGENT = os.environ.get("AGENTGYM_VERL_AGENT_PATH")
+
+
+@pytest.mark.skipif(not VERL_AGENT, reason="set AGENTGYM_VERL_AGENT_PATH to a verl-agent "
+                                           "checkout to compare with its process_image")
+def test_resize_equals_verl_agents_process_image():
+    path = Path(VERL_AGENT) / "agent_system" / "multi_turn_rollout" / "utils.py"
+    if not path.exists():
+        pytest.fail(f"AGENTGYM_VERL_AGENT_PATH={VERL_AGENT} has no {path}")
+    saved = sys.modules.get("verl")
+    stub = types.ModuleType("verl")
+    stub.DataProto = object  # all utils.py imports from verl; process_image never uses it
+    sys.modules["verl"] = stub
+    try:
+        spec = importlib.util.spec_from_file_location("verl_agent_rollout_utils", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            del sys.modules["verl"]
+        else:
+            sys.modules["verl"] = saved
+    rng = np.random.default_rng(5)
+    shapes = [(24, 24), (96, 96), (6, 300), (255, 257), (256, 256), (3000, 1500),
+              (2048, 2049), (1, 1), (480, 640)]
+    for height, width in shapes:
+        image = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+        theirs = np.asarray(module.process_image(image))
+        assert np.array_equal(resize_like_verl_agent(image), theirs), (height, width)
+    blank = np.zeros((40, 40, 3), dtype=np.uint8)  # their float branch (max < 1)
+    assert np.array_equal(resize_like_verl_agent(blank), np.asarray(module.process_image(blank)))
