@@ -153,3 +153,21 @@ def make_vision_policy(*, kind: str = "qwen2_5_vl", seed: int = 0, model_config:
 
     return tiny_vlm_policy(vocabulary_texts(), kind=kind, seed=seed, hidden=hidden,
                            model_config=model_config)
+
+
+def visual_config(algo: str = "gigpo", *, iterations: int = 2, model: dict[str, Any] | None = None,
+                  **run: Any):
+    """A training config on the visual grid, sized for the tiny vision-language model:
+    2 groups x 2, 3 steps, 8-token answers without ``<think>``."""
+    from algorithms.config import TrainConfig, replace
+
+    return replace(
+        TrainConfig(algo=algo, preset="visual-test"),
+        model=model or {},
+        generation={"max_new_tokens": 8, "engine": "hf", "batch_size": 64},
+        prompt={"think": False, "max_prompt_tokens": 400},
+        env={"env_id": ENV_ID, "num_groups": 2, "group_size": 2, "max_steps": 3,
+             "eval_episodes": 2},
+        learner={"lr": 1e-3, "mini_batch_size": 8, "micro_batch_size": 4, "kl_coef": 0.01},
+        run={"iterations": iterations, "save_every": 1, "keep_checkpoints": 2,
+             "tensorboard": False, "progress": False, "device": "cpu", **run})
