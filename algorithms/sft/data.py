@@ -21,6 +21,12 @@ exactly as the model should write it, response prefix included; overrides ``acti
 ``expert_action``, ...) are kept for reading but not used. A malformed line is refused
 with its line number and what is wrong (:class:`SFTDataError`).
 
+Visual envs: a step may have ``image``, the path of a PNG file (relative to the JSONL
+file's folder) of the image the agent saw with ``observation``; the prompt shows it as the
+RL rollout does (:mod:`algorithms.agent.prompts`), for a vision-language policy. Data
+generated on a visual env (:func:`expert_trajectories`) are written that way, the images
+in the folder ``<file stem>_images/`` beside the file (:func:`write_trajectories`).
+
 **Tokenization** (:func:`build_examples`) reuses the RL stage's
 :class:`~algorithms.agent.prompts.PromptBuilder`, so an SFT sample is exactly what the RL
 rollout would have built: in the ``window`` layout one sample per step (the task, the
@@ -42,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from algorithms.agent.env_slot import split_observation
 from algorithms.agent.prompts import PromptBuilder, PromptTooLongError
 from algorithms.agent.task_choice import choose_task_ids
 from algorithms.config import PromptConfig, TaskOrder
@@ -61,6 +68,7 @@ class ExpertStep:
         admissible_actions: the actions the env offered (empty: free-form).
         thought: reasoning for the ``<think>`` block (``None``: :func:`default_thought`).
         response: the whole answer to train on, or ``None`` to render it.
+        image: the (H, W, 3) uint8 image the agent saw (a visual env), or ``None``.
     """
 
     observation: str
@@ -68,6 +76,7 @@ class ExpertStep:
     admissible_actions: tuple[str, ...] = ()
     thought: str | None = None
     response: str | None = None
+    image: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -84,11 +93,20 @@ class ExpertTrajectory:
     steps: tuple[ExpertStep, ...]
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSONL object of this trajectory (optional step keys only when set)."""
+    def to_json(self, images: Sequence[str] = ()) -> dict[str, Any]:
+        """The JSONL object of this trajectory (optional step keys only when set);
+        ``images``: the file names of its steps' images, in step order (steps without
+        one skipped), when it has any."""
         steps = []
+        names = iter(images)
         for step in self.steps:
             item: dict[str, Any] = {"observation": step.observation}
+            if step.image is not None:
+                name = next(names, None)
+                if name is None:
+                    raise ValueError("a step's image needs a file name: write images with "
+                                     "write_trajectories")
+                item["image"] = name
             if step.admissible_actions:
                 item["admissible_actions"] = list(step.admissible_actions)
             item["action"] = step.action
@@ -99,15 +117,24 @@ class ExpertTrajectory:
         return {"task": self.task, "steps": steps, **self.extra}
 
 
-_STEP_KEYS = {"observation", "action", "admissible_actions", "thought", "response"}
+_STEP_KEYS = {"observation", "action", "admissible_actions", "thought", "response", "image"}
 
 
-def parse_trajectory(line: str, number: int) -> ExpertTrajectory:
+def read_png(path: Path) -> np.ndarray:
+    """A PNG file as an (H, W, 3) uint8 array (its alpha, if any, dropped)."""
+    from PIL import Image
+
+    with Image.open(path) as picture:
+        return np.asarray(picture.convert("RGB"))
+
+
+def parse_trajectory(line: str, number: int, base: Path | None = None) -> ExpertTrajectory:
     """One JSONL line as a trajectory.
 
     Args:
         line: the line's text.
         number: its 1-based line number (for the message).
+        base: the folder steps' ``image`` paths are relative to (default: the current one).
 
     Raises:
         SFTDataError: ``line N: <what is wrong>``.
@@ -138,16 +165,25 @@ def parse_trajectory(line: str, number: int) -> ExpertTrajectory:
         actions = step.get("admissible_actions", [])
         if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
             raise fail(f"{where}.admissible_actions must be a list of strings")
-        for key in ("thought", "response"):
+        for key in ("thought", "response", "image"):
             if key in step and not isinstance(step[key], str):
                 raise fail(f"{where}.{key} must be a string")
         unknown = set(step) - _STEP_KEYS
         if unknown:
             raise fail(f"{where} has unknown keys {sorted(unknown)} (allowed: "
                        f"{sorted(_STEP_KEYS)})")
+        image = None
+        if "image" in step:
+            path = (base or Path()) / step["image"]
+            try:
+                image = read_png(path)
+            except (OSError, ValueError) as error:
+                raise fail(f"{where}.image {path}: cannot read it as an image "
+                           f"({error})") from None
         parsed.append(ExpertStep(observation=step["observation"], action=step["action"],
                                  admissible_actions=tuple(actions),
-                                 thought=step.get("thought"), response=step.get("response")))
+                                 thought=step.get("thought"), response=step.get("response"),
+                                 image=image))
     extra = {k: v for k, v in record.items() if k not in ("task", "steps")}
     return ExpertTrajectory(task=task, steps=tuple(parsed), extra=extra)
 
@@ -167,7 +203,7 @@ def read_trajectories(path: str | Path) -> list[ExpertTrajectory]:
             if not line.strip():
                 continue
             try:
-                trajectories.append(parse_trajectory(line, number))
+                trajectories.append(parse_trajectory(line, number, path.parent))
             except SFTDataError as error:
                 raise SFTDataError(f"{path} {error}") from None
     if not trajectories:
@@ -176,11 +212,24 @@ def read_trajectories(path: str | Path) -> list[ExpertTrajectory]:
 
 
 def write_trajectories(path: str | Path, trajectories: Iterable[ExpertTrajectory]) -> int:
-    """Write trajectories as JSONL (one per line); return how many."""
+    """Write trajectories as JSONL (one per line); return how many. Steps' images go to
+    PNG files ``<stem>_images/<trajectory>_<step>.png`` beside the file, which the lines
+    name (relative to the file's folder)."""
+    from algorithms.engines.vision import png_bytes
+
+    path = Path(path)
     count = 0
-    with Path(path).open("w", encoding="utf-8") as out:
+    with path.open("w", encoding="utf-8") as out:
         for trajectory in trajectories:
-            out.write(json.dumps(trajectory.to_json(), ensure_ascii=False) + "\n")
+            names = []
+            for index, step in enumerate(trajectory.steps):
+                if step.image is None:
+                    continue
+                name = f"{path.stem}_images/{count:06d}_{index:03d}.png"
+                (path.parent / name).parent.mkdir(parents=True, exist_ok=True)
+                (path.parent / name).write_bytes(png_bytes(step.image))
+                names.append(name)
+            out.write(json.dumps(trajectory.to_json(names), ensure_ascii=False) + "\n")
             count += 1
     return count
 
@@ -261,8 +310,9 @@ def _expert_episode(env: Any, env_id: str, task_id: str, perturb: float,
         if others and perturb > 0 and rng.random() < perturb:
             action = others[int(rng.integers(len(others)))]
             perturbed.append(len(steps))
-        steps.append(ExpertStep(observation=str(observation), action=action,
-                                admissible_actions=admissible))
+        text, image = split_observation(observation)
+        steps.append(ExpertStep(observation=text, action=action,
+                                admissible_actions=admissible, image=image))
         observation, _, terminated, truncated, info = env.step(action)
         success = bool(info.get("success", False))
         if terminated or truncated:
@@ -306,10 +356,12 @@ class SFTExample:
     Attributes:
         input_ids: (L,) the token ids.
         loss_mask: (L,) 1 on the response tokens that the loss covers, else 0.
+        images: the (H, W, 3) uint8 images the prompt shows (a visual env's step).
     """
 
     input_ids: tuple[int, ...]
     loss_mask: tuple[int, ...]
+    images: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def response_tokens(self) -> int:
@@ -358,8 +410,8 @@ def response_ids(tokenizer: Any, answer: str, prompt: PromptConfig,
 
 
 def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
-                   prompt: PromptConfig, *, stop: Sequence[str], max_new_tokens: int
-                   ) -> tuple[list[SFTExample], ExampleStats]:
+                   prompt: PromptConfig, *, stop: Sequence[str], max_new_tokens: int,
+                   vision: Any = None) -> tuple[list[SFTExample], ExampleStats]:
     """Tokenize trajectories in the RL stage's prompt layout (module docstring).
 
     Args:
@@ -368,6 +420,9 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
         prompt: the RL stage's prompt settings (layout, template, chat template, prefix).
         stop: the stop strings in effect (``TrainConfig.stop_strings``).
         max_new_tokens: longest response.
+        vision: a vision-language policy's
+            :class:`~algorithms.engines.vision.VisionProcessor`: steps with an image show
+            it in their prompts, as the RL rollout's do (``None``: a text policy).
 
     Returns:
         ``(examples, stats)``: one example per step (``window``) or per trajectory
@@ -375,9 +430,10 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
 
     Raises:
         SFTDataError: an answer that does not start with the response prefix (naming the
-            trajectory and step).
+            trajectory and step), or steps with images in the transcript layout or for a
+            text policy.
     """
-    builder = PromptBuilder(tokenizer, prompt)
+    builder = PromptBuilder(tokenizer, prompt, vision)
     stats = ExampleStats()
     examples: list[SFTExample] = []
     transcript = prompt.layout == "transcript"
@@ -393,6 +449,11 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
                                       prompt, stop, max_new_tokens)
             except ValueError as error:
                 raise SFTDataError(f"trajectory {number} step {index}: {error}") from None
+            if step.image is not None and (transcript or vision is None):
+                raise SFTDataError(
+                    f"trajectory {number} step {index} has an image: " + (
+                        "the transcript layout does not take images" if transcript else
+                        "the policy is a text model (give a vision-language model)"))
             if transcript and index > 0:
                 env_text = list(builder.encode_text(step.observation))
                 if prompt.max_observation_tokens is not None and \
@@ -406,7 +467,8 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
             else:
                 try:
                     built = builder.build(trajectory.task, history, step.observation,
-                                          step.admissible_actions)
+                                          step.admissible_actions,
+                                          images=() if step.image is None else (step.image,))
                 except PromptTooLongError:  # the RL rollout ends such a trajectory
                     stats.steps_dropped += len(trajectory.steps) - index
                     break
@@ -420,7 +482,8 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
             mask += [0] * len(context) + [1] * len(answer[0])
             history.append((step.observation, step.action))
             if not transcript:
-                examples.append(SFTExample(tuple(ids), tuple(mask)))
+                examples.append(SFTExample(tuple(ids), tuple(mask),
+                                           images=() if step.image is None else (step.image,)))
         if transcript and any(mask):
             examples.append(SFTExample(tuple(ids), tuple(mask)))
     return examples, stats

@@ -297,10 +297,11 @@ def _prepare_tokenizer(tokenizer: Any) -> Any:
 
 
 def attach_lora(model: Any, config: ModelConfig, *, seed: int = 0,
-                language_only: bool = False) -> Any:
+                language_only: bool = False, targets: str | None = None) -> Any:
     """Wrap ``model`` with LoRA adapters on the configured modules that exist in it (with
     ``language_only``, a vision-language model's: those outside its vision tower,
-    :func:`~algorithms.training.vision_model.language_lora_targets`).
+    :func:`~algorithms.training.vision_model.language_lora_targets`; ``targets``: PEFT's
+    ``target_modules`` pattern as given, e.g. a saved one).
 
     The adapters' random initialisation (PEFT draws ``lora_A`` from torch's global RNG;
     ``lora_B`` starts at zero, so the wrapped model computes what ``model`` did) is drawn
@@ -309,19 +310,21 @@ def attach_lora(model: Any, config: ModelConfig, *, seed: int = 0,
     """
     from peft import LoraConfig, get_peft_model
 
-    targets: list[str] | str
-    if language_only:
-        targets = vision_model.language_lora_targets(model, config.lora_target_modules)
+    chosen: list[str] | str
+    if targets is not None:
+        chosen = targets
+    elif language_only:
+        chosen = vision_model.language_lora_targets(model, config.lora_target_modules)
     else:
         present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-        targets = [t for t in config.lora_target_modules if t in present]
-        if not targets:
+        chosen = [t for t in config.lora_target_modules if t in present]
+        if not chosen:
             raise ValueError(
                 f"none of lora_target_modules {config.lora_target_modules} exist in the "
                 f"model; module names include {sorted(present)[:20]}"
             )
     lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
-                      lora_dropout=config.lora_dropout, target_modules=targets,
+                      lora_dropout=config.lora_dropout, target_modules=chosen,
                       bias="none", task_type="CAUSAL_LM")
     devices = sorted({parameter.device.index or 0 for parameter in model.parameters()
                       if parameter.device.type == "cuda"})
@@ -652,8 +655,9 @@ def score_responses(
     attention = torch.cat([prompt_mask, response_mask], dim=1)
     backbone, lm_head = split_model(model)
     if vision:
+        context = torch.cat([prompt_mask, torch.zeros_like(response_mask)], dim=1)
         hidden = vision_model.vision_hidden_states(
-            backbone, input_ids, attention, prompt_width=width,
+            backbone, input_ids, attention, context=context,
             pixel_values=vision["pixel_values"], image_grid_thw=vision["image_grid_thw"])
     else:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)

@@ -155,24 +155,25 @@ def language_lora_targets(model: nn.Module, targets: Sequence[str]) -> str:
 
 
 def vision_hidden_states(backbone: nn.Module, input_ids: torch.Tensor,
-                         attention_mask: torch.Tensor, *, prompt_width: int,
+                         attention_mask: torch.Tensor, *, context: torch.Tensor,
                          pixel_values: torch.Tensor, image_grid_thw: torch.Tensor
                          ) -> torch.Tensor:
     """Last hidden states of sequences whose prompts show images: (B, L) -> (B, L, H).
 
     Args:
         backbone: the Qwen-VL model under the LM head (``model.model``).
-        input_ids, attention_mask: (B, L) sequences (left-padded prompts, then responses).
-        prompt_width: ``P``: the prompt columns; only image tokens there are images.
+        input_ids, attention_mask: (B, L) sequences (prompts and their responses, padded
+            on either side).
+        context: (B, L) bool, the prompt tokens: only image tokens there are images (a
+            response's are the text tokens they were when sampled).
         pixel_values: (patches, D) pixel values of the rows' images, row after row.
         image_grid_thw: (n, 3) patch grid of each image.
 
     Raises:
         ValueError: the prompts' image tokens and the images' token counts differ.
     """
-    places = torch.zeros_like(input_ids, dtype=torch.bool)
-    places[:, :prompt_width] = input_ids[:, :prompt_width] == backbone.config.image_token_id
-    places &= attention_mask.bool()
+    places = (input_ids == backbone.config.image_token_id) & context.bool() \
+        & attention_mask.bool()
     text_positions = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
     rope_positions, _ = backbone.get_rope_index(input_ids, mm_token_type_ids=places.int(),
                                                 image_grid_thw=image_grid_thw,

@@ -76,10 +76,112 @@ def test_vlm_full_fine_tune_moves_the_language_model_not_the_frozen_tower(tmp_pa
     assert saved and not any(n.startswith(tower) for n in saved)
     # the records keep what the model saw: a prompt with the image's tokens
     records = read_records(tmp_path / "records" / "train" / "iter_000001.jsonl.gz")
-    assert "<|image_pad|>" in records[0]["steps"][0]["prompt"]
+    first = records[0]["steps"][0]
+    assert "<|image_pad|>" in first["prompt"] and first["images"][0].endswith(".png")
+    # the observation anchor holds the image's bytes: written short
+    assert first["anchor"].startswith("('The grid is in the image.', <1728 bytes sha256:")
 
 
 def test_ppo_refuses_a_vision_policy(tmp_path):
     with pytest.raises(ValueError, match="critic does not take images"):
         Trainer(visual_config("ppo", iterations=1), policy=make_vision_policy(),
                 run_dir=tmp_path).setup()
+
+
+# --- SFT on a visual env's expert ------------------------------------------------------
+
+def _expert(episodes: int = 6):
+    from algorithms.sft.data import expert_trajectories
+    from tests.algorithms.visual_env import ENV_ID
+
+    return expert_trajectories(ENV_ID, {"max_steps": 6}, episodes)
+
+
+def test_visual_expert_data_round_trip_with_png_images(tmp_path):
+    import numpy as np
+
+    from algorithms.sft.data import SFTDataError, read_trajectories, write_trajectories
+
+    trajectories = _expert()
+    assert all(t.extra["success"] for t in trajectories)
+    assert all(step.image is not None for t in trajectories for step in t.steps)
+    path = tmp_path / "data" / "grid.jsonl"
+    path.parent.mkdir()
+    write_trajectories(path, trajectories)
+    assert (path.parent / "grid_images" / "000000_000.png").is_file()
+    back = read_trajectories(path)
+    for ours, theirs in zip(trajectories, back, strict=True):
+        assert [s.action for s in ours.steps] == [s.action for s in theirs.steps]
+        for a, b in zip(ours.steps, theirs.steps, strict=True):
+            assert np.array_equal(a.image, b.image)
+    (path.parent / "grid_images" / "000000_000.png").write_bytes(b"not a png")
+    with pytest.raises(SFTDataError, match=r"line 1: steps\[0\].image .* cannot read it"):
+        read_trajectories(path)
+
+
+def test_sft_loss_on_images_agrees_with_the_rl_scorer():
+    """An SFT sample of a visual step is the RL prompt with its image; its loss is the RL
+    scorer's negative log-likelihood of the same response on the same pixels."""
+    from algorithms.agent.step_batch import pad_left, pad_right
+    from algorithms.config import PromptConfig
+    from algorithms.sft.data import build_examples
+    from algorithms.sft.trainer import collate, response_nll
+    from algorithms.training.policy import score_responses
+
+    policy = make_vision_policy(seed=4, model_config=ModelConfig(lora_rank=2))
+    with torch.no_grad():
+        for name, parameter in policy.model.named_parameters():
+            if "lora_B" in name:
+                parameter.fill_(0.1)
+    prompt = PromptConfig(think=False)
+    examples, stats = build_examples(_expert(3), policy.tokenizer, prompt,
+                                     stop=("</action>",), max_new_tokens=8,
+                                     vision=policy.vision)
+    assert stats.steps == len(examples) > 2 and all(len(e.images) == 1 for e in examples)
+    image_id = policy.vision.image_token_id
+    assert all(e.input_ids.count(image_id) == 4 for e in examples)
+    ids, attention, mask = collate(examples, int(policy.tokenizer.pad_token_id), "cpu")
+    vision = policy.vision.tensors([e.images for e in examples], "cpu")
+    with torch.no_grad():
+        nll, tokens = response_nll(policy.model, ids, attention, mask, vision)
+        prompts = [e.input_ids[: e.loss_mask.index(1)] for e in examples]
+        responses = [e.input_ids[e.loss_mask.index(1):] for e in examples]
+        p_ids, p_mask = pad_left(prompts, 0)
+        r_ids, r_mask = pad_right(responses, 0)
+        scored = score_responses(policy.model, torch.tensor(p_ids), torch.tensor(p_mask),
+                                 torch.tensor(r_ids), torch.tensor(r_mask), vision=vision)
+    assert tokens == int(r_mask.sum())
+    assert torch.allclose(nll, -(scored.log_probs * torch.tensor(r_mask)).sum(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("lora", [0, 2])
+def test_sft_on_the_visual_expert_then_an_rl_run_starts_from_it(tmp_path, lora):
+    from algorithms.config import replace
+    from algorithms.sft.trainer import SFTTrainer
+    from algorithms.training.warm_start import apply_init_checkpoint
+
+    model = {"lora_rank": lora, "lora_alpha": 2 * lora if lora else 32}
+    config = replace(visual_config(iterations=1, model=model), algo="sft",
+                     sft={"episodes": 6, "batch_size": 4, "micro_batch_size": 2,
+                          "max_steps": 2, "lr": 1e-2},
+                     run={"save_every": 1000})
+    trained = make_vision_policy(seed=5, model_config=ModelConfig(**model))
+    before = _weights(trained.model)
+    SFTTrainer(config, policy=trained, run_dir=tmp_path / "sft").run()
+    assert (tmp_path / "sft" / "sft_data_images").is_dir()
+    moved = {n for n, w in _weights(trained.model).items() if not torch.equal(w, before[n])}
+    tower = vision_tower(trained.model)[0]
+    assert moved and not any(n.startswith(tower) for n in moved)
+    inputs = torch.tensor([[3, 10, 11, 12, 13]])
+    with torch.no_grad():
+        expected = trained.model(input_ids=inputs).logits
+    for rl_lora in (0, 2):
+        fresh = make_vision_policy(seed=5, model_config=ModelConfig(lora_rank=rl_lora))
+        started = apply_init_checkpoint(fresh, ModelConfig(lora_rank=rl_lora,
+                                                           init_checkpoint=str(tmp_path / "sft")))
+        assert started.vision is not None and started.lora == (rl_lora > 0)
+        with torch.no_grad():
+            assert torch.allclose(started.model(input_ids=inputs).logits, expected, atol=1e-5)
+        if rl_lora:  # fresh adapters on the language model of the SFT model
+            assert all(".language_model." in n for n, p in started.model.named_parameters()
+                       if p.requires_grad)
