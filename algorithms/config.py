@@ -1467,6 +1467,72 @@ def _sokoban() -> TrainConfig:
     )
 
 
+def _sokoban_vl_3b() -> TrainConfig:
+    """verl-agent's ``examples/gigpo_trainer/run_sokoban.sh`` as written: Qwen2.5-VL-3B-Instruct
+    on rendered 6 x 6 Sokoban rooms (``env.sokoban.mode='rgb_array'``, ``data.image_key=images``).
+
+    As the script: GiGPO, 32 groups x 8, 15 steps, prompts 1024 / responses 512 tokens,
+    lr 1e-6, mini-batches of 64 steps in micro-batches of 8, KL loss 0.01 (low-variance),
+    penalty 0.1, gamma 0.95, omega 1, ``mean_norm``, gradient checkpointing, training
+    temperature 1.0 and evaluation at 0.4 on 128 rooms every 5 iterations and before
+    training (``val_before_train``), 150 iterations, vLLM at 0.6 of the GPU memory, every
+    weight trained (verl's FSDP actor trains the vision tower too: ``train_vision_tower``),
+    the image shown where verl-agent's visual template shows it (after "Your current
+    observation is shown in the image:"), no history (the visual template has none), a
+    frame of fewer than 256 x 256 pixels scaled up to that many before the image processor
+    (verl-agent's ``process_image``). Differs: the evaluation rooms are the same 128 each time, seeds
+    65,536 to 65,663 (the script draws new ones at each evaluation), as in the ``sokoban``
+    preset; the prompt is this library's wording with the image in that place, not
+    verl-agent's text (a template file with an ``{image}`` placeholder gives any wording);
+    a prompt over 1024 tokens loses its text from the start (the image is never cut; the
+    script's ``truncation='error'`` stops the run); one process samples with tensor
+    parallel size 1 (the script: 2); the env steps in-process, not in Ray actors.
+    """
+    base = TrainConfig(preset="sokoban-vl-3b")
+    return replace(
+        base,
+        model={"name_or_path": "Qwen/Qwen2.5-VL-3B-Instruct", "kind": "vision",
+               "gradient_checkpointing": True, "train_vision_tower": True},
+        generation={"engine": "vllm", "max_new_tokens": 512,
+                    "vllm": {"gpu_memory_utilization": 0.6}},
+        prompt={"max_prompt_tokens": 1024, "history_window": 0,
+                "image_position": "observation"},
+        env={"env_id": "AgentGym/SokobanVisual-v0", "num_groups": 32, "group_size": 8,
+             "max_steps": 15, "eval_env_kwargs": json.dumps({"first_seed": 2**16}),
+             "eval_episodes": 128},
+        learner={"lr": 1e-6, "normalize": "mean", "kl_coef": 0.01, "mini_batch_size": 64,
+                 "micro_batch_size": 8},
+        run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
+    )
+
+
+def _ezpoints_vl_3b() -> TrainConfig:
+    """verl-agent's ``examples/gigpo_trainer/run_ezpoints.sh`` as written: Qwen2.5-VL-3B-Instruct
+    on Gym Cards' EZPoints (two cards in the image; build a formula equal to 12).
+
+    As the script: ``run_sokoban.sh``'s settings (see the ``sokoban-vl-3b`` preset) except
+    16 groups x 8, 8 steps, mini-batches of 128 steps, 100 iterations; the image opens the
+    user message, as verl-agent's Gym Cards prompts begin with it; no history. The answer
+    is sent to the env whole (``action_tag`` empty, no ``<think>``): verl-agent's EZPoints
+    prompt asks for a JSON object whose ``"action"`` the env's own projection reads
+    (``gym_projection``), so the env, not the agent loop, reads the action and says
+    whether it was valid. Differs: this library's wording of the prompt (a template file
+    with an ``{image}`` placeholder gives any); the held-out evaluation plays the eval
+    env's first 128 tasks, the same each time; tensor parallel size 1; env steps
+    in-process.
+    """
+    base = dataclasses.replace(_sokoban_vl_3b(), preset="ezpoints-vl-3b")
+    return replace(
+        base,
+        prompt={"max_prompt_tokens": 1024, "history_window": 0, "image_position": "start",
+                "think": False, "action_tag": "", "show_admissible_actions": False},
+        env={"env_id": "AgentGym/EZPoints-v0", "num_groups": 16, "group_size": 8,
+             "max_steps": 8, "eval_env_kwargs": "{}", "eval_episodes": 128},
+        learner={"mini_batch_size": 128, "micro_batch_size": 8},
+        run={"iterations": 100, "eval_every": 5, "eval_before_train": True},
+    )
+
+
 def _searchqa_3b() -> TrainConfig:
     """verl-agent's ``examples/gigpo_trainer/run_search.sh`` (GiGPO with similarity groups)
     at the paper's 3B size.
@@ -1537,6 +1603,8 @@ PRESETS: dict[str, TrainConfig] = {
     "alfworld-7b-lora": _alfworld_7b_lora(),
     "webshop-1.5b": _webshop_1_5b(),
     "sokoban": _sokoban(),
+    "sokoban-vl-3b": _sokoban_vl_3b(),
+    "ezpoints-vl-3b": _ezpoints_vl_3b(),
     "searchqa-3b": _searchqa_3b(),
     "searchqa-3b-transcript": _searchqa_3b_transcript(),
 }
@@ -1567,6 +1635,12 @@ PRESET_HELP: dict[str, str] = {
     "sokoban": "verl-agent's run_sokoban.sh in text: Qwen2.5-3B-Instruct on 6x6 "
               "Sokoban (1 box), 32 groups x 8, 15 steps, mean-only normalization, "
               "lr 1e-6, KL 0.01.",
+    "sokoban-vl-3b": "verl-agent's run_sokoban.sh: Qwen2.5-VL-3B-Instruct on rendered 6x6 "
+                     "Sokoban rooms (AgentGym/SokobanVisual-v0), 32 groups x 8, 15 steps, "
+                     "every weight trained, lr 1e-6, KL 0.01.",
+    "ezpoints-vl-3b": "verl-agent's run_ezpoints.sh: Qwen2.5-VL-3B-Instruct on Gym Cards' "
+                      "EZPoints (AgentGym/EZPoints-v0), 16 groups x 8, 8 steps, the image "
+                      "first, the whole answer sent to the env.",
     "searchqa-3b": "verl-agent's run_search.sh at 3B: Qwen2.5-3B-Instruct on Search-QA, "
                    "256 x 5, 4 turns, penalty 0.01, history 4, similarity groups 0.9.",
     "searchqa-3b-transcript": "Search-R1's train_grpo.sh: Qwen2.5-3B, one growing transcript "

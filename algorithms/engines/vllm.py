@@ -58,7 +58,8 @@ max_model_len=..., enforce_eager=..., generation_config="vllm")``;
 [...]}`` prompts; ``RequestOutput.outputs[0].token_ids`` (the EOS token included when the
 model stopped by itself); ``LLM.collective_rpc("reload_weights", kwargs={
 "weights_iterator": ..., "is_checkpoint_format": True})``; ``LLM.sleep(level=...)``,
-``LLM.wake_up(tags=[...])``; ``vllm.platforms.current_platform.is_cpu()``. The CPU worker
+``LLM.wake_up(tags=[...])``; ``LLM.llm_engine.reset_encoder_cache()`` (the cached vision
+encoder outputs, dropped after a weight sync of a vision-language policy); ``vllm.platforms.current_platform.is_cpu()``. The CPU worker
 replaces ``torch.set_num_threads`` by a no-op when it binds its threads, and without
 ``OMP_NUM_THREADS`` in the environment vLLM drops torch to one thread; since the worker
 runs in this process, the engine sets ``OMP_NUM_THREADS`` to torch's current thread count
@@ -445,3 +446,5 @@ class VLLMEngine:
         self.llm.collective_rpc("reload_weights", kwargs={
             "weights_iterator": items, "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()
+        if self.vision is not None:  # images encoded by the old vision tower: stale
+            self.llm.llm_engine.reset_encoder_cache()

@@ -82,7 +82,9 @@ def test_vllm_samples_prompts_with_images_on_policy(engine, policy):
     rows = engine.generate(prompts, temperature=1.0, max_new_tokens=12, seed=3,
                            images=images)
     assert all(len(row) and len(row.log_probs) == len(row) for row in rows)
-    assert _gap(rows, _scored(policy, prompts, images, rows)) < TOLERANCE
+    gap = _gap(rows, _scored(policy, prompts, images, rows))
+    print(f"\nvLLM vs learner, fresh weights: largest log-prob gap {gap:.2e}")
+    assert gap < TOLERANCE
     again = engine.generate(prompts, temperature=1.0, max_new_tokens=12, seed=3,
                             images=images)
     assert [tuple(r) for r in again] == [tuple(r) for r in rows]
@@ -100,4 +102,6 @@ def test_vllm_weight_sync_of_a_vision_language_policy(engine, policy):
     engine.sync_weights(policy.model)
     rows = engine.generate(prompts, temperature=1.0, max_new_tokens=12, seed=4,
                            images=images)
-    assert _gap(rows, _scored(policy, prompts, images, rows)) < TOLERANCE
+    gap = _gap(rows, _scored(policy, prompts, images, rows))
+    print(f"\nvLLM vs learner after the sync: largest log-prob gap {gap:.2e}")
+    assert gap < TOLERANCE
