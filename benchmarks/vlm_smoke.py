@@ -157,12 +157,13 @@ def smoke_config(args: argparse.Namespace, model: Path, *, iterations: int,
              "record_trajectories": 4})
 
 
-def measured_run(config: Any, run_dir: Path, meter: PhaseMeter, *, setup_phase: str
-                 ) -> Any:
-    """Run one trainer with its phases measured; return it."""
+def measured_run(config: Any, run_dir: Path, meter: PhaseMeter, *, setup_phase: str,
+                 policy: Any = None) -> Any:
+    """Run one trainer (on ``policy`` when given, else the config's model) with its
+    phases measured; return it."""
     from algorithms.training.trainer import Trainer
 
-    trainer = Trainer(config, run_dir=run_dir)
+    trainer = Trainer(config, run_dir=run_dir, policy=policy)
     with meter.phase(setup_phase):
         trainer.setup()
     meter.wrap(trainer.sampler, "sample", "rollout")
