@@ -313,7 +313,7 @@ class PromptConfig:
     template: str | None = None
     """Path of a text file with the user message, written with named placeholders
     (``{task}``, ``{observation}``, ``{admissible_actions}``, ``{history}``,
-    ``{step_count}``, ``{current_step}``, ``{history_length}``; ``{{``/``}}`` for literal
+    ``{step_count}``, ``{current_step}``, ``{history_length}``, ``{image}``; ``{{``/``}}`` for literal
     braces; see :data:`algorithms.templates.TEMPLATE_PLACEHOLDERS`). ``None``: our own
     wording. An unknown placeholder is an error before the model loads."""
 

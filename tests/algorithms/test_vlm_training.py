@@ -185,3 +185,9 @@ def test_sft_on_the_visual_expert_then_an_rl_run_starts_from_it(tmp_path, lora):
         if rl_lora:  # fresh adapters on the language model of the SFT model
             assert all(".language_model." in n for n, p in started.model.named_parameters()
                        if p.requires_grad)
+
+
+def test_the_overlapped_hf_worker_refuses_a_vision_policy(tmp_path):
+    with pytest.raises(ValueError, match="does not take images"):
+        Trainer(visual_config(iterations=1, max_staleness=1), policy=make_vision_policy(),
+                run_dir=tmp_path).setup()
