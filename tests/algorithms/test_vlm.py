@@ -250,3 +250,100 @@ def test_resize_equals_verl_agents_process_image():
         assert np.array_equal(resize_like_verl_agent(image), theirs), (height, width)
     blank = np.zeros((40, 40, 3), dtype=np.uint8)  # their float branch (max < 1)
     assert np.array_equal(resize_like_verl_agent(blank), np.asarray(module.process_image(blank)))
+
+
+# --- against verl-agent's rollout -------------------------------------------------------
+
+def _verl_agent_collector(root: Path):
+    """verl-agent's ``TrajectoryCollector`` (``agent_system/multi_turn_rollout/rollout_loop.py``)
+    and its prompts module, imported from the checkout with the parts of their packages that
+    do not import here stood in for: ``datasets`` (unused by the rollout), the env
+    managers' package ``__init__`` (it imports every env), and verl's Qwen2-VL module,
+    whose ``get_rope_index`` (3-D positions, not compared here) imports names transformers 5
+    no longer has."""
+    deps = os.environ.get("VERL_AGENT_DEPS")
+    added = [str(root)] + ([deps] if deps else [])
+    missing = [name for name in ("omegaconf", "tensordict", "codetiming")
+               if importlib.util.find_spec(name) is None and not deps]
+    if missing:
+        pytest.skip(f"verl-agent's rollout needs {', '.join(missing)} (set VERL_AGENT_DEPS)")
+    saved = dict(sys.modules)
+    sys.path[:0] = added
+    stand_ins = {"datasets": types.ModuleType("datasets"),
+                 "agent_system.environments": types.ModuleType("agent_system.environments"),
+                 "verl.models.transformers.qwen2_vl": types.ModuleType("qwen2_vl")}
+    stand_ins["agent_system.environments"].EnvironmentManagerBase = object
+    stand_ins["agent_system.environments"].__path__ = [
+        str(root / "agent_system" / "environments")]
+    stand_ins["verl.models.transformers.qwen2_vl"].get_rope_index = (
+        lambda processor, input_ids, image_grid_thw=None, attention_mask=None, **_:
+        torch.zeros((3, input_ids.shape[-1]), dtype=torch.long))
+    sys.modules.update(stand_ins)
+    try:
+        rollout = importlib.import_module("agent_system.multi_turn_rollout.rollout_loop")
+        prompts = {name: importlib.import_module(f"agent_system.environments.prompts.{name}")
+                   for name in ("sokoban", "gym_cards")}
+        from omegaconf import OmegaConf
+    except ImportError as error:
+        pytest.skip(f"verl-agent's rollout does not import here: {error}")
+    finally:
+        for path in added:
+            sys.path.remove(path)
+    yield rollout, prompts, OmegaConf
+    for name in set(sys.modules) - set(saved):
+        del sys.modules[name]
+    sys.modules.update(saved)
+
+
+@pytest.mark.skipif(not VERL_AGENT, reason="set AGENTGYM_VERL_AGENT_PATH to a verl-agent "
+                                           "checkout to compare with its rollout")
+def test_prompt_ids_and_pixels_equal_verl_agents_rollout(tmp_path):
+    """verl-agent's ``preprocess_single_sample`` on its visual Sokoban and EZPoints prompts
+    against our prompt builder given the same wording as a template (``<image>`` written
+    ``{image}``): the same token ids (the image's tokens where theirs are) and the same
+    pixel values, bit for bit, for frames of several sizes."""
+    from benchmarks.tiny_vlm import tiny_image_processor, vlm_tokenizer
+
+    collector_source = _verl_agent_collector(Path(VERL_AGENT))
+    rollout, prompts, omegaconf = next(collector_source)
+    try:
+        sokoban = prompts["sokoban"].SOKOBAN_VISUAL_TEMPLATE
+        cards = prompts["gym_cards"].GYM_CARDS_EZPOINTS_TEMPLATE.format(text_formula="3+")
+        tokenizer = vlm_tokenizer([*vocabulary_texts(), sokoban, cards])
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+            Qwen2VLImageProcessorPil,
+        )
+
+        for image_processor in (tiny_image_processor(max_tokens=6),
+                                Qwen2VLImageProcessorPil()):  # Qwen2.5-VL's own bounds
+            vision = VisionProcessor(image_processor, tokenizer)
+            processor = types.SimpleNamespace(image_processor=image_processor,
+                                              image_token="<|image_pad|>", tokenizer=tokenizer)
+            config = omegaconf.create({"data": {"max_prompt_length": 4096,
+                                                "truncation": "error"}})
+            collector = rollout.TrajectoryCollector(config, tokenizer, processor)
+            batch = types.SimpleNamespace(non_tensor_batch={"raw_prompt": [None],
+                                                            "data_source": ["x"]})
+            rng = np.random.default_rng(1)
+            for text in (sokoban, cards):
+                template = tmp_path / "template.txt"
+                template.write_text(text.replace("{", "{{").replace("}", "}}")
+                                    .replace("<image>", "{image}"))
+                builder = PromptBuilder(tokenizer, PromptConfig(
+                    template=str(template), history_window=0, max_prompt_tokens=4096),
+                    vision)
+                for shape in ((96, 96), (300, 200), (48, 60)):
+                    image = rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
+                    theirs = collector.preprocess_single_sample(
+                        0, batch, {"text": [text], "image": [image], "anchor": [image]})
+                    ids = theirs["input_ids"][theirs["attention_mask"].bool()].tolist()
+                    ours = builder.build("", [], "", (), images=[image])
+                    assert list(ours.token_ids) == ids, (shape, text[:30])
+                    encoded = vision.encode([image])
+                    inputs = theirs["multi_modal_inputs"]
+                    assert np.array_equal(encoded.pixel_values,
+                                          inputs["pixel_values"].numpy())
+                    assert np.array_equal(encoded.image_grid_thw,
+                                          inputs["image_grid_thw"].numpy())
+    finally:
+        next(collector_source, None)
