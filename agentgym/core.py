@@ -33,6 +33,10 @@ does not require it, and an RL loop must never die on what a policy emits.
 Stepping an episode that has already ended repeats its last observation with reward 0,
 the same ``terminated``/``truncated`` flags and the same info (the same extension the
 vector env documents).
+
+Visual envs (:mod:`agentgym.visual`) keep all of this with one difference: they observe a
+``Dict`` of ``"text"`` (the feedback text) and ``"image"`` (the current frame, an
+``(H, W, 3)`` ``uint8`` array), and their ``"observation"`` anchor is the frame's key.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Image observations: their anchor key and their PNG bytes (NumPy and the standard library
-only, so the viewer, the engines and the envs share them without Pillow).
+only, so the viewer, the engines and the envs share them without Pillow), and the one
+place that imports Pillow for the envs that draw with it.
 
 An image observation is an ``(H, W, 3)`` ``uint8`` array, rows top to bottom, RGB.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -57,3 +59,17 @@ def png_bytes(image: np.ndarray, *, level: int = 6) -> bytes:
 def _chunk(kind: bytes, data: bytes) -> bytes:
     return (struct.pack(">I", len(data)) + kind + data
             + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+
+def require_pillow() -> SimpleNamespace:
+    """Pillow's ``Image``, ``ImageDraw`` and ``ImageFont`` modules.
+
+    Raises:
+        ModuleNotFoundError: Pillow is not installed (one line naming the extra).
+    """
+    try:
+        from PIL import Image, ImageDraw, ImageFont
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError("the gym-cards envs and Sokoban's tiles_dir draw with "
+                                  "Pillow: pip install 'agentgym-text[vision]'") from None
+    return SimpleNamespace(Image=Image, ImageDraw=ImageDraw, ImageFont=ImageFont)

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from agentgym.images import require_pillow
+
 FRAME = 300
 TABLE_GREEN = "#35654d"
 EZPOINTS_FONT = ("DejaVuSans.ttf", 20)
@@ -49,20 +51,6 @@ BACK = "card"
 _RED, _BLACK = (196, 28, 36), (24, 24, 24)
 _BACK_BLUE, _LATTICE = (38, 64, 150), (92, 122, 204)
 _SUPERSAMPLE = 4
-
-
-def require_pillow() -> SimpleNamespace:
-    """Pillow's ``Image``, ``ImageDraw`` and ``ImageFont`` modules.
-
-    Raises:
-        ModuleNotFoundError: Pillow is not installed (one line naming the extra).
-    """
-    try:
-        from PIL import Image, ImageDraw, ImageFont
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError("the gym-cards envs and Sokoban's tiles_dir draw with "
-                                  "Pillow: pip install 'agentgym-text[vision]'") from None
-    return SimpleNamespace(Image=Image, ImageDraw=ImageDraw, ImageFont=ImageFont)
 
 
 @functools.cache

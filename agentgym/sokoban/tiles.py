@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from agentgym.images import require_pillow
 from agentgym.sokoban.rooms import TARGET, WALL, Cell
 
 TILE = 16
@@ -128,8 +129,6 @@ def load_tiles(directory: str | Path) -> Tiles:
         FileNotFoundError: a tile file is missing.
         ValueError: a tile is not a 16 x 16 image.
     """
-    from agentgym.gym_cards.pictures import require_pillow
-
     image_module = require_pillow().Image
     folder = Path(directory)
     tiles = []
