@@ -378,8 +378,10 @@ class EnvConfig:
     env_id: str = "AgentGym/ALFWorld-v0"
     """Registered env id: ``AgentGym/ALFWorld-v0``, ``AgentGym/WebShop-v0``,
     ``AgentGym/SearchQA-v0``, ``AgentGym/Sokoban-v0``, ``AgentGym/FrozenLake-v0``,
-    ``AgentGym/KeyDoor-v0`` or ``AgentGym/Scripted-v0`` (or an env of your own registered
-    with Gymnasium that follows the contract of ``agentgym.core``)."""
+    ``AgentGym/KeyDoor-v0`` or ``AgentGym/Scripted-v0``; the visual envs
+    ``AgentGym/SokobanVisual-v0``, ``AgentGym/EZPoints-v0``, ``AgentGym/NumberLine-v0``,
+    ``AgentGym/Blackjack-v0`` (or an env of your own registered with Gymnasium that
+    follows the contract of ``agentgym.core``)."""
 
     num_groups: int = 16
     """Groups per iteration (distinct tasks)."""

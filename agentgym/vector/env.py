@@ -30,7 +30,7 @@ Semantics (the same for every backend):
   traceback or the signal). Every other env of a dead worker ends the same way; the
   other workers' envs go on. The env (or worker) is rebuilt and serves the next reset.
   ``env_error`` is masked in only for those envs. A failed *reset* gives the observation
-  ``""``, an episode that is already over (``truncated`` on the next step) and an info
+  ``""`` (a visual env's: empty text and a black frame), an episode that is already over (``truncated`` on the next step) and an info
   whose contract keys are placeholders, so every env always has them: ``task=""``,
   ``task_id`` = the requested id or ``""``, ``admissible_actions=()``,
   ``anchor=("env_error", i)`` (never equal to a real anchor), ``success=False``,
@@ -72,7 +72,18 @@ from agentgym.vector.host import EnvFailure
 logger = logging.getLogger(__name__)
 
 EMPTY_OBSERVATION = ""
-"""Observation of an env whose reset failed."""
+"""Observation of a text env whose reset failed (:func:`empty_observation`)."""
+
+
+def empty_observation(space: gym.Space) -> Any:
+    """The observation of an env whose reset failed: :data:`EMPTY_OBSERVATION`, or for a
+    visual env (a ``Dict`` space with ``"text"`` and ``"image"``) empty text and a black
+    frame of the space's shape."""
+    if isinstance(space, gym.spaces.Dict) and "image" in space.spaces:
+        image_space = space.spaces["image"]
+        return {"text": EMPTY_OBSERVATION,
+                "image": np.zeros(image_space.shape, dtype=image_space.dtype)}
+    return EMPTY_OBSERVATION
 
 _SEED_LIMIT = 2**31 - 1
 
@@ -145,7 +156,8 @@ class TextVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
 
-        self._observations: list[Any] = [EMPTY_OBSERVATION] * num_envs
+        self._observations: list[Any] = [empty_observation(self.single_observation_space)
+                                         for _ in range(num_envs)]
         self._infos: list[dict[str, Any]] = [{} for _ in range(num_envs)]
         self._terminated = np.zeros(num_envs, dtype=np.bool_)
         self._truncated = np.zeros(num_envs, dtype=np.bool_)
@@ -193,7 +205,7 @@ class TextVectorEnv(VectorEnv):
             self._terminated[i] = False
             if isinstance(result, EnvFailure):
                 _log_failure(i, "reset", result)
-                self._observations[i] = EMPTY_OBSERVATION
+                self._observations[i] = empty_observation(self.single_observation_space)
                 self._infos[i] = _failed_reset_info(i, requests[i][1], result.message)
                 self._truncated[i] = True
             else:
