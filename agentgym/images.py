@@ -21,12 +21,13 @@ _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def check_image(image: object) -> np.ndarray:
-    """``image`` as an ``(H, W, 3)`` ``uint8`` array; ``ValueError`` (one line) if it is not one."""
+    """``image`` as a C-contiguous ``(H, W, 3)`` ``uint8`` array (the same array when it is
+    one); ``ValueError`` (one line) if it is not one."""
     array = np.asarray(image)
     if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3 or 0 in array.shape:
         raise ValueError(f"expected an (H, W, 3) uint8 image, got shape {array.shape} of "
                          f"{array.dtype}")
-    return array
+    return np.ascontiguousarray(array)
 
 
 def image_anchor(image: np.ndarray) -> ImageAnchor:

@@ -47,7 +47,7 @@ def split_observation(observation: Any) -> tuple[str, np.ndarray | None]:
         ValueError: a visual observation whose image is not (H, W, 3) uint8.
     """
     if isinstance(observation, Mapping) and "image" in observation:
-        from algorithms.engines.vision import check_image
+        from agentgym.images import check_image
 
         image = observation["image"]
         return str(observation.get("text", "")), None if image is None else check_image(image)

@@ -54,8 +54,8 @@ from typing import Any
 
 import numpy as np
 
+from agentgym.images import png_bytes
 from algorithms.agent.step_batch import StepBatch
-from algorithms.engines.vision import png_bytes
 from algorithms.runs.atomic import write_atomic
 
 FORMAT = 1

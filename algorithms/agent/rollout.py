@@ -78,6 +78,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentgym.vector.observations import observation_rows
 from algorithms.agent.env_slot import EnvSlot, StepRecord, assemble, split_observation
 from algorithms.agent.parsing import parse_action
 from algorithms.agent.prompt_strategies import PromptStrategy, prompt_strategy
@@ -220,7 +221,8 @@ def collect_rollout(
         options = {"task_ids": [str(t) for t in group_task_ids for _ in range(group_size)]}
     observations, infos = vec_env.reset(seed=seed + group_offset, options=options)
     slots = [EnvSlot.after_reset(i, observation, row) for i, (observation, row)
-             in enumerate(zip(observations, info_rows(infos, num_envs), strict=True))]
+             in enumerate(zip(observation_rows(observations, num_envs),
+                              info_rows(infos, num_envs), strict=True))]
     tally = _Tally(first_error=next((str(s.info["env_error"]) for s in slots if s.env_error),
                                     ""))
     if all(slot.env_error for slot in slots):
@@ -289,6 +291,7 @@ def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
     next_observations, rewards, terminated, truncated, next_infos = vec_env.step(
         tuple(actions))
     next_rows = info_rows(next_infos, int(vec_env.num_envs))
+    next_observations = observation_rows(next_observations, int(vec_env.num_envs))
     for position, (slot, prompt) in enumerate(live):
         index = slot.index
         error = failed.get(position) or next_rows[index].get("env_error")

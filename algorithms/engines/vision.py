@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import base64
 import math
-import struct
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from agentgym.images import check_image, png_bytes
 
 VERL_AGENT_MIN_PIXELS = 256 * 256
 """verl-agent's ``process_image`` scales smaller images up to this many pixels."""
@@ -44,20 +44,6 @@ VERL_AGENT_MAX_PIXELS = 2048 * 2048
 VISION_START = "<|vision_start|>"
 VISION_END = "<|vision_end|>"
 IMAGE_TOKEN = "<|image_pad|>"
-
-
-def check_image(image: Any) -> np.ndarray:
-    """``image`` as a contiguous (H, W, 3) uint8 array.
-
-    Raises:
-        ValueError: not an (H, W, 3) uint8 array with H, W >= 1.
-    """
-    array = np.asarray(image)
-    if array.dtype != np.uint8 or array.ndim != 3 or array.shape[2] != 3 \
-            or array.shape[0] < 1 or array.shape[1] < 1:
-        raise ValueError(f"an env image must be an (H, W, 3) uint8 array, got "
-                         f"{array.dtype} of shape {array.shape}")
-    return np.ascontiguousarray(array)
 
 
 def resize_like_verl_agent(image: np.ndarray, *, min_pixels: int = VERL_AGENT_MIN_PIXELS,
@@ -205,25 +191,6 @@ class VisionProcessor:
         inputs = self.encode(images)
         return {"pixel_values": torch.as_tensor(inputs.pixel_values, device=device),
                 "image_grid_thw": torch.as_tensor(inputs.image_grid_thw, device=device)}
-
-
-def png_bytes(image: np.ndarray) -> bytes:
-    """``image`` (H, W, 3) uint8 as a PNG file (8-bit RGB, no filter, zlib level 6).
-
-    Written here with ``zlib`` and ``struct`` only, so that the rollout records (and the
-    viewer, which serves them as they are) need no imaging library.
-    """
-    array = check_image(image)
-    height, width = array.shape[:2]
-    raw = b"".join(b"\x00" + array[row].tobytes() for row in range(height))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
 
 
 def png_data_url(image: np.ndarray) -> str:

@@ -215,7 +215,7 @@ def write_trajectories(path: str | Path, trajectories: Iterable[ExpertTrajectory
     """Write trajectories as JSONL (one per line); return how many. Steps' images go to
     PNG files ``<stem>_images/<trajectory>_<step>.png`` beside the file, which the lines
     name (relative to the file's folder)."""
-    from algorithms.engines.vision import png_bytes
+    from agentgym.images import png_bytes
 
     path = Path(path)
     count = 0

@@ -22,12 +22,11 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("PIL")
 
+from agentgym.images import check_image, png_bytes  # noqa: E402
 from algorithms.agent.prompts import IMAGE_MARK, PromptBuilder  # noqa: E402
 from algorithms.config import ModelConfig, PromptConfig  # noqa: E402
 from algorithms.engines.vision import (  # noqa: E402
     VisionProcessor,
-    check_image,
-    png_bytes,
     png_data_url,
     resize_like_verl_agent,
 )
