@@ -80,29 +80,34 @@ def vlm_tokenizer(texts: Iterable[str]):
     return tokenizer
 
 
-def tiny_image_processor(kind: Kind = "qwen2_5_vl", *, max_tokens: int = 4):
-    """Qwen2-VL's image processor (Pillow backend) with the family's patch size, merge 2
-    and pixel bounds from 1 to ``max_tokens`` image tokens (``max_tokens * (2 * patch) ** 2``
-    pixels at most): a 256 x 256 image becomes ``max_tokens`` tokens."""
+def tiny_image_processor(kind: Kind = "qwen2_5_vl", *, max_tokens: int = 4,
+                         patch_size: int | None = None):
+    """Qwen2-VL's image processor (Pillow backend) with the family's patch size (or
+    ``patch_size``), merge 2 and pixel bounds from 1 to ``max_tokens`` image tokens
+    (``max_tokens * (2 * patch) ** 2`` pixels at most): a 256 x 256 image becomes
+    ``max_tokens`` tokens."""
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
         Qwen2VLImageProcessorPil,
     )
 
-    factor = 2 * PATCH_SIZE[kind]
+    patch = patch_size or PATCH_SIZE[kind]
+    factor = 2 * patch
     return Qwen2VLImageProcessorPil(min_pixels=factor * factor,
                                     max_pixels=max_tokens * factor * factor,
-                                    patch_size=PATCH_SIZE[kind], merge_size=2,
-                                    temporal_patch_size=2)
+                                    patch_size=patch, merge_size=2, temporal_patch_size=2)
 
 
 def tiny_vlm_config(kind: Kind, tokenizer: Any, *, hidden: int = 32, layers: int = 2,
-                    vision_hidden: int = 16, vision_layers: int = 2) -> Any:
+                    vision_hidden: int = 16, vision_layers: int = 2,
+                    patch_size: int | None = None) -> Any:
     """The config of a tiny ``kind`` model over ``tokenizer``: ``layers`` language layers
     of width ``hidden`` (4 heads of ``hidden / 4``, 2 key-value heads, MLP ``2 * hidden``),
-    a ``vision_layers``-block vision tower of width ``vision_hidden``, tied embeddings."""
+    a ``vision_layers``-block vision tower of width ``vision_hidden`` with patches of
+    ``patch_size`` pixels (default: the family's, :data:`PATCH_SIZE`), tied embeddings."""
     from transformers import Qwen2_5_VLConfig, Qwen3VLConfig
 
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in VISION_TOKENS}
+    patch = patch_size or PATCH_SIZE[kind]
     head = hidden // 4
     # the 3-D rotary sections (temporal, height, width) cover head / 2 frequencies
     sections = [head // 2 - 2 * (head // 6), head // 6, head // 6]
@@ -115,10 +120,10 @@ def tiny_vlm_config(kind: Kind, tokenizer: Any, *, hidden: int = 32, layers: int
                   vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=True)
     vision = dict(depth=vision_layers, hidden_size=vision_hidden,
                   intermediate_size=2 * vision_hidden, num_heads=2, out_hidden_size=hidden,
-                  patch_size=PATCH_SIZE[kind], spatial_merge_size=2, temporal_patch_size=2)
+                  patch_size=patch, spatial_merge_size=2, temporal_patch_size=2)
     if kind == "qwen2_5_vl":
         text["rope_scaling"] = {"type": "mrope", "mrope_section": sections}
-        vision.update(window_size=4 * PATCH_SIZE[kind],
+        vision.update(window_size=4 * patch,
                       fullatt_block_indexes=[vision_layers - 1])
         return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **tokens)
     if kind == "qwen3_vl":
@@ -141,23 +146,29 @@ def model_from_config(config: Any, *, seed: int = 0) -> Any:
 
 
 def tiny_vlm(texts: Iterable[str], *, kind: Kind = "qwen2_5_vl", seed: int = 0,
-             hidden: int = 32, layers: int = 2, max_tokens: int = 4
+             hidden: int = 32, layers: int = 2, max_tokens: int = 4,
+             vision_hidden: int = 16, patch_size: int | None = None
              ) -> tuple[Any, Any, Any]:
     """``(model, tokenizer, image_processor)``: a tiny random ``kind`` model over
     :func:`vlm_tokenizer` of ``texts`` (:func:`tiny_vlm_config`, :func:`tiny_image_processor`)."""
     tokenizer = vlm_tokenizer(texts)
-    model = model_from_config(tiny_vlm_config(kind, tokenizer, hidden=hidden, layers=layers),
-                              seed=seed)
-    return model, tokenizer, tiny_image_processor(kind, max_tokens=max_tokens)
+    model = model_from_config(tiny_vlm_config(kind, tokenizer, hidden=hidden, layers=layers,
+                                              vision_hidden=vision_hidden,
+                                              patch_size=patch_size), seed=seed)
+    return model, tokenizer, tiny_image_processor(kind, max_tokens=max_tokens,
+                                                  patch_size=patch_size)
 
 
 def tiny_vlm_policy(texts: Iterable[str], *, kind: Kind = "qwen2_5_vl", seed: int = 0,
                     hidden: int = 32, layers: int = 2, max_tokens: int = 4,
+                    vision_hidden: int = 16, patch_size: int | None = None,
                     model_config: ModelConfig | None = None) -> Policy:
     """:func:`tiny_vlm` wrapped like a loaded vision policy (LoRA and the vision tower's
     freezing per ``model_config``; default: full weights, tower frozen)."""
     model, tokenizer, image_processor = tiny_vlm(texts, kind=kind, seed=seed, hidden=hidden,
-                                                 layers=layers, max_tokens=max_tokens)
+                                                 layers=layers, max_tokens=max_tokens,
+                                                 vision_hidden=vision_hidden,
+                                                 patch_size=patch_size)
     return wrap_model(model, tokenizer, model_config or ModelConfig(),
                       source=f"tiny random {kind}", path=f"tiny-{kind}", gguf_file=None,
                       seed=seed, image_processor=image_processor)
