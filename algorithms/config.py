@@ -1471,24 +1471,34 @@ def _sokoban() -> TrainConfig:
 
 def _sokoban_vl_3b() -> TrainConfig:
     """verl-agent's ``examples/gigpo_trainer/run_sokoban.sh`` as written: Qwen2.5-VL-3B-Instruct
-    on rendered 6 x 6 Sokoban rooms (``env.sokoban.mode='rgb_array'``, ``data.image_key=images``).
+    on rendered 6 x 6 Sokoban rooms with one box (``env.sokoban.mode='rgb_array'``,
+    ``data.image_key=images``; ``AgentGym/SokobanVisual-v0``, whose defaults are the
+    script's ``dim_room`` [6, 6], ``num_boxes`` 1, ``search_depth`` 30).
 
     As the script: GiGPO, 32 groups x 8, 15 steps, prompts 1024 / responses 512 tokens,
     lr 1e-6, mini-batches of 64 steps in micro-batches of 8, KL loss 0.01 (low-variance),
     penalty 0.1, gamma 0.95, omega 1, ``mean_norm``, gradient checkpointing, training
     temperature 1.0 and evaluation at 0.4 on 128 rooms every 5 iterations and before
     training (``val_before_train``), 150 iterations, vLLM at 0.6 of the GPU memory, every
-    weight trained (verl's FSDP actor trains the vision tower too: ``train_vision_tower``),
-    the image shown where verl-agent's visual template shows it (after "Your current
-    observation is shown in the image:"), no history (the visual template has none), a
-    frame of fewer than 256 x 256 pixels scaled up to that many before the image processor
-    (verl-agent's ``process_image``). Differs: the evaluation rooms are the same 128 each time, seeds
-    65,536 to 65,663 (the script draws new ones at each evaluation), as in the ``sokoban``
-    preset; the prompt is this library's wording with the image in that place, not
-    verl-agent's text (a template file with an ``{image}`` placeholder gives any wording);
-    a prompt over 1024 tokens loses its text from the start (the image is never cut; the
-    script's ``truncation='error'`` stops the run); one process samples with tensor
-    parallel size 1 (the script: 2); the env steps in-process, not in Ray actors.
+    weight trained (verl's FSDP actor trains the vision tower too: ``train_vision_tower``);
+    the step groups keyed by the frame (``anchor="observation"``: verl-agent's anchor is the
+    image array). The prompt has verl-agent's visual layout (its env manager and rollout,
+    checked by running them: ``tests/algorithms/test_vlm.py``): one user message per step
+    with no history (the visual template has none; ``history_window`` 0), the image in the
+    middle of it, where the current observation is shown (``image_position``
+    ``observation``; theirs: "Your current observation is shown in the image: <image>"),
+    the answer as ``<think>...</think><action>...</action>``, a frame of fewer than
+    256 x 256 pixels scaled up to that many before the image processor (its
+    ``process_image``: 96 x 96 -> 256 x 256).
+
+    Differs: the wording is this library's (the task, the env's legend of the tiles, the
+    actions, the answer format), not verl-agent's text, which is not shipped: a template
+    file gives it exactly (``docs/vlm.md``, "verl-agent's prompts"); the evaluation rooms
+    are the same 128 each time, seeds 65,536 to 65,663 (the script draws 128 new seeds in
+    [2^16, 2^32) at each evaluation), as in the ``sokoban`` preset; a prompt over 1024
+    tokens loses its text from the start (the image is never cut; the script's
+    ``truncation='error'`` stops the run); one process samples with tensor parallel size 1
+    (the script: 2); the env steps in-process, not in Ray actors.
     """
     base = TrainConfig(preset="sokoban-vl-3b")
     return replace(
@@ -1500,8 +1510,8 @@ def _sokoban_vl_3b() -> TrainConfig:
         prompt={"max_prompt_tokens": 1024, "history_window": 0,
                 "image_position": "observation"},
         env={"env_id": "AgentGym/SokobanVisual-v0", "num_groups": 32, "group_size": 8,
-             "max_steps": 15, "eval_env_kwargs": json.dumps({"first_seed": 2**16}),
-             "eval_episodes": 128},
+             "max_steps": 15, "anchor": "observation",
+             "eval_env_kwargs": json.dumps({"first_seed": 2**16}), "eval_episodes": 128},
         learner={"lr": 1e-6, "normalize": "mean", "kl_coef": 0.01, "mini_batch_size": 64,
                  "micro_batch_size": 8},
         run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
@@ -1510,26 +1520,38 @@ def _sokoban_vl_3b() -> TrainConfig:
 
 def _ezpoints_vl_3b() -> TrainConfig:
     """verl-agent's ``examples/gigpo_trainer/run_ezpoints.sh`` as written: Qwen2.5-VL-3B-Instruct
-    on Gym Cards' EZPoints (two cards in the image; build a formula equal to 12).
+    on Gym Cards' EZPoints (``env.env_name=gym_cards/EZPoints-v0``; ``AgentGym/EZPoints-v0``:
+    two cards in the image, build a formula worth 12 one character per step).
 
-    As the script: ``run_sokoban.sh``'s settings (see the ``sokoban-vl-3b`` preset) except
-    16 groups x 8, 8 steps, mini-batches of 128 steps, 100 iterations; the image opens the
-    user message, as verl-agent's Gym Cards prompts begin with it; no history. The answer
-    is sent to the env whole (``action_tag`` empty, no ``<think>``): verl-agent's EZPoints
-    prompt asks for a JSON object whose ``"action"`` the env's own projection reads
-    (``gym_projection``), so the env, not the agent loop, reads the action and says
-    whether it was valid. Differs: this library's wording of the prompt (a template file
-    with an ``{image}`` placeholder gives any); the held-out evaluation plays the eval
-    env's first 128 tasks, the same each time; tensor parallel size 1; env steps
-    in-process.
+    As the script: ``run_sokoban.sh``'s settings (the ``sokoban-vl-3b`` preset) except 16
+    groups x 8, 8 steps, mini-batches of 128 steps, 100 iterations. The prompt has
+    verl-agent's Gym Cards layout (checked by running its env manager and rollout:
+    ``tests/algorithms/test_vlm.py``): one user message per step with no history, the image
+    first (``image_position`` ``start``; its templates begin with ``<image>``), the formula
+    so far in the text (the env's text says it; theirs fills ``info["Formula"]`` in). The
+    whole answer goes to the env (``action_tag`` empty, no ``<think>``, no stop string),
+    whose reading is verl-agent's ``gym_projection``: the word after ``"action":`` of the
+    JSON answer its prompt asks for (else the answer's last character), valid when exactly
+    one of the game's words is there; an unreadable answer is an invalid action, charged
+    0.1. The held-out rooms are verl-agent's evaluation seeds, from 2^16.
+
+    Differs: the wording is this library's, not verl-agent's (a template file gives it
+    exactly: ``docs/vlm.md``, "verl-agent's prompts"); since our wording does not describe
+    the JSON answer, it lists the admissible answers, which are that JSON
+    (``{"action": "7"}``); the answer's whitespace is collapsed before the env reads it (it
+    changes the reading only of an answer without ``"action":`` that ends in whitespace,
+    which theirs reads as invalid); the evaluation deals are the same 128 each time, seeds
+    65,536 to 65,663 (the script draws new ones at each evaluation); tensor parallel size
+    1; the env steps in-process.
     """
     base = dataclasses.replace(_sokoban_vl_3b(), preset="ezpoints-vl-3b")
     return replace(
         base,
         prompt={"max_prompt_tokens": 1024, "history_window": 0, "image_position": "start",
-                "think": False, "action_tag": "", "show_admissible_actions": False},
+                "think": False, "action_tag": "", "show_admissible_actions": True},
         env={"env_id": "AgentGym/EZPoints-v0", "num_groups": 16, "group_size": 8,
-             "max_steps": 8, "eval_env_kwargs": "{}", "eval_episodes": 128},
+             "max_steps": 8, "anchor": "observation",
+             "eval_env_kwargs": json.dumps({"first_seed": 2**16}), "eval_episodes": 128},
         learner={"mini_batch_size": 128, "micro_batch_size": 8},
         run={"iterations": 100, "eval_every": 5, "eval_before_train": True},
     )

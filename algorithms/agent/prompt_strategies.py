@@ -49,7 +49,8 @@ class WindowPrompts:
         info = slot.info
         return self.builder.build(str(info.get("task", "")), slot.history, slot.observation,
                                   tuple(info.get("admissible_actions", ()) or ()),
-                                  images=() if slot.image is None else (slot.image,))
+                                  images=() if slot.image is None else (slot.image,),
+                                  info=info)
 
     def advance(self, slot: EnvSlot, prompt: BuiltPrompt, response: Sequence[int],
                 finished: bool) -> None:

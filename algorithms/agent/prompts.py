@@ -34,7 +34,7 @@ observations and actions, as for text envs. The image tokens count against
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -180,6 +180,7 @@ class PromptBuilder:
         self.vision = vision
         self.template = load_template(config.template) if config.template else None
         self._placeholders: tuple[str, ...] = ()
+        self._info: Mapping[str, Any] = {}
 
     def _message(self, task: str, pairs: Sequence[tuple[str, str]], first_step: int,
                  observation: str, admissible_actions: Sequence[str], step_count: int,
@@ -196,7 +197,7 @@ class PromptBuilder:
                                   first_step=first_step, observation=observation,
                                   admissible_actions=admissible_actions,
                                   step_count=step_count, config=self.config,
-                                  image=image if placed else "")
+                                  image=image if placed else "", info=self._info)
         if image and not placed and self.config.image_position == "start":
             message = image + message
         return message
@@ -252,6 +253,7 @@ class PromptBuilder:
         observation: str,
         admissible_actions: Sequence[str] = (),
         images: Sequence[np.ndarray] = (),
+        info: Mapping[str, Any] | None = None,
     ) -> BuiltPrompt:
         """The prompt of one step, cut to fit ``max_prompt_tokens``.
 
@@ -263,6 +265,8 @@ class PromptBuilder:
             admissible_actions: actions the env accepts now.
             images: the current observation's image, if the env shows one (at most one
                 (H, W, 3) uint8 array).
+            info: the env's current info, which a template's ``{info[KEY]}`` placeholders
+                read (:mod:`algorithms.templates`).
 
         Returns:
             The :class:`BuiltPrompt`.
@@ -270,9 +274,11 @@ class PromptBuilder:
         Raises:
             PromptTooLongError: when even the task and the answer format, without history,
                 observation or actions, do not fit.
-            ValueError: images for a text policy, or more than one image.
+            ValueError: images for a text policy, or more than one image; a template's
+                ``{info[KEY]}`` with a key ``info`` lacks.
         """
         images = self._show(images)
+        self._info = info or {}
         budget = self.config.max_prompt_tokens
         window = self.config.history_window
         pairs = list(history[-window:]) if window > 0 else []

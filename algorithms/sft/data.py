@@ -17,7 +17,9 @@ text sent to the env). Optional per step: ``admissible_actions`` (list of string
 as the RL prompt shows them), ``thought`` (the reasoning put inside ``<think>`` when
 ``prompt.think`` is on; default :func:`default_thought`), ``response`` (the whole answer
 exactly as the model should write it, response prefix included; overrides ``action`` and
-``thought`` for the trained text). Other keys (``task_id``, ``success``, ``perturbed``,
+``thought`` for the trained text), ``info`` (an object: the env's own info keys at that
+step, which a prompt template's ``{info[KEY]}`` placeholders read). Other keys
+(``task_id``, ``success``, ``perturbed``,
 ``expert_action``, ...) are kept for reading but not used. A malformed line is refused
 with its line number and what is wrong (:class:`SFTDataError`).
 
@@ -69,6 +71,8 @@ class ExpertStep:
         thought: reasoning for the ``<think>`` block (``None``: :func:`default_thought`).
         response: the whole answer to train on, or ``None`` to render it.
         image: the (H, W, 3) uint8 image the agent saw (a visual env), or ``None``.
+        info: the env's own info keys when the agent saw ``observation`` (JSON values;
+            the contract keys left out), for a template's ``{info[KEY]}``; ``None``: none.
     """
 
     observation: str
@@ -77,6 +81,7 @@ class ExpertStep:
     thought: str | None = None
     response: str | None = None
     image: np.ndarray | None = field(default=None, compare=False, repr=False)
+    info: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -110,14 +115,15 @@ class ExpertTrajectory:
             if step.admissible_actions:
                 item["admissible_actions"] = list(step.admissible_actions)
             item["action"] = step.action
-            for key in ("thought", "response"):
+            for key in ("thought", "response", "info"):
                 if getattr(step, key) is not None:
                     item[key] = getattr(step, key)
             steps.append(item)
         return {"task": self.task, "steps": steps, **self.extra}
 
 
-_STEP_KEYS = {"observation", "action", "admissible_actions", "thought", "response", "image"}
+_STEP_KEYS = {"observation", "action", "admissible_actions", "thought", "response", "image",
+              "info"}
 
 
 def read_png(path: Path) -> np.ndarray:
@@ -168,6 +174,8 @@ def parse_trajectory(line: str, number: int, base: Path | None = None) -> Expert
         for key in ("thought", "response", "image"):
             if key in step and not isinstance(step[key], str):
                 raise fail(f"{where}.{key} must be a string")
+        if "info" in step and not isinstance(step["info"], dict):
+            raise fail(f"{where}.info must be an object (the env's own info keys)")
         unknown = set(step) - _STEP_KEYS
         if unknown:
             raise fail(f"{where} has unknown keys {sorted(unknown)} (allowed: "
@@ -183,7 +191,7 @@ def parse_trajectory(line: str, number: int, base: Path | None = None) -> Expert
         parsed.append(ExpertStep(observation=step["observation"], action=step["action"],
                                  admissible_actions=tuple(actions),
                                  thought=step.get("thought"), response=step.get("response"),
-                                 image=image))
+                                 image=image, info=step.get("info")))
     extra = {k: v for k, v in record.items() if k not in ("task", "steps")}
     return ExpertTrajectory(task=task, steps=tuple(parsed), extra=extra)
 
@@ -241,7 +249,8 @@ class NoExpertError(SFTDataError):
 
 def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, *,
                         perturb: float = 0.0, seed: int = 0, task_order: TaskOrder = "first",
-                        progress: Any = None) -> list[ExpertTrajectory]:
+                        progress: Any = None,
+                        info_keys: Sequence[str] = ()) -> list[ExpertTrajectory]:
     """Play ``episodes`` episodes with the env's declared expert and record them.
 
     The env's tasks are played in order (cycled when ``episodes`` exceeds them), the
@@ -262,6 +271,8 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, 
         seed: seed of the perturbations.
         task_order: ``"first"`` or ``"spread"``.
         progress: optional tqdm-like bar, advanced once per episode.
+        info_keys: info keys to keep in each step's ``info`` (those a prompt template's
+            ``{info[KEY]}`` placeholders read, :func:`algorithms.templates.info_keys`).
 
     Returns:
         The trajectories; ``extra`` holds ``task_id``, ``success``, ``perturbed`` (step
@@ -281,7 +292,8 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, 
         trajectories = []
         for episode in range(episodes):
             task_id = task_ids[episode % len(task_ids)]
-            trajectories.append(_expert_episode(env, env_id, task_id, perturb, rng))
+            trajectories.append(_expert_episode(env, env_id, task_id, perturb, rng,
+                                                tuple(info_keys)))
             if progress is not None:
                 progress.update(1)
         return trajectories
@@ -290,7 +302,7 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, 
 
 
 def _expert_episode(env: Any, env_id: str, task_id: str, perturb: float,
-                    rng: np.random.Generator) -> ExpertTrajectory:
+                    rng: np.random.Generator, info_keys: tuple[str, ...]) -> ExpertTrajectory:
     observation, info = env.reset(options={"task_id": task_id})
     steps: list[ExpertStep] = []
     perturbed: list[int] = []
@@ -312,7 +324,8 @@ def _expert_episode(env: Any, env_id: str, task_id: str, perturb: float,
             perturbed.append(len(steps))
         text, image = split_observation(observation)
         steps.append(ExpertStep(observation=text, action=action,
-                                admissible_actions=admissible, image=image))
+                                admissible_actions=admissible, image=image,
+                                info=kept_info(info, info_keys)))
         observation, _, terminated, truncated, info = env.step(action)
         success = bool(info.get("success", False))
         if terminated or truncated:
@@ -323,6 +336,30 @@ def _expert_episode(env: Any, env_id: str, task_id: str, perturb: float,
     return ExpertTrajectory(task=str(info.get("task", "")), steps=tuple(steps),
                             extra={"task_id": task_id, "success": success,
                                    "perturbed": perturbed, "source": f"{env_id} expert"})
+
+
+def kept_info(info: dict[str, Any], keys: Sequence[str]) -> dict[str, Any] | None:
+    """``info``'s values at ``keys`` as JSON values (:func:`agentgym.openenv.codec.to_json`);
+    ``None`` when ``keys`` is empty.
+
+    Raises:
+        SFTDataError: a key the info lacks, or a value with no JSON form.
+    """
+    if not keys:
+        return None
+    from agentgym.openenv.codec import to_json
+
+    kept: dict[str, Any] = {}
+    for key in keys:
+        if key not in info:
+            raise SFTDataError(f"the prompt template reads {{info[{key}]}}, but the env's info "
+                               f"has no key {key!r} (its keys: {sorted(map(str, info))})")
+        try:
+            kept[key] = to_json(info[key])
+        except TypeError as error:
+            raise SFTDataError(f"info[{key!r}] cannot be kept with the SFT data: {error}") \
+                from None
+    return kept
 
 
 # ---------------------------------------------------------------------- responses
@@ -468,7 +505,8 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
                 try:
                     built = builder.build(trajectory.task, history, step.observation,
                                           step.admissible_actions,
-                                          images=() if step.image is None else (step.image,))
+                                          images=() if step.image is None else (step.image,),
+                                          info=step.info)
                 except PromptTooLongError:  # the RL rollout ends such a trajectory
                     stats.steps_dropped += len(trajectory.steps) - index
                     break

@@ -65,6 +65,7 @@ from algorithms.sft.data import (
     read_trajectories,
     write_trajectories,
 )
+from algorithms.templates import template_info_keys
 from algorithms.training.learner import Learner
 from algorithms.training.policy import load_policy, model_identity, split_model
 from algorithms.training.trainer import Trainer
@@ -219,7 +220,8 @@ class SFTTrainer(Trainer):
                 trajectories = expert_trajectories(
                     config.env.env_id, config.env.kwargs(), config.sft.episodes,
                     perturb=config.sft.perturb, seed=config.run.seed,
-                    task_order=config.env.task_order, progress=bar)
+                    task_order=config.env.task_order, progress=bar,
+                    info_keys=template_info_keys(config.prompt))
             where = self.run_dir / DATA_FILE
             write_trajectories(where, trajectories)
         examples, stats = build_examples(
@@ -382,6 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     make.add_argument("--task-order", choices=TASK_ORDERS, default="first",
                       help="play the env's first tasks, or tasks spread over its list")
     make.add_argument("--out", required=True, help="the JSONL file to write")
+    make.add_argument("--info-keys", default="",
+                      help="comma-separated info keys to keep per step, for a prompt "
+                           "template's {info[KEY]} placeholders (e.g. Formula)")
     check = commands.add_parser("check", help="validate a JSONL file")
     check.add_argument("path")
     args = parser.parse_args(argv)
@@ -400,9 +405,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             kwargs["max_steps"] = args.max_steps
         if not 0 <= args.perturb <= 1 or args.episodes < 1:
             raise ValueError("--perturb must be in [0, 1] and --episodes >= 1")
-        trajectories = expert_trajectories(args.env_id, kwargs, args.episodes,
-                                           perturb=args.perturb, seed=args.seed,
-                                           task_order=args.task_order)
+        trajectories = expert_trajectories(
+            args.env_id, kwargs, args.episodes, perturb=args.perturb, seed=args.seed,
+            task_order=args.task_order,
+            info_keys=[key for key in args.info_keys.split(",") if key])
         write_trajectories(args.out, trajectories)
         success = np.mean([t.extra["success"] for t in trajectories])
         steps = sum(len(t.steps) for t in trajectories)

@@ -32,8 +32,7 @@ def test_presets_are_valid_and_round_trip(name):
 
     import agentgym  # noqa: F401  (registers the ids)
 
-    if PRESETS[name].env.env_id not in gym.registry:  # the visual envs, until they exist
-        pytest.skip(f"{PRESETS[name].env.env_id} is not registered in this checkout")
+    assert PRESETS[name].env.env_id in gym.registry
     config = PRESETS[name].validate()
     assert config.preset == name and name in PRESET_HELP
     data = json.loads(json.dumps(config.to_dict()))
@@ -81,6 +80,49 @@ def test_vision_language_presets_follow_run_sokoban_sh_and_run_ezpoints_sh():
     assert (cards.env.num_groups, cards.env.max_steps) == (16, 8)
     assert (cards.learner.mini_batch_size, cards.run.iterations) == (128, 100)
     assert cards.prompt.image_position == "start" and cards.prompt.action_tag == ""
+    assert not cards.prompt.think and cards.stop_strings == ()
+
+
+@pytest.mark.parametrize("name", ["sokoban-vl-3b", "ezpoints-vl-3b"])
+def test_vision_language_presets_build_their_envs_and_speak_their_action_protocol(name):
+    """The presets' kwargs build the real envs (training seeds from 0, held-out ones from
+    2^16, as verl-agent's validation draws), with the script's step limit and the frame as
+    the anchor; an answer in the preset's format, parsed as the rollout parses it, is a valid
+    action of the env, and one the env cannot read is invalid."""
+    import gymnasium as gym
+
+    import agentgym  # noqa: F401  (registers the ids)
+    from algorithms.agent.parsing import parse_action
+
+    config = PRESETS[name].validate()
+    train = gym.make(config.env.env_id, **config.env.kwargs()).unwrapped
+    held_out = gym.make(config.env.env_id, **config.env.eval_kwargs()).unwrapped
+    try:
+        assert train.max_steps == held_out.max_steps == config.env.max_steps
+        assert train.anchor_mode == held_out.anchor_mode == "observation"
+        assert train.task_ids.seed_of(train.task_ids[0]) == 0
+        assert held_out.task_ids.seed_of(held_out.task_ids[0]) == 2**16
+        observation, info = train.reset(options={"task_id": train.task_ids[3]})
+        assert info["anchor"][0] == "image" and observation["image"].dtype.name == "uint8"
+        prompt = config.prompt
+        if name == "sokoban-vl-3b":
+            answer = "<think>The box is above me.</think><action>up</action>"
+        else:  # the JSON answer verl-agent's EZPoints prompt asks for, the expert's word
+            word = json.loads(train.expert_action())["action"]
+            answer = f'{{\n  "thoughts": "I see two cards.",\n  "action": "{word}"\n}}'
+        parsed = parse_action(answer, think=prompt.think, action_tag=prompt.action_tag,
+                              style=prompt.env_style)
+        assert parsed.format_ok
+        info = train.step(parsed.action)[4]
+        assert info["valid_action"]
+        if name == "ezpoints-vl-3b":
+            assert info["Formula"] == [int(word)]
+        garbage = parse_action("I am not sure.", think=prompt.think,
+                               action_tag=prompt.action_tag, style=prompt.env_style)
+        assert not (garbage.format_ok and train.step(garbage.action)[4]["valid_action"])
+    finally:
+        train.close()
+        held_out.close()
 
 
 def test_sokoban_preset_follows_run_sokoban_sh():

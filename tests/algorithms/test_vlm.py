@@ -253,13 +253,18 @@ def test_resize_equals_verl_agents_process_image():
 
 # --- against verl-agent's rollout -------------------------------------------------------
 
+DISCOVERY_ACTIONS = "agent_system.environments.env_package.discovery.actions"
+
+
 def _verl_agent_collector(root: Path):
-    """verl-agent's ``TrajectoryCollector`` (``agent_system/multi_turn_rollout/rollout_loop.py``)
-    and its prompts module, imported from the checkout with the parts of their packages that
-    do not import here stood in for: ``datasets`` (unused by the rollout), the env
-    managers' package ``__init__`` (it imports every env), and verl's Qwen2-VL module,
-    whose ``get_rope_index`` (3-D positions, not compared here) imports names transformers 5
-    no longer has."""
+    """verl-agent's ``TrajectoryCollector`` (``agent_system/multi_turn_rollout/rollout_loop.py``),
+    its prompts modules and its env managers (``agent_system/environments/env_manager.py``),
+    imported from the checkout with the parts of their packages that do not import here
+    stood in for: ``datasets`` (unused by the rollout), the env managers' package
+    ``__init__`` (it imports every env), DiscoveryWorld's action mapper (its game is not in
+    the checkout; the Sokoban and Gym Cards managers never use it), and verl's Qwen2-VL
+    module, whose ``get_rope_index`` (3-D positions, not compared here) imports names
+    transformers 5 no longer has."""
     deps = os.environ.get("VERL_AGENT_DEPS")
     added = [str(root)] + ([deps] if deps else [])
     missing = [name for name in ("omegaconf", "tensordict", "codetiming")
@@ -270,8 +275,10 @@ def _verl_agent_collector(root: Path):
     sys.path[:0] = added
     stand_ins = {"datasets": types.ModuleType("datasets"),
                  "agent_system.environments": types.ModuleType("agent_system.environments"),
-                 "verl.models.transformers.qwen2_vl": types.ModuleType("qwen2_vl")}
+                 "verl.models.transformers.qwen2_vl": types.ModuleType("qwen2_vl"),
+                 DISCOVERY_ACTIONS: types.ModuleType(DISCOVERY_ACTIONS)}
     stand_ins["agent_system.environments"].EnvironmentManagerBase = object
+    stand_ins[DISCOVERY_ACTIONS].all_plausible_action_mapper = None
     stand_ins["agent_system.environments"].__path__ = [
         str(root / "agent_system" / "environments")]
     stand_ins["verl.models.transformers.qwen2_vl"].get_rope_index = (
@@ -282,15 +289,19 @@ def _verl_agent_collector(root: Path):
         rollout = importlib.import_module("agent_system.multi_turn_rollout.rollout_loop")
         prompts = {name: importlib.import_module(f"agent_system.environments.prompts.{name}")
                    for name in ("sokoban", "gym_cards")}
+        managers = importlib.import_module("agent_system.environments.env_manager")
         from omegaconf import OmegaConf
     except ImportError as error:
         pytest.skip(f"verl-agent's rollout does not import here: {error}")
     finally:
         for path in added:
             sys.path.remove(path)
-    yield rollout, prompts, OmegaConf
+    yield rollout, prompts, OmegaConf, managers
+    # forget the checkout's modules and the stand-ins; libraries they imported stay (torch
+    # registers its operators once per process)
     for name in set(sys.modules) - set(saved):
-        del sys.modules[name]
+        if name.split(".")[0] in ("agent_system", "verl", "datasets"):
+            del sys.modules[name]
     sys.modules.update(saved)
 
 
@@ -304,7 +315,7 @@ def test_prompt_ids_and_pixels_equal_verl_agents_rollout(tmp_path):
     from benchmarks.tiny_vlm import tiny_image_processor, vlm_tokenizer
 
     collector_source = _verl_agent_collector(Path(VERL_AGENT))
-    rollout, prompts, omegaconf = next(collector_source)
+    rollout, prompts, omegaconf, _ = next(collector_source)
     try:
         sokoban = prompts["sokoban"].SOKOBAN_VISUAL_TEMPLATE
         cards = prompts["gym_cards"].GYM_CARDS_EZPOINTS_TEMPLATE.format(text_formula="3+")
@@ -346,3 +357,123 @@ def test_prompt_ids_and_pixels_equal_verl_agents_rollout(tmp_path):
                                           inputs["image_grid_thw"].numpy())
     finally:
         next(collector_source, None)
+
+
+VERL_AGENT_PROMPTS = {
+    "AgentGym/SokobanVisual-v0": ("Sokoban", "sokoban", "SOKOBAN_VISUAL_TEMPLATE", False),
+    "AgentGym/EZPoints-v0": ("gym_cards/EZPoints-v0", "gym_cards",
+                             "GYM_CARDS_EZPOINTS_TEMPLATE", True),
+    "AgentGym/NumberLine-v0": ("gym_cards/NumberLine-v0", "gym_cards",
+                               "GYM_CARDS_NUMBERLINE_TEMPLATE", False),
+    "AgentGym/Blackjack-v0": ("gym_cards/Blackjack-v0", "gym_cards",
+                              "GYM_CARDS_BLACKJACK_TEMPLATE", False),
+}
+"""Each visual env's verl-agent prompt: its ``env.env_name``, prompts module, template, and
+whether its env manager fills the template with ``str.format`` (EZPoints: the formula) or
+sends it as written (the others: their ``{{``/``}}`` reach the model doubled)."""
+
+
+def as_our_template(text: str, formatted: bool) -> str:
+    """A template file of ours that writes verl-agent's message ``text``: ``<image>`` becomes
+    ``{image}``; a template their manager fills with ``str.format`` keeps its braces and
+    reads the formula from the info (``{text_formula}`` -> ``{info[Formula]}``), one it sends
+    as written has every brace doubled."""
+    if formatted:
+        return text.replace("{text_formula}", "{info[Formula]}").replace("<image>", "{image}")
+    return text.replace("{", "{{").replace("}", "}}").replace("<image>", "{image}")
+
+
+def _their_manager(managers, omegaconf, env_name: str):
+    """verl-agent's env manager of ``env_name`` without its envs: only its prompt building
+    (``build_text_obs``) is called, with our env's info."""
+    if env_name == "Sokoban":
+        manager = object.__new__(managers.SokobanEnvironmentManager)
+        manager.is_multi_modal = True  # env.sokoban.mode='rgb_array' (run_sokoban.sh)
+        manager.memory = managers.SimpleMemory()
+        manager.memory.reset(batch_size=1)
+    else:
+        manager = object.__new__(managers.GymCardEnvironmentManager)
+    manager.config = omegaconf.create({"env": {"env_name": env_name, "history_length": 2}})
+    return manager
+
+
+@pytest.mark.skipif(not VERL_AGENT, reason="set AGENTGYM_VERL_AGENT_PATH to a verl-agent "
+                                           "checkout to compare with its env managers")
+@pytest.mark.parametrize("env_id", sorted(VERL_AGENT_PROMPTS))
+def test_real_envs_prompts_equal_verl_agents_env_managers(tmp_path, env_id):
+    """At every step of episodes on our visual env, verl-agent's own env manager
+    (``build_text_obs`` with our env's info, history length 2 as its config's default) and
+    rollout preprocessing (``preprocess_single_sample``, with our env's frame) give the same
+    token ids and pixel values as our prompt builder given verl-agent's wording as a template
+    (:func:`as_our_template`), with Qwen2.5-VL's image processor (frames below 256 x 256
+    scaled up as verl-agent's ``process_image`` does): one user message, the template's text
+    only (no history), the image where theirs is, EZPoints' formula filled in, NumberLine's
+    and Blackjack's braces doubled as they send them."""
+    import gymnasium as gym
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    import agentgym  # noqa: F401  (registers the ids)
+    from benchmarks.tiny_vlm import vlm_tokenizer
+
+    env_name, module, name, formatted = VERL_AGENT_PROMPTS[env_id]
+    source = _verl_agent_collector(Path(VERL_AGENT))
+    rollout, prompts, omegaconf, managers = next(source)
+    env = gym.make(env_id)
+    try:
+        text = getattr(prompts[module], name)
+        template = tmp_path / "template.txt"
+        template.write_text(as_our_template(text, formatted), encoding="utf-8")
+        tokenizer = vlm_tokenizer([*vocabulary_texts(), text])
+        image_processor = Qwen2VLImageProcessorPil()
+        vision = VisionProcessor(image_processor, tokenizer)
+        processor = types.SimpleNamespace(image_processor=image_processor,
+                                          image_token="<|image_pad|>", tokenizer=tokenizer)
+        collector = rollout.TrajectoryCollector(
+            omegaconf.create({"data": {"max_prompt_length": 4096, "truncation": "error"}}),
+            tokenizer, processor)
+        batch = types.SimpleNamespace(non_tensor_batch={"raw_prompt": [None],
+                                                        "data_source": ["x"]})
+        builder = PromptBuilder(tokenizer, PromptConfig(
+            template=str(template), history_window=0, max_prompt_tokens=4096), vision)
+        rng = np.random.default_rng(0)
+        checked = 0
+        for episode in range(3):
+            manager = _their_manager(managers, omegaconf, env_name)
+            observation, info = env.reset(seed=100 + episode)
+            history: list[tuple[str, str]] = []
+            for step in range(5):
+                if env_name == "Sokoban" and step > 0:  # what its step() stores first
+                    manager.memory.store({"text_obs": ["(text frame)"], "action": ["Up"]})
+                message = manager.build_text_obs([info], init=step == 0)[0] \
+                    if env_name == "Sokoban" else manager.build_text_obs([info])[0]
+                theirs = collector.preprocess_single_sample(
+                    0, batch, {"text": [message], "image": [observation["image"]],
+                               "anchor": [observation["image"]]})
+                ours = builder.build(info["task"], history, observation["text"],
+                                     info["admissible_actions"],
+                                     images=[observation["image"]], info=info)
+                ids = theirs["input_ids"][theirs["attention_mask"].bool()].tolist()
+                assert list(ours.token_ids) == ids, (env_id, episode, step)
+                assert ours.text.count("<|vision_start|>") == 1
+                encoded = vision.encode([observation["image"]])
+                inputs = theirs["multi_modal_inputs"]
+                assert np.array_equal(encoded.pixel_values, inputs["pixel_values"].numpy())
+                assert np.array_equal(encoded.image_grid_thw, inputs["image_grid_thw"].numpy())
+                checked += 1
+                actions = info["admissible_actions"]
+                action = str(rng.choice(actions)) if rng.random() < 0.8 else "garbage"
+                history.append((observation["text"], action))
+                observation, _, terminated, truncated, info = env.step(action)
+                if terminated or truncated:
+                    break
+        assert checked >= 3
+        if formatted:  # the formula of the last step checked is in both
+            assert f"current formula is: '{''.join(map(str, info['Formula']))}'" in \
+                manager.build_text_obs([info])[0]
+        elif "{{" in text:
+            assert "{{" in ours.text  # sent as written: doubled
+    finally:
+        env.close()
+        next(source, None)
