@@ -79,6 +79,7 @@ class Budget:
     walker_episodes: int = 100
     hidden: int = 64
     vision_hidden: int = 32
+    kind: str = "qwen3_vl"
 
 
 def model_settings() -> dict[str, Any]:
@@ -136,7 +137,8 @@ def tiny_policy(budget: Budget, seed: int, config: TrainConfig) -> Any:
     """The tiny Qwen2.5-VL of the module docstring (36 image tokens per frame)."""
     from benchmarks.tiny_vlm import tiny_vlm_policy
 
-    return tiny_vlm_policy(vocabulary(config), seed=seed, hidden=budget.hidden, layers=2,
+    return tiny_vlm_policy(vocabulary(config), kind=budget.kind, seed=seed,
+                           hidden=budget.hidden, layers=2,
                            vision_hidden=budget.vision_hidden, patch_size=PATCH,
                            max_tokens=36, model_config=ModelConfig(**model_settings()))
 

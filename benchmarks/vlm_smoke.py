@@ -3,12 +3,14 @@ per phase.
 
 Run from the repository root::
 
-    python -m benchmarks.vlm_smoke                        # tiny Qwen2.5-VL, LoRA, on the CPU
+    python -m benchmarks.vlm_smoke                        # visual Sokoban, then EZPoints
     python -m benchmarks.vlm_smoke --kind qwen3_vl --full # Qwen3-VL, full fine-tune
-    python -m benchmarks.vlm_smoke --env AgentGym/SokobanVisual-v0
-    python -m benchmarks.vlm_smoke --env AgentGym/EZPoints-v0 --env-kwargs '{}'
+    python -m benchmarks.vlm_smoke --env AgentGym/Blackjack-v0
+    python -m benchmarks.vlm_smoke --env tests.algorithms.visual_env:AgentGymTest/VisualGrid-v0
 
-What it does: builds the tiny random vision-language model of :mod:`benchmarks.tiny_vlm`
+What it does, on each env (by default ``AgentGym/SokobanVisual-v0`` and then
+``AgentGym/EZPoints-v0``, the paper's two visual tasks): builds the tiny random
+vision-language model of :mod:`benchmarks.tiny_vlm`
 (its word vocabulary read from the env: the task, the observations and the actions of a
 few random episodes) and saves it as a model folder, which the trainer loads as any
 ``--model.name-or-path`` (``model.kind auto`` finds the vision model). Then, through
@@ -22,10 +24,10 @@ few random episodes) and saves it as a model folder, which the trainer loads as 
 Per phase it prints the seconds and the peak memory: the process's peak resident set
 (``VmHWM``, reset before each phase through ``/proc/self/clear_refs``) on a CPU, and
 torch's peak allocated GPU memory on a GPU. The last line starts with
-``vlm smoke: ok``.
+``vlm smoke: ok`` when every env passed.
 
-``--env`` names any registered visual env id (or ``module:id``, whose module is imported
-first; the default is the tests' visual grid, ``tests.algorithms.visual_env``).
+``--env`` (repeatable) names any registered visual env id (or ``module:id``, whose module
+is imported first, e.g. the tests' visual grid, ``tests.algorithms.visual_env``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-DEFAULT_ENV = "tests.algorithms.visual_env:AgentGymTest/VisualGrid-v0"
+DEFAULT_ENVS = ("AgentGym/SokobanVisual-v0", "AgentGym/EZPoints-v0")
 PHASES = ("setup", "rollout", "log_probs", "advantages", "update", "checkpoint", "resume")
 
 
@@ -137,7 +139,7 @@ def _peak_mb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def smoke_config(args: argparse.Namespace, model: Path, *, iterations: int,
+def smoke_config(args: argparse.Namespace, env_id: str, model: Path, *, iterations: int,
                  resume: bool = False) -> Any:
     """The trainer config of one smoke run."""
     from algorithms.config import TrainConfig, replace
@@ -149,7 +151,7 @@ def smoke_config(args: argparse.Namespace, model: Path, *, iterations: int,
                "train_vision_tower": args.train_vision_tower, **lora},
         generation={"engine": "hf", "max_new_tokens": args.max_new_tokens},
         prompt={"think": False, "max_prompt_tokens": 1024, "history_window": 2},
-        env={"env_id": args.env_id, "num_groups": args.groups, "group_size": args.group_size,
+        env={"env_id": env_id, "num_groups": args.groups, "group_size": args.group_size,
              "max_steps": args.max_steps, "env_kwargs": args.env_kwargs},
         learner={"lr": 1e-4, "mini_batch_size": 8, "micro_batch_size": 4, "kl_coef": 0.01},
         run={"iterations": iterations, "save_every": 1, "seed": 0, "tensorboard": False,
@@ -175,43 +177,26 @@ def measured_run(config: Any, run_dir: Path, meter: PhaseMeter, *, setup_phase: 
     return trainer
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default=DEFAULT_ENV,
-                        help="visual env id, or module:id (default: the tests' visual grid)")
-    parser.add_argument("--env-kwargs", default="{}", help="env constructor kwargs (JSON)")
-    parser.add_argument("--kind", default="qwen2_5_vl", choices=("qwen2_5_vl", "qwen3_vl"))
-    parser.add_argument("--full", action="store_true", help="full fine-tune (default: LoRA)")
-    parser.add_argument("--train-vision-tower", action="store_true")
-    parser.add_argument("--groups", type=int, default=2)
-    parser.add_argument("--group-size", type=int, default=2)
-    parser.add_argument("--max-steps", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=8)
-    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--workdir", default=None, help="keep the model and runs here")
-    args = parser.parse_args(argv)
-    args.env_id = registered_env_id(args.env)
-    torch.set_num_threads(1)
-    from algorithms.runs.console import quiet_dependency_bars
+def smoke_env(args: argparse.Namespace, env: str, workdir: Path) -> bool:
+    """Straight run, run + resume and their comparison on one env; prints the phases'
+    seconds and memory; whether it passed."""
+    from algorithms.agent.metrics import read_metrics
     from benchmarks.tiny_vlm import save_tiny_vlm
 
-    quiet_dependency_bars()
-
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="vlm-smoke-"))
-    texts = env_texts(args.env_id, json.loads(args.env_kwargs))
+    env_id = registered_env_id(env)
+    workdir.mkdir(parents=True, exist_ok=True)
+    texts = env_texts(env_id, json.loads(args.env_kwargs))
     model = save_tiny_vlm(workdir / "model", texts, kind=args.kind)
-    print(f"env {args.env_id}, tiny {args.kind} in {model} "
+    print(f"env {env_id}, tiny {args.kind} in {model} "
           f"({'full fine-tune' if args.full else 'LoRA'}"
           f"{', vision tower trained' if args.train_vision_tower else ''}), {args.device}")
     meter = PhaseMeter(args.device)
-    straight = measured_run(smoke_config(args, model, iterations=2), workdir / "straight",
-                            meter, setup_phase="setup")
-    measured_run(smoke_config(args, model, iterations=1), workdir / "resumed", meter,
+    straight = measured_run(smoke_config(args, env_id, model, iterations=2),
+                            workdir / "straight", meter, setup_phase="setup")
+    measured_run(smoke_config(args, env_id, model, iterations=1), workdir / "resumed", meter,
                  setup_phase="setup")
-    resumed = measured_run(smoke_config(args, model, iterations=2, resume=True),
+    resumed = measured_run(smoke_config(args, env_id, model, iterations=2, resume=True),
                            workdir / "resumed", meter, setup_phase="resume")
-    from algorithms.agent.metrics import read_metrics
-
     a = read_metrics(workdir / "straight" / "metrics.jsonl")[1]
     b = read_metrics(workdir / "resumed" / "metrics.jsonl")[1]
     keys = [k for k in a if not k.startswith(("time/", "throughput/"))]
@@ -228,14 +213,45 @@ def main(argv: list[str] | None = None) -> int:
         if phase in meter.seconds:
             print(f"{phase:<11} {meter.seconds[phase]:>8.2f} {meter.peak_mb[phase]:>12.0f}")
     print(f"iteration 2's batch: {shown} of {len(batch)} rows show an image")
-    ok = images and same_actions and gap < 1e-6 and weights < 1e-6
     print(f"resumed iteration 2 vs straight: largest metric gap {gap:.2e}, weight gap "
           f"{weights:.2e}, same actions {same_actions}")
-    if not ok:
-        print("vlm smoke: FAILED")
+    ok = images and same_actions and gap < 1e-6 and weights < 1e-6
+    total = sum(meter.seconds.values())
+    print(f"{env_id}: {'ok' if ok else 'FAILED'} ({total:.1f} s measured)\n")
+    args.measured += total
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", action="append", default=None,
+                        help="visual env id, or module:id; repeat for several (default: "
+                             + " and ".join(DEFAULT_ENVS) + ")")
+    parser.add_argument("--env-kwargs", default="{}", help="env constructor kwargs (JSON)")
+    parser.add_argument("--kind", default="qwen2_5_vl", choices=("qwen2_5_vl", "qwen3_vl"))
+    parser.add_argument("--full", action="store_true", help="full fine-tune (default: LoRA)")
+    parser.add_argument("--train-vision-tower", action="store_true")
+    parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=2)
+    parser.add_argument("--max-steps", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=8)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--workdir", default=None, help="keep the models and runs here")
+    args = parser.parse_args(argv)
+    envs = args.env or list(DEFAULT_ENVS)
+    args.measured = 0.0
+    torch.set_num_threads(1)
+    from algorithms.runs.console import quiet_dependency_bars
+
+    quiet_dependency_bars()
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="vlm-smoke-"))
+    passed = [smoke_env(args, env, workdir / f"env{index}") for index, env in enumerate(envs)]
+    names = ", ".join(registered_env_id(env) for env in envs)
+    if not all(passed):
+        print(f"vlm smoke: FAILED ({names})")
         return 1
-    print(f"vlm smoke: ok (2 iterations + resume, {args.kind}, "
-          f"{sum(meter.seconds.values()):.1f} s measured)")
+    print(f"vlm smoke: ok ({names}: 2 iterations + resume each, {args.kind}, "
+          f"{args.measured:.1f} s measured)")
     return 0
 
 

