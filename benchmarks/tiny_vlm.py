@@ -99,11 +99,17 @@ def tiny_image_processor(kind: Kind = "qwen2_5_vl", *, max_tokens: int = 4,
 
 def tiny_vlm_config(kind: Kind, tokenizer: Any, *, hidden: int = 32, layers: int = 2,
                     vision_hidden: int = 16, vision_layers: int = 2,
-                    patch_size: int | None = None) -> Any:
+                    patch_size: int | None = None, rope_theta: float | None = None) -> Any:
     """The config of a tiny ``kind`` model over ``tokenizer``: ``layers`` language layers
     of width ``hidden`` (4 heads of ``hidden / 4``, 2 key-value heads, MLP ``2 * hidden``),
     a ``vision_layers``-block vision tower of width ``vision_hidden`` with patches of
-    ``patch_size`` pixels (default: the family's, :data:`PATCH_SIZE`), tied embeddings."""
+    ``patch_size`` pixels (default: the family's, :data:`PATCH_SIZE`), tied embeddings.
+
+    ``rope_theta``: the language model's rotary base (default: the family's, 1e6 for
+    Qwen2.5-VL, 5e5 for Qwen3-VL). With a head of 16 dimensions, an image token's height
+    and width get 2 of the 8 rotary frequencies each, which at the family's base turn by a
+    few hundredths of a radian per row or column: a base of about 100 makes where an image
+    token sits visible to such a small model."""
     from transformers import Qwen2_5_VLConfig, Qwen3VLConfig
 
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in VISION_TOKENS}
@@ -121,15 +127,16 @@ def tiny_vlm_config(kind: Kind, tokenizer: Any, *, hidden: int = 32, layers: int
     vision = dict(depth=vision_layers, hidden_size=vision_hidden,
                   intermediate_size=2 * vision_hidden, num_heads=2, out_hidden_size=hidden,
                   patch_size=patch, spatial_merge_size=2, temporal_patch_size=2)
+    theta = {} if rope_theta is None else {"rope_theta": float(rope_theta)}
     if kind == "qwen2_5_vl":
-        text["rope_scaling"] = {"type": "mrope", "mrope_section": sections}
+        text["rope_scaling"] = {"type": "mrope", "mrope_section": sections, **theta}
         vision.update(window_size=4 * patch,
                       fullatt_block_indexes=[vision_layers - 1])
         return Qwen2_5_VLConfig(text_config=text, vision_config=vision, **tokens)
     if kind == "qwen3_vl":
         text.update(head_dim=head, rope_scaling={"rope_type": "default",
                                                  "mrope_section": sections,
-                                                 "mrope_interleaved": True})
+                                                 "mrope_interleaved": True, **theta})
         vision.update(num_position_embeddings=64, deepstack_visual_indexes=[0])
         return Qwen3VLConfig(text_config=text, vision_config=vision, **tokens)
     raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
@@ -147,14 +154,15 @@ def model_from_config(config: Any, *, seed: int = 0) -> Any:
 
 def tiny_vlm(texts: Iterable[str], *, kind: Kind = "qwen2_5_vl", seed: int = 0,
              hidden: int = 32, layers: int = 2, max_tokens: int = 4,
-             vision_hidden: int = 16, patch_size: int | None = None
-             ) -> tuple[Any, Any, Any]:
+             vision_hidden: int = 16, patch_size: int | None = None,
+             rope_theta: float | None = None) -> tuple[Any, Any, Any]:
     """``(model, tokenizer, image_processor)``: a tiny random ``kind`` model over
     :func:`vlm_tokenizer` of ``texts`` (:func:`tiny_vlm_config`, :func:`tiny_image_processor`)."""
     tokenizer = vlm_tokenizer(texts)
     model = model_from_config(tiny_vlm_config(kind, tokenizer, hidden=hidden, layers=layers,
                                               vision_hidden=vision_hidden,
-                                              patch_size=patch_size), seed=seed)
+                                              patch_size=patch_size, rope_theta=rope_theta),
+                              seed=seed)
     return model, tokenizer, tiny_image_processor(kind, max_tokens=max_tokens,
                                                   patch_size=patch_size)
 
@@ -162,13 +170,14 @@ def tiny_vlm(texts: Iterable[str], *, kind: Kind = "qwen2_5_vl", seed: int = 0,
 def tiny_vlm_policy(texts: Iterable[str], *, kind: Kind = "qwen2_5_vl", seed: int = 0,
                     hidden: int = 32, layers: int = 2, max_tokens: int = 4,
                     vision_hidden: int = 16, patch_size: int | None = None,
+                    rope_theta: float | None = None,
                     model_config: ModelConfig | None = None) -> Policy:
     """:func:`tiny_vlm` wrapped like a loaded vision policy (LoRA and the vision tower's
     freezing per ``model_config``; default: full weights, tower frozen)."""
     model, tokenizer, image_processor = tiny_vlm(texts, kind=kind, seed=seed, hidden=hidden,
                                                  layers=layers, max_tokens=max_tokens,
                                                  vision_hidden=vision_hidden,
-                                                 patch_size=patch_size)
+                                                 patch_size=patch_size, rope_theta=rope_theta)
     return wrap_model(model, tokenizer, model_config or ModelConfig(),
                       source=f"tiny random {kind}", path=f"tiny-{kind}", gguf_file=None,
                       seed=seed, image_processor=image_processor)

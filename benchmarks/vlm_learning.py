@@ -67,8 +67,8 @@ class Budget:
     ``num_groups`` x ``group_size`` episodes at ``lr``; ``eval_episodes`` held-out rooms;
     the random walker's ``walker_episodes`` walks per held-out room; the model's widths."""
 
-    sft_episodes: int = 400
-    sft_steps: int = 1200
+    sft_episodes: int = 800
+    sft_steps: int = 3000
     sft_batch: int = 32
     sft_lr: float = 1e-3
     num_groups: int = 8
@@ -80,6 +80,7 @@ class Budget:
     hidden: int = 64
     vision_hidden: int = 32
     kind: str = "qwen3_vl"
+    rope_theta: float = 100.0
 
 
 def model_settings() -> dict[str, Any]:
@@ -140,6 +141,7 @@ def tiny_policy(budget: Budget, seed: int, config: TrainConfig) -> Any:
     return tiny_vlm_policy(vocabulary(config), kind=budget.kind, seed=seed,
                            hidden=budget.hidden, layers=2,
                            vision_hidden=budget.vision_hidden, patch_size=PATCH,
+                           rope_theta=budget.rope_theta,
                            max_tokens=36, model_config=ModelConfig(**model_settings()))
 
 
