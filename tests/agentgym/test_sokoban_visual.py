@@ -146,15 +146,19 @@ def test_tiles_dir_draws_with_the_files_there(tmp_path):
 def test_vector_env_carries_frames_and_a_failed_reset_gets_a_black_one():
     import gymnasium as gym
 
+    from agentgym.vector import observation_rows
+
     venv = gym.make_vec("AgentGym/SokobanVisual-v0", num_envs=3, group_size=1, backend="sync")
     try:
-        observations, infos = venv.reset(
+        batch, infos = venv.reset(
             seed=0, options={"task_ids": [None, "sokoban-6x6-1box-nope", None]})
+        assert batch["image"].shape == (3, 96, 96, 3) and venv.observation_space.contains(batch)
+        observations = observation_rows(batch, 3)
         assert observations[0]["text"] == LEGEND and observations[0]["image"].any()
         assert observations[1]["text"] == "" and observations[1]["image"].shape == (96, 96, 3)
         assert not observations[1]["image"].any() and "env_error" in infos
         assert all(venv.single_observation_space.contains(o) for o in observations)
-        observations, rewards, *_ = venv.step(["up", "up", "up"])
-        assert observations[0]["image"].shape == (96, 96, 3)
+        batch, rewards, *_ = venv.step(["up", "up", "up"])
+        assert observation_rows(batch, 3)[0]["image"].shape == (96, 96, 3)
     finally:
         venv.close()
