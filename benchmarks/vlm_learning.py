@@ -188,8 +188,13 @@ def run_sft(budget: Budget, seed: int, out: Path) -> tuple[Path, dict[str, float
         after = trainer.evaluate_policy(1)
     finally:
         trainer.close()
+    from algorithms.agent.metrics import read_metrics
+
+    losses = [row["sft/loss"] for row in read_metrics(run_dir / "metrics.jsonl")
+              if "sft/loss" in row]
     return run_dir, {"untrained": before["eval/success"], "sft": after["eval/success"],
                      "sft_format_errors": after["eval/format_error_rate"],
+                     "sft_loss_last_100": float(np.mean(losses[-100:])),
                      "seconds": time.perf_counter() - start}
 
 
@@ -239,8 +244,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         walker = random_walker_success(budget, seed, base_config(budget, seed, args.out))
         sft_dir, sft = run_sft(budget, seed, args.out)
         print(f"seed {seed}: random walker {walker:.3f}; held-out success untrained "
-              f"{sft['untrained']:.3f}, after SFT {sft['sft']:.3f} ({sft['seconds']:.0f} s)",
-              flush=True)
+              f"{sft['untrained']:.3f}, after SFT {sft['sft']:.3f} (loss of the last 100 "
+              f"steps {sft['sft_loss_last_100']:.3f}; {sft['seconds']:.0f} s)", flush=True)
         rl = run_rl(budget, seed, args.out, sft_dir)
         results["seeds"][seed] = {"random_walker": walker, "sft": sft, "gigpo": rl,
                                   "seconds": time.perf_counter() - start}
