@@ -26,8 +26,8 @@ token limit and every episode to the step limit, which is what a time and memory
 measurement wants). The image processor is Qwen2.5-VL's own settings (patch 14, merge 2,
 3,136 to 12,845,056 pixels): a 256 x 256 frame is 81 image tokens.
 
-The env: ``AgentGym/SokobanVisual-v0`` when it is registered, else the tests' visual
-grid (``--env`` names any other). Per mode it prints a table of seconds and peak GPU
+The env: ``AgentGym/SokobanVisual-v0``, the preset's (``--env`` names any other visual env,
+or ``module:id``). Per mode it prints a table of seconds and peak GPU
 memory (torch's peak allocated, reset at each phase) for setup, rollout, log-probs,
 advantages, update and checkpoint, and the iterations' metrics; the last line reads
 ``gpu vlm: ok``.
@@ -48,17 +48,7 @@ import torch
 from benchmarks.vlm_smoke import PHASES, PhaseMeter, env_texts, measured_run, registered_env_id
 
 VISUAL_SOKOBAN = "AgentGym/SokobanVisual-v0"
-GRID = "tests.algorithms.visual_env:AgentGymTest/VisualGrid-v0"
 LORA = {"lora_rank": 64, "lora_alpha": 128}
-
-
-def default_env() -> str:
-    """Visual Sokoban when registered here, else the tests' visual grid."""
-    import gymnasium as gym
-
-    import agentgym  # noqa: F401  (registers AgentGym/*)
-
-    return VISUAL_SOKOBAN if VISUAL_SOKOBAN in gym.registry else GRID
 
 
 def random_policy(shape: str, texts: list[str], mode: str, device: torch.device,
@@ -144,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu vlm: no CUDA GPU here (--device cpu --shape tiny runs a dry run)")
         return 2
-    args.env_id = registered_env_id(args.env or default_env())
+    args.env_id = registered_env_id(args.env or VISUAL_SOKOBAN)
     from algorithms.runs.console import quiet_dependency_bars
 
     quiet_dependency_bars()
