@@ -5,15 +5,21 @@ The learning check of issue 42, the visual counterpart of :mod:`benchmarks.sokob
 the same stages and budget, on ``AgentGym/SokobanVisual-v0`` (6 x 6, one box, 15 steps),
 where the room is only in the picture (the text is a fixed legend of the tiles).
 
-The policy is the tiny random Qwen2.5-VL of :mod:`benchmarks.tiny_vlm`, built in-process
-(no download): 2 language layers of width 64 over a word-level tokenizer of the prompt's and
-the env's words, a 2-block vision tower of width 32 whose patches are 8 pixels, so that
-each merged image token (2 x 2 patches) is exactly one 16 x 16 tile of the 96 x 96 frame:
-36 image tokens, one per cell, at their 2-D rotary positions. Frames go to the image
-processor as the env drew them (``model.image_min_pixels 0``: verl-agent's ``process_image``
-would scale them up to 256 x 256 first, which a 3B model's 14-pixel patches want and a
-tiny model's CPU budget does not). Every weight trains, vision tower included
-(``model.train_vision_tower``, as the ``sokoban-vl-3b`` preset).
+The policy is a tiny random Qwen3-VL of :mod:`benchmarks.tiny_vlm` (``--kind qwen2_5_vl``
+for the paper's family), built in-process (no download): 2 language layers of width 64 (4
+heads of 16) over a word-level tokenizer of the prompt's and the env's words, a 2-block
+vision tower of width 32 whose patches are 8 pixels, so that each merged image token
+(2 x 2 patches) is exactly one 16 x 16 tile of the 96 x 96 frame: 36 image tokens, one per
+cell, at their 3-D rotary positions. The language model's rotary base is 100
+(``--rope-theta``): with heads of 16 dimensions an image token's row and column get 2 of
+the 8 rotary frequencies each, and at the families' bases (5e5, 1e6) those turn by
+hundredths of a radian from one cell to the next, so the model could not tell where a
+tile is; Qwen3-VL interleaves the frequencies (rows and columns get fast ones), Qwen2.5-VL
+gives rows and columns its slowest ones. Frames go to the image processor as the env drew
+them (``model.image_min_pixels 0``: verl-agent's ``process_image`` would scale them up to
+256 x 256 first, which a 3B model's 14-pixel patches want and a tiny model's CPU budget
+does not). Every weight trains, vision tower included (``model.train_vision_tower``, as the
+``sokoban-vl-3b`` preset).
 
 1. **SFT warm start** (``algorithms.sft.trainer.SFTTrainer``, what ``--algo sft`` runs):
    episodes of ``SokobanVisualEnv.expert_action`` (breadth-first search) on the training
@@ -28,8 +34,10 @@ it (``prompt.image_position observation``); the loss is the cpu-demo's (``CPU_DE
 no KL.
 
 Reported per seed: held-out success (``eval_episodes`` rooms from seed 65,536, temperature
-0.4) untrained, after SFT and after the last RL iteration; training-rollout success per
-iteration; and a uniform random walker's success on the same held-out rooms
+0.4) untrained, after SFT and after the last RL iteration; SFT's loss over its last 100
+steps (0.69 nats per response token is the plateau where the model writes the moves'
+frequencies and reads nothing of the picture); training-rollout success per iteration; and
+a uniform random walker's success on the same held-out rooms
 (:func:`random_walker_success`, ``walker_episodes`` walks per room), the bar to beat.
 
 Usage::
