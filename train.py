@@ -23,12 +23,21 @@ starting values (default: ``cpu-demo`` without a GPU,
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from algorithms.config import ALGO_ESTIMATORS, PRESET_HELP, PRESETS, TrainConfig, with_algo
+from algorithms.config import (
+    ALGO_ESTIMATORS,
+    ENV_KWARGS_FIELDS,
+    PRESET_HELP,
+    PRESETS,
+    TrainConfig,
+    for_env_id,
+    with_algo,
+)
 
 if TYPE_CHECKING:
     from algorithms.runs.termination import Terminated
@@ -79,7 +88,15 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
         f"Presets:\n{presets}\n\nEvery flag, by section:"
     )
     config = tyro.cli(TrainConfig, default=default, args=rest, description=description)
-    return config.validate()
+    # a preset's env kwargs are its env's: dropped for another env, unless given here
+    flags = {arg.split("=")[0].replace("_", "-") for arg in rest}
+    given = frozenset(name for name in ENV_KWARGS_FIELDS
+                      if f"--env.{name.replace('_', '-')}" in flags)
+    config, note = for_env_id(config, default, given)
+    config = config.validate()
+    if note and os.environ.get("RANK", "0") == "0":
+        print(f"[agentgym] note: {note}", flush=True)
+    return config
 
 
 ESSENTIAL_FLAGS: tuple[tuple[str, str | None], ...] = (
@@ -137,20 +154,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
 
     Under ``torchrun`` every rank runs this; rank 0 alone prints."""
     config = parse_config(argv)
+    from algorithms.agent.env_check import check_run_env
     from algorithms.agent.metrics import read_metrics, run_summary
     from algorithms.runs import distributed
-    from algorithms.runs.run_folder import default_run_dir
+    from algorithms.runs.run_folder import default_run_dir, finished_run
     from algorithms.runs.termination import Terminated
     from algorithms.sft.stage import STAGE_DIR, needs_stage, run_stage
     from algorithms.training.trainer import Trainer
 
     ranks = distributed.init_from_environment(device=config.run.device,
                                               timeout_s=config.run.dist_timeout)
+    say = (lambda line: print(f"[agentgym] {line}", flush=True)) if ranks.main \
+        else (lambda line: None)
     try:
+        # before anything loads: a finished run to resume, an env that breaks the contract
+        finished = finished_run(config, default_run_dir(config))
+        if finished is not None:
+            say(finished[0])
+            return finished[1]
+        check_run_env(config, say)
         if needs_stage(config):  # --sft.warm-start: the SFT stage first, in <run>/sft
             run_dir = default_run_dir(config)
-            say = (lambda line: print(f"[agentgym] {line}", flush=True)) if ranks.main \
-                else (lambda line: None)
             try:
                 config = run_stage(config, run_dir, ranks=ranks, say=say)
             except KeyboardInterrupt:
@@ -249,11 +273,17 @@ def cli() -> None:
     traceback: a bad setting or env kwargs JSON, an unknown env id, a run folder that
     cannot be used as asked, a resume with other settings, a checkpoint that is missing or
     refused, a data path that does not exist, a model that does not load, an engine that
-    cannot run here, a missing optional package. Ctrl-C ends with one line saying where
+    cannot run here, a missing optional package. An env that breaks the env contract (the
+    check before the model loads, :mod:`algorithms.agent.env_check`) ends with one line
+    and exit status 2. A run that cannot train -- no env made a step, or
+    ``--run.max-untrained-iterations`` iterations in a row had nothing to train on -- ends
+    with one line and exit status 1. Ctrl-C ends with one line saying where
     the last checkpoint is (exit status 130); SIGTERM likewise (143), after a checkpoint
     of the iteration in progress when it ends within ``--run.term-grace`` seconds."""
     import gymnasium
 
+    from algorithms.agent.env_check import EnvContractError
+    from algorithms.agent.rollout import NoStepsError
     from algorithms.config import ConfigError
     from algorithms.engines import EngineUnavailableError
     from algorithms.runs.checkpoint import CheckpointError
@@ -262,10 +292,14 @@ def cli() -> None:
     from algorithms.runs.termination import Terminated
     from algorithms.sft.data import SFTDataError
     from algorithms.training.policy import PolicyLoadError
+    from algorithms.training.trainer import UntrainedRunError
 
     where = rank_prefix()
     try:
         main()
+    except EnvContractError as error:
+        print(f"train.py: {where}error: {error}", file=sys.stderr, flush=True)
+        sys.exit(2)
     except Interrupted as error:
         print(f"\ntrain.py: {error}", file=sys.stderr, flush=True)
         sys.exit(error.status)
@@ -278,8 +312,8 @@ def cli() -> None:
         sys.exit(f"train.py: {where}error: this run needs the package {error.name!r}, which "
                  "is not installed (see README, Install)")
     except (ConfigError, CheckpointError, EngineUnavailableError, PolicyLoadError,
-            DistributedError, FileNotFoundError, SFTDataError,
-            gymnasium.error.Error) as error:
+            DistributedError, FileNotFoundError, SFTDataError, NoStepsError,
+            UntrainedRunError, gymnasium.error.Error) as error:
         sys.exit(f"train.py: {where}error: {error}")
     except Exception as error:
         peer = distributed_failure(error)

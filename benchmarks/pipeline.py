@@ -13,9 +13,9 @@ Models:
 
 - ``cpu-demo`` (the default): the ``cpu-demo`` preset as ``python train.py`` runs it
   (SmolLM2-135M with LoRA on a 2x2 KeyDoor house, 2 groups x 4, one torch thread).
-- ``tiny`` (``--quick``): the study's tiny Llama (:mod:`benchmarks.tiny_llm`, hidden 64,
-  random weights) on a 4x4 KeyDoor house with the key, 4 groups x 8, 24 steps: a fast
-  check of the machinery, not of learning.
+- ``tiny`` (``--quick``): the study's tiny Llama (:mod:`algorithms.training.tiny_model`,
+  hidden 64, random weights) on a 4x4 KeyDoor house with the key, 4 groups x 8, 24 steps:
+  a fast check of the machinery, not of learning.
 - ``random`` (``--shape``, for a GPU): a randomly initialised model of a published
   architecture's shape (``qwen2.5-1.5b``: the paper's model, with the default model's
   tokenizer, so its vocabulary and the embeddings are smaller) saved to the workdir, fully
@@ -179,8 +179,8 @@ def run_config(model: str, engine: str, staleness: int, seed: int, iterations: i
         raise ValueError(f"unknown model {model!r}")
     import dataclasses
 
+    from algorithms.training.tiny_model import tiny_policy
     from benchmarks.credit_assignment import TASKS, base_config, task_texts
-    from benchmarks.tiny_llm import tiny_policy
 
     task = TASKS["keydoor"]
     config = replace(dataclasses.replace(base_config(task), algo="gigpo"),

@@ -3,6 +3,7 @@
 Run from the repository root::
 
     python -m benchmarks.recipe_parity --verl-agent PATH   # PATH: a verl-agent checkout
+    python -m benchmarks.recipe_parity --verl-agent PATH --graphgpo-core FILE  # + GraphGPO
     python -m benchmarks.recipe_parity --self-check        # no verl-agent needed
 
 The same synthetic multi-turn batches, shaped like ALFWorld's (groups of 8 trajectories,
@@ -42,6 +43,12 @@ verl-agent's ``mean_std_norm``; ``mean``: ``mean_norm``):
   sampling through :func:`~algorithms.agent.dynamic_sampling.varied_group_rows` and
   :func:`~algorithms.agent.dynamic_sampling.sample_until_full` (the trainer's loop).
 
+HGPO (verl-agent's ``recipe/hgpo``, from the same checkout) and GraphGPO (its recipe's
+``core_graph.py``, from the file ``--graphgpo-core`` or ``$GRAPHGPO_CORE`` names): their
+defaults and every setting of their sweeps, on the same batches
+(``benchmarks/frontier_parity.py``); each is skipped, with the reason printed, when its
+reference is absent, and ``--no-frontier`` leaves both out.
+
 Printed per term: the largest absolute difference over every token, seed and batch of
 the per-token advantages, the per-token loss (one token alone), the micro- and
 mini-batch losses and their gradients with respect to the log-probs and the entropies
@@ -50,8 +57,8 @@ old, reference log-probs, entropies and logits are random; responses have 1 to 2
 tokens. Then each named option of ``LearnerConfig`` is turned on, one at a time, and
 compared with verl-agent's default and, where verl has the same setting, with verl run
 that way. The run exits 1 when a term of any section (every ``--algo``'s defaults and
-DAPO's parts) differs by more than 1e-6; its last line is ``worst difference with
-defaults: X (term, normalization)``.
+DAPO's parts) or an HGPO or GraphGPO setting differs by more than 1e-6; its last line is
+``worst difference with defaults: X (term, normalization)``.
 
 Precision. verl-agent computes the step returns in float32 (its function casts the
 rewards to float32 and returns a float32 tensor), its episode scores and the penalty in
@@ -220,7 +227,8 @@ def make_rollout(seed: int, num_groups: int = 6) -> Rollout:
     in turn).
 
     A trajectory walks randomly over its group's states from the group's shared initial
-    state (so step 0 of the group is one step group of 8). It succeeds (env reward 10 on
+    state (so step 0 of the group is one step group of 8); each row records the state its
+    step led to (``next_anchors``: the next row's, or the terminal state's). It succeeds (env reward 10 on
     its last step, terminated) at a random step, fails early (terminated, reward 0) or runs
     to the 50-step limit (truncated). Each step is invalid (penalty 0.1) with the group's
     probability. Groups with the same ``g % 3`` share their observation texts, which must
@@ -234,8 +242,8 @@ def make_rollout(seed: int, num_groups: int = 6) -> Rollout:
         The rollout, about ``num_groups * 8 * 25`` rows.
     """
     rng = np.random.default_rng(seed)
-    # (trajectory, group, step, env reward, invalid, anchor) per row
-    rows: list[tuple[int, int, int, float, bool, str]] = []
+    # (trajectory, group, step, env reward, invalid, anchor, next anchor) per row
+    rows: list[tuple[int, int, int, float, bool, str, str]] = []
     success, truncated = [], []
     for group in range(num_groups):
         kind = GROUP_KINDS[group % len(GROUP_KINDS)]
@@ -254,9 +262,10 @@ def make_rollout(seed: int, num_groups: int = 6) -> Rollout:
             for step in range(length):
                 reward = SUCCESS_REWARD if (won and step == length - 1) else 0.0
                 invalid = bool(rng.random() < kind.invalid)
-                rows.append((traj, group, step, reward, invalid,
-                             _anchor_text(group % 3, state)))
+                before = state
                 state = (state + int(rng.choice([-1, 0, 1, 2]))) % kind.states
+                rows.append((traj, group, step, reward, invalid,
+                             _anchor_text(group % 3, before), _anchor_text(group % 3, state)))
     n = len(rows)
     traj_ids = np.array([row[0] for row in rows], dtype=np.int64)
     env_rewards = np.array([row[3] for row in rows], dtype=np.float64)
@@ -286,6 +295,7 @@ def make_rollout(seed: int, num_groups: int = 6) -> Rollout:
                     actions=("look",) * n, response_texts=("",) * n),
         prompt_cut=np.zeros(n, dtype=bool),
         env_error=np.zeros(n, dtype=bool), anchor_ids=intern_anchors(anchors),
+        next_anchors=tuple(row[6] for row in rows),
     )
     old = -rng.exponential(1.0, size=(n, RESPONSE_TOKENS))
     # mostly small policy changes, a few large ones (ratios past 1 + eps and past the dual
@@ -325,6 +335,7 @@ def single_row_group(rollout: Rollout) -> Rollout:
                                             "response_texts")})
     fields["anchors"] = batch.anchors + ("a room of its own",)
     fields["anchor_ids"] = intern_anchors(fields["anchors"])
+    fields["next_anchors"] = batch.next_anchors + ("the room after it",)
 
     def grown(array: np.ndarray) -> np.ndarray:
         return np.concatenate([array, array[-1:]])
@@ -1290,6 +1301,11 @@ SECTIONS = (
     Section("DAPO's parts (no normalization involved: both columns alike): overlong cost vs "
             "DAPORewardManager, dynamic sampling vs filter_group_data",
             ("overlong penalty", "dynamic sampling kept rows", "dynamic sampling rollouts")),
+    Section("hgpo: --algo hgpo vs recipe/hgpo's trainer (history 2, alpha 1, no base group: "
+            "the 1.5B scripts)", ("hgpo advantages",)),
+    Section("graphgpo: --algo graphgpo vs GraphGPO's core_graph (gamma 0.1, both weights 1, "
+            "exact states: the ALFWorld 1.5B script)",
+            ("graphgpo step returns", "graphgpo advantages")),
 )
 DEFAULT_TERMS = tuple(term for section in SECTIONS for term in section.terms)
 """Every term of every section, counted in the worst line."""
@@ -1402,17 +1418,27 @@ class Report:
         single_row: "estimator, normalization" -> (difference on the single row, largest
             elsewhere).
         rows: rows per seed; tokens: response tokens per seed.
+        sweeps: "hgpo" or "graphgpo" -> "setting, normalization" -> largest counted
+            difference (``benchmarks/frontier_parity.py``).
+        accepted: label -> (largest difference, rows above the tolerance, rows) of
+            HGPO's all-equal history groups (not counted).
     """
 
     defaults: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
     options: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
     single_row: dict[str, tuple[float, float]] = field(default_factory=dict)
+    sweeps: dict[str, dict[str, float]] = field(default_factory=dict)
+    accepted: dict[str, tuple[float, int, int]] = field(default_factory=dict)
     rows: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
 
     def record(self, term: str, column: tuple[str, str], value: float) -> None:
         cells = self.defaults.setdefault(term, {})
         cells[column] = max(cells.get(column, 0.0), value)
+
+    def record_sweep(self, estimator: str, label: str, value: float) -> None:
+        cells = self.sweeps.setdefault(estimator, {})
+        cells[label] = max(cells.get(label, 0.0), value)
 
     def record_option(self, option: str, label: str, values: dict[str, float]) -> None:
         cells = self.options.setdefault(option, {}).setdefault(label, {})
@@ -1434,9 +1460,13 @@ PRECISIONS = ((COUNTED, True, torch.float64), (AS_RUN, False, torch.float32))
 
 
 def compare(reference: Reference, seeds: Sequence[int], num_groups: int,
-            *, with_options: bool = True, progress: Callable[[str], None] | None = None
-            ) -> Report:
-    """Run both pipelines on every seed's batch and collect the differences."""
+            *, with_options: bool = True, progress: Callable[[str], None] | None = None,
+            frontier: Any = None) -> Report:
+    """Run both pipelines on every seed's batch and collect the differences
+    (``frontier``: HGPO's and GraphGPO's references,
+    :class:`benchmarks.frontier_parity.FrontierReferences`, or ``None``)."""
+    from benchmarks import frontier_parity
+
     report = Report()
     sizes = (LearnerConfig().mini_batch_size, LearnerConfig().micro_batch_size)
     for seed in seeds:
@@ -1463,6 +1493,12 @@ def compare(reference: Reference, seeds: Sequence[int], num_groups: int,
                 progress(f"seed {seed}: options")
             _compare_options(reference, rollout, report, sizes)
         _compare_single_row(reference, rollout, report)
+        if frontier is not None:
+            if progress:
+                progress(f"seed {seed}: hgpo and graphgpo")
+            frontier_parity.compare_frontier(frontier, rollout, report)
+    if frontier is not None:
+        frontier_parity.compare_equal_returns(frontier, report)
     return report
 
 
@@ -1644,8 +1680,13 @@ def _cell(value: float | None, width: int) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width}.1e}"
 
 
-def format_report(report: Report, reference: Reference, seconds: float) -> list[str]:
-    """The printed lines; the last is ``worst difference with defaults: X (term, norm)``."""
+def format_report(report: Report, reference: Reference, seconds: float,
+                  frontier: Any = None) -> list[str]:
+    """The printed lines; the last is ``worst difference with defaults: X (term, norm)``,
+    after ``worst difference over the hgpo and graphgpo settings: X (setting)`` when
+    ``frontier`` (:class:`benchmarks.frontier_parity.FrontierReferences`) was compared."""
+    from benchmarks import frontier_parity
+
     lines = [
         f"recipe parity: this project vs {reference.root}",
         f"{len(report.rows)} seeds, {sum(report.rows)} rows ({min(report.rows)} to "
@@ -1687,6 +1728,11 @@ def format_report(report: Report, reference: Reference, seconds: float) -> list[
         for label, (single, elsewhere) in report.single_row.items():
             lines.append(f"  {label}: that row {single:.1e}, every other row "
                          f"{elsewhere:.1e}")
+    if frontier is not None:
+        lines += ["", *frontier_parity.report_lines(report, frontier)]
+        sweep, setting = frontier_parity.sweep_worst(report)
+        lines += ["", f"worst difference over the hgpo and graphgpo settings: {sweep:.1e} "
+                  f"({setting or 'none compared'})"]
     worst, where = report.worst()
     lines += ["", f"worst difference with defaults: {worst:.1e} ({where})"]
     return lines
@@ -1706,6 +1752,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="compare with the rules transcribed in this file instead")
     parser.add_argument("--deps", metavar="DIR",
                         help="folder of verl-agent's extra packages (pip --target)")
+    parser.add_argument("--graphgpo-core", metavar="FILE",
+                        help="GraphGPO's recipe/GraphGPO/core_graph.py (default: "
+                             "$GRAPHGPO_CORE; without it GraphGPO is not compared)")
+    parser.add_argument("--no-frontier", action="store_true",
+                        help="leave HGPO and GraphGPO out")
     parser.add_argument("--seeds", type=int, default=3, help="batches (seeds 0..N-1)")
     parser.add_argument("--groups", type=int, default=6, help="groups of 8 per batch")
     parser.add_argument("--no-options", action="store_true",
@@ -1717,13 +1768,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     start = time.perf_counter()
     reference = (RuleTranscription() if args.self_check
                  else VerlAgent(args.verl_agent, args.deps))
+    from benchmarks import frontier_parity
+
+    frontier = (None if args.no_frontier
+                else frontier_parity.references(reference, args.graphgpo_core))
     report = compare(reference, range(args.seeds), args.groups,
-                     with_options=not args.no_options,
+                     with_options=not args.no_options, frontier=frontier,
                      progress=lambda text: print(f"... {text}", file=sys.stderr, flush=True))
-    lines = format_report(report, reference, time.perf_counter() - start)
+    lines = format_report(report, reference, time.perf_counter() - start, frontier)
     print("\n".join(lines))
-    return 1 if report.worst()[0] > TOLERANCE else 0
+    sweep = frontier_parity.sweep_worst(report)[0]
+    return 1 if max(report.worst()[0], sweep) > TOLERANCE else 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # run as benchmarks.recipe_parity, the module benchmarks/frontier_parity.py imports
+    from benchmarks import recipe_parity
+
+    raise SystemExit(recipe_parity.main())

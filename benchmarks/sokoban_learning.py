@@ -91,7 +91,8 @@ def base_config(budget: Budget, seed: int, out: Path) -> TrainConfig:
     base = PRESETS["cpu-demo"]
     return replace(
         base,
-        model={"lora_rank": 0, "gradient_checkpointing": False},
+        model={"lora_rank": 0, "gradient_checkpointing": False,
+               "dtype": "float32"},  # the documented figures' dtype, on any CPU
         generation={"max_new_tokens": 4, "batch_size": 64},
         prompt={"max_prompt_tokens": 320, "history_window": 0},
         env={"env_id": ENV_ID, "num_groups": budget.num_groups,

@@ -8,7 +8,7 @@ weights are at hand: the real transformers classes (``Qwen2_5_VLForConditionalGe
 only with widths of a few dozen.
 
 - Tokenizer: one token per whitespace-separated word of the given texts (tags cut off the
-  words they touch, as in :func:`benchmarks.tiny_llm.word_tokenizer`), plus the Qwen chat
+  words they touch, as in :func:`algorithms.training.tiny_model.word_tokenizer`), plus the Qwen chat
   and vision special tokens (``<|im_start|>``, ``<|im_end|>`` -- the EOS --,
   ``<|vision_start|>``, ``<|image_pad|>``, ``<|vision_end|>``, ``<|video_pad|>``) and a
   chat template of Qwen's layout (``<|im_start|>user\\n...<|im_end|>\\n<|im_start|>assistant\\n``).
@@ -21,8 +21,9 @@ tokenizer, ``preprocessor_config.json``) that ``--model.name-or-path`` loads thr
 :func:`qwen2_5_vl_3b_config` is Qwen2.5-VL-3B-Instruct's architecture, for random weights
 of its shape on a GPU (``benchmarks/gpu_vlm.py``).
 
-Why in ``benchmarks/``: as :mod:`benchmarks.tiny_llm`, a study and test model, not a
-library feature (tests may import benchmarks, never the reverse).
+Why in ``benchmarks/``: a study and test model, not a library feature (tests may import
+benchmarks, never the reverse); the tiny text model is one (``--model.name-or-path tiny``,
+:mod:`algorithms.training.tiny_model`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import torch
 
 from algorithms.config import ModelConfig
 from algorithms.training.policy import Policy, wrap_model
-from benchmarks.tiny_llm import TAG_PATTERN
+from algorithms.training.tiny_model import TAG_PATTERN
 
 Kind = Literal["qwen2_5_vl", "qwen3_vl"]
 KINDS: tuple[str, ...] = ("qwen2_5_vl", "qwen3_vl")

@@ -19,10 +19,21 @@ sync and a checkpoint saved after each iteration -- is read from Linux's
 far above what stays shows transient memory, a steady RSS that only grows shows
 fragmentation). Elsewhere than Linux the memory columns are left out.
 
+Precision (``--dtypes``): each ``model.dtype`` named runs as its own variant beside each
+layout, e.g. ``--dtypes float32 auto`` (``auto``: bfloat16 on a CPU with bfloat16
+instructions, :mod:`algorithms.precision`), in its own process; the processes of one
+layout take turns iteration by iteration (one runs while the others wait), so a load
+that comes and goes on a shared machine falls on each alike. The last line gives the
+second dtype's speed-up over the first per iteration. The learner's achieved FLOP/s -- the floating-point
+operations of the log-probs and update phases, counted by torch's ``FlopCounterMode`` over
+one more iteration after the timed ones (not timed), divided by those phases' mean times --
+is printed against this machine's matrix-product peak in the same dtype, measured in the
+same run (a 2048 x 2048 product, the preset's thread count).
+
 Usage::
 
     python -m benchmarks.train_iteration [--iterations 2] [--preset cpu-demo]
-        [--layouts window transcript] [--env-id ID --env-kwargs JSON]
+        [--layouts window transcript] [--dtypes float32 auto] [--env-id ID --env-kwargs JSON]
 
 (``-m`` from the repo root: run as a file, the script folder comes first on
 ``sys.path`` and ``benchmarks/alfworld.py`` would shadow the ``alfworld`` package.)
@@ -43,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from algorithms.config import PRESETS, replace
 from algorithms.objectives import advantages as adv
@@ -134,22 +146,57 @@ ROLLOUT_SHAPE = ("rollout/steps", "rollout/trajectories", "rollout/prompt_tokens
 """Rollout metrics printed beside the phase times (what each layout's rollout held)."""
 
 
+LEARNER_PHASES = ("log_probs", "update")
+"""The phases whose FLOPs are counted (the learner's passes over the batch)."""
+
+
+def matmul_peak(dtype: torch.dtype, threads: int, size: int = 2048, repeats: int = 5
+                ) -> float:
+    """FLOP/s of the best of ``repeats`` ``size`` x ``size`` matrix products in ``dtype`` on
+    ``threads`` CPU threads."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+        a @ b
+        return 2 * size ** 3 / _best_of(lambda: a @ b, repeats)
+    finally:
+        torch.set_num_threads(previous)
+
+
+TURN_TIMEOUT_S = 3600.0
+"""Seconds a variant waits for its turn before it gives up (the other variant died)."""
+
+
 def run_layout(preset: str, layout: str, iterations: int,
-               env: dict[str, str] | None = None) -> dict[str, Any]:
+               env: dict[str, str] | None = None, dtype: str | None = None,
+               turns: tuple[Any, Any] | None = None) -> dict[str, Any]:
     """Train ``iterations`` iterations of ``preset`` in ``layout`` (``env`` overrides
-    fields of the preset's env section), saving a checkpoint after each.
+    fields of the preset's env section; ``dtype``, if given, the model's dtype), saving a
+    checkpoint after each, then one more iteration whose learner FLOPs are counted.
+
+    ``turns`` -- ``(mine, next)`` semaphores -- make variants running in parallel
+    processes take turns: each iteration waits for ``mine`` and then releases ``next``, so
+    the variants' iterations alternate and share whatever else loads the machine.
 
     Returns:
         ``{"setup"``: setup seconds, ``"phases"``: the seconds of each phase (and the
         :data:`ROLLOUT_SHAPE` metrics) per iteration, ``"extra"``: per iteration the GiGPO
         and GRPO advantage seconds on its batch with its step count, ``"peaks"`` /
         ``"remaining"``: per phase of :data:`MEMORY_PHASES`, the peak and the remaining
-        RSS (GB) of each call (empty off Linux) ``}``.
+        RSS (GB) of each call (empty off Linux), ``"dtype"``: the compute dtype's name,
+        ``"threads"``: torch's CPU threads, ``"flops"``: per phase of
+        :data:`LEARNER_PHASES` the floating-point operations of the counted iteration ``}``.
     """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from algorithms.precision import compute_dtype
+
     memory = PeakMemory()
     with tempfile.TemporaryDirectory() as folder:
         config = replace(PRESETS[preset], prompt={"layout": layout}, env=env or {},
-                         run={"iterations": iterations, "output_dir": folder,
+                         model={"dtype": dtype} if dtype else {},
+                         run={"iterations": iterations + 1, "output_dir": folder,
                               "tensorboard": False, "save_every": 10_000})
         trainer = Trainer(config)
         start = time.perf_counter()
@@ -163,9 +210,19 @@ def run_layout(preset: str, layout: str, iterations: int,
             memory.wrap(trainer.learner, method, name)
         phases: dict[str, list[float]] = defaultdict(list)
         extra: list[tuple[float, float, int]] = []
+        def take_turn() -> None:
+            if turns is not None and not turns[0].acquire(timeout=TURN_TIMEOUT_S):
+                raise RuntimeError("the variant before this one stopped taking turns")
+
+        def pass_turn() -> None:
+            if turns is not None:
+                turns[1].release()
+
         try:
             for iteration in range(iterations):
+                take_turn()
                 metrics = trainer.train_iteration(iteration)
+                pass_turn()
                 with memory.phase("checkpoint"):
                     trainer.save(iteration + 1, metrics)
                 for phase in PHASES:
@@ -178,15 +235,61 @@ def run_layout(preset: str, layout: str, iterations: int,
                 grpo = _best_of(lambda b=batch: adv.grpo_advantages(
                     b.rewards, b.traj_ids, b.group_ids))
                 extra.append((gigpo, grpo, len(batch)))
+            peaks = {k: list(v) for k, v in memory.peaks.items()}  # the timed iterations
+            remaining = {k: list(v) for k, v in memory.remaining.items()}
+            flops = {}
+            for method, name in (("score", "log_probs"), ("update", "update")):
+                counted = getattr(trainer.learner, method)
+
+                def counting(*args: Any, _counted: Any = counted, _name: str = name,
+                             **kwargs: Any) -> Any:
+                    with FlopCounterMode(display=False) as counter:
+                        result = _counted(*args, **kwargs)
+                    flops[_name] = counter.get_total_flops()
+                    return result
+
+                setattr(trainer.learner, method, counting)
+            take_turn()
+            trainer.train_iteration(iterations)
+            pass_turn()
+            dtype_name = str(compute_dtype(trainer.policy.model)).removeprefix("torch.")
         finally:
             trainer.close()
     return {"setup": setup_seconds, "phases": dict(phases), "extra": extra,
-            "peaks": dict(memory.peaks), "remaining": dict(memory.remaining)}
+            "peaks": peaks, "remaining": remaining, "dtype": dtype_name, "threads": torch.get_num_threads(), "flops": flops}
 
 
 def _child(connection: Any, function: Any, *args: Any) -> None:
     connection.send(function(*args))
     connection.close()
+
+
+def alternating(function: Any, calls: list[tuple[Any, ...]]) -> list[Any]:
+    """``function(*args, turns)`` for each ``args`` of ``calls``, each in a fresh (spawned)
+    process, all started at once and taking turns (see :func:`run_layout`); the results
+    in the order of ``calls``."""
+    context = multiprocessing.get_context("spawn")
+    semaphores = [context.Semaphore(1 if k == 0 else 0) for k in range(len(calls))]
+    children = []
+    for k, args in enumerate(calls):
+        receiver, sender = context.Pipe(duplex=False)
+        turns = (semaphores[k], semaphores[(k + 1) % len(calls)])
+        child = context.Process(target=_child, args=(sender, function, *args, turns))
+        child.start()
+        sender.close()
+        children.append((child, receiver, args))
+    results = []
+    for child, receiver, args in children:
+        try:
+            results.append(receiver.recv())
+        except EOFError:
+            child.join()
+            for other, *_ in children:
+                other.kill()
+            raise RuntimeError(f"the benchmark process of {function.__name__}{args!r} ended "
+                               f"with exit code {child.exitcode} before reporting") from None
+        child.join()
+    return results
 
 
 def in_fresh_process(function: Any, *args: Any) -> Any:
@@ -213,6 +316,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--layouts", nargs="+", default=["window", "transcript"],
                         choices=["window", "transcript"])
+    parser.add_argument("--dtypes", nargs="+", default=None,
+                        choices=["auto", "float32", "bfloat16"],
+                        help="model dtypes to run side by side (default: the preset's)")
     parser.add_argument("--env-id", default=None,
                         help="another env than the preset's (e.g. AgentGym/ALFWorld-v0)")
     parser.add_argument("--env-kwargs", default=None,
@@ -220,46 +326,63 @@ def main() -> None:
     args = parser.parse_args()
     env = {key: value for key, value in (("env_id", args.env_id),
                                          ("env_kwargs", args.env_kwargs)) if value is not None}
-
-    results = {layout: in_fresh_process(run_layout, args.preset, layout, args.iterations,
-                                         env)
-               for layout in args.layouts}
-    totals = {layout: sum(np.mean(result["phases"][p]) for p in PHASES)
-              for layout, result in results.items()}
+    dtypes = args.dtypes or [None]
+    results = {}
+    for layout in args.layouts:
+        calls = [(args.preset, layout, args.iterations, env, dtype) for dtype in dtypes]
+        outcomes = alternating(run_layout, calls) if len(calls) > 1 else \
+            [in_fresh_process(run_layout, *calls[0])]
+        for dtype, result in zip(dtypes, outcomes, strict=True):
+            label = layout if dtype is None else f"{layout}/{dtype}"
+            if dtype == "auto":
+                label += f" ({result['dtype']})"
+            results[label] = result
+    totals = {label: sum(np.mean(result["phases"][p]) for p in PHASES)
+              for label, result in results.items()}
     print(f"preset {args.preset}{' with ' + str(env) if env else ''}: {args.iterations} "
-          "iteration(s) per layout; setup "
-          + ", ".join(f"{layout} {result['setup']:.1f} s" for layout, result in results.items())
+          "iteration(s) per variant; setup "
+          + ", ".join(f"{label} {result['setup']:.1f} s" for label, result in results.items())
           + " (model load, env build)")
-    print(f"{'phase':<12}" + "".join(f" {layout + ' s':>13} {'share':>7}"
-                                     for layout in results))
+    print(f"{'phase':<12}" + "".join(f" {label + ' s':>24} {'share':>7}" for label in results))
     for phase in PHASES:
         cells = []
-        for layout, result in results.items():
+        for label, result in results.items():
             mean = float(np.mean(result["phases"][phase]))
-            cells.append(f" {mean:13.3f} {mean / totals[layout]:7.1%}")
+            cells.append(f" {mean:24.3f} {mean / totals[label]:7.1%}")
         print(f"{phase:<12}" + "".join(cells))
-    print(f"{'iteration':<12}" + "".join(f" {totals[layout]:13.3f} {1:7.0%}"
-                                         for layout in results))
+    print(f"{'iteration':<12}" + "".join(f" {totals[label]:24.3f} {1:7.0%}"
+                                         for label in results))
     if all(result["peaks"] for result in results.values()):
         print("peak RSS per phase, GB (max over iterations), and the RSS left after it:")
-        print(f"{'phase':<12}" + "".join(f" {layout + ' peak':>16} {'after':>7}"
-                                         for layout in results))
+        print(f"{'phase':<12}" + "".join(f" {label + ' peak':>24} {'after':>7}"
+                                         for label in results))
         for phase in MEMORY_PHASES:
             print(f"{phase:<12}" + "".join(
-                f" {max(result['peaks'][phase]):16.2f} {result['remaining'][phase][-1]:7.2f}"
+                f" {max(result['peaks'][phase]):24.2f} {result['remaining'][phase][-1]:7.2f}"
                 for result in results.values()))
         print(f"{'whole run':<12}" + "".join(
-            f" {max(max(v) for v in result['peaks'].values()):16.2f} {'':>7}"
+            f" {max(max(v) for v in result['peaks'].values()):24.2f} {'':>7}"
             for result in results.values()))
-    for layout, result in results.items():
-        print(f"{layout} rollouts: " + ", ".join(
+    for label, result in results.items():
+        print(f"{label} rollouts: " + ", ".join(
             f"{key.split('/')[1]} {float(np.mean(result['phases'][key])):.2f}"
             for key in ROLLOUT_SHAPE))
-    for layout, result in results.items():
+    peaks: dict[tuple[str, int], float] = {}
+    for label, result in results.items():
+        key = (result["dtype"], result["threads"])
+        if key not in peaks:
+            peaks[key] = matmul_peak(getattr(torch, key[0]), key[1])
+        achieved = [f"{phase} {result['flops'][phase] / 1e12:.2f} TFLOP / "
+                    f"{np.mean(result['phases'][phase]):.1f} s = "
+                    f"{result['flops'][phase] / np.mean(result['phases'][phase]) / 1e9:.0f}"
+                    " GFLOP/s" for phase in LEARNER_PHASES if result["flops"].get(phase)]
+        print(f"{label} learner: " + "; ".join(achieved) + f" (matmul peak in {key[0]} on "
+              f"{key[1]} thread(s), measured now: {peaks[key] / 1e9:.0f} GFLOP/s)")
+    for label, result in results.items():
         extra = result["extra"]
         gigpo, grpo, steps = (float(np.mean([e[i] for e in extra])) for i in range(3))
-        print(f"{layout}: GiGPO grouping + advantages on the real batch ({steps:.0f} steps, "
-              f"int anchor ids): {gigpo * 1e3:.3f} ms = {gigpo / totals[layout]:.4%} of the "
+        print(f"{label}: GiGPO grouping + advantages on the real batch ({steps:.0f} steps, "
+              f"int anchor ids): {gigpo * 1e3:.3f} ms = {gigpo / totals[label]:.4%} of the "
               f"iteration; GRPO baseline {grpo * 1e3:.3f} ms "
               f"(GiGPO/GRPO = {gigpo / max(grpo, 1e-12):.2f}x)")
     synthetic = synthetic_alfworld_batch()
@@ -270,6 +393,11 @@ def main() -> None:
     print(f"paper-size batch (6400 steps): GiGPO {gigpo_big * 1e3:.2f} ms, GRPO "
           f"{grpo_big * 1e3:.2f} ms (GiGPO/GRPO = {gigpo_big / grpo_big:.2f}x); the paper "
           "reports 0.54 s of GiGPO overhead in a 362.8 s iteration (0.15%)")
+    if len(dtypes) == 2:
+        for layout in args.layouts:
+            base, other = (label for label in results if label.split("/")[0] == layout)
+            print(f"{layout}: {other} against {base}: {totals[base] / totals[other]:.2f}x "
+                  f"faster per iteration ({totals[base]:.1f} s -> {totals[other]:.1f} s)")
 
 
 if __name__ == "__main__":

@@ -34,3 +34,24 @@ def shared_data_path(*parts: str) -> Path:
 def shared_data() -> Path:
     """The ``../shared/data`` folder (skips when absent)."""
     return shared_data_path()
+
+
+@pytest.fixture(autouse=True)
+def cpu_without_bf16(request):
+    """In-process tests run in float32 on every CPU: ``model.dtype: auto`` resolves as on a
+    CPU without bfloat16 instructions, so a test's numbers do not depend on the machine
+    that runs it. Tests of bfloat16 ask for it by name (``dtype="bfloat16"``), or are
+    marked ``cpu_bf16`` to see the machine's own answer. Subprocesses (``train.py`` runs)
+    are not patched: they take this machine's default. The patch has a ``MonkeyPatch`` of
+    its own, so a test's ``monkeypatch.undo()`` leaves it in place."""
+    if request.node.get_closest_marker("cpu_bf16") is not None:
+        yield
+        return
+    try:
+        import algorithms.precision as precision
+    except ImportError:  # no torch: nothing resolves a dtype
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(precision, "cpu_has_bf16", lambda: False)
+        yield

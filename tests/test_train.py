@@ -159,7 +159,7 @@ def test_cli_turns_setup_errors_into_a_message_and_exit_code(monkeypatch, capsys
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--env.env-kwargs", "{bad"], "env_kwargs must be a JSON object"),
-    (["--env.env-id", "AgentGym/Nope-v0"], "unknown env.env_id 'AgentGym/Nope-v0'"),
+    (["--env.env-id", "AgentGym/Nope-v0"], "env.env_id: unknown env id 'AgentGym/Nope-v0'"),
     (["--resume", "--run.run-name", "nosuchrun"], "no checkpoint to resume in"),
     (["--eval-only", "--checkpoint", "nowhere"], "no checkpoint at nowhere"),
     (["--env.env-id", "AgentGym/ALFWorld-v0",
@@ -257,10 +257,9 @@ def test_a_setup_error_prints_no_traceback(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["--env.env-id", "AgentGym/ALFWorld-v0"],
-     "env.env_kwargs has arguments AgentGym/ALFWorld-v0 does not take: height, key, width "
-     "(the cpu-demo preset sets them for AgentGym/KeyDoor-v0); clear them with "
-     "--env.env-kwargs '{}' or pass only its own (data_path, split, task_types,"),
+    (["--env.env-id", "AgentGym/ALFWorld-v0", "--env.env-kwargs", '{"width": 2}'],
+     "env.env_kwargs has arguments AgentGym/ALFWorld-v0 does not take: width; clear them "
+     "with --env.env-kwargs '{}' or pass only its own (data_path, split, task_types,"),
     (["--env.eval-env-kwargs", '{"split": "valid_unseen"}'],
      "env.eval_env_kwargs has arguments AgentGym/KeyDoor-v0 does not take: split; clear "
      "them with --env.eval-env-kwargs '{}'"),
@@ -414,3 +413,123 @@ def test_the_held_out_evaluations_are_summed_up_in_one_line():
         "held-out evaluation: iteration 0: success 0.250, format errors 0.050; "
         "iteration 2: success 0.500")
     assert train.evaluation_line(records[1:2]) is None
+
+
+# ---------------------------------------------------------------------- envs of one's own
+OWN = "examples.own_env:OwnEnv/NumberGuess-v0"
+PLAIN = "tests.agentgym.faulty_envs:AgentGymTest/PlainGuess-v0"
+SMOKE = ("--model.name-or-path", "tiny", "--run.iterations", "1", "--run.no-tensorboard",
+         "--run.no-progress")
+
+
+def _no_model(monkeypatch):
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr("algorithms.training.build.load_policy", no_loading)
+    monkeypatch.setattr("algorithms.training.tiny_model.load_tiny_policy", no_loading)
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ("UnhashableAnchor", "anchors (state): reset: a list anchor is not hashable"),
+    ("IntObservation", "observations: reset(seed=0) raised TypeError: "),
+    ("RaisingStep", "episode: step 1 (action 'open red door') raised InjectedFault"),
+])
+def test_an_env_that_breaks_the_contract_exits_2_before_the_model_loads(
+        tmp_path, monkeypatch, capsys, env, message):
+    _no_model(monkeypatch)
+    env_id = f"tests.agentgym.faulty_envs:AgentGymTest/{env}-v0"
+    monkeypatch.setattr("sys.argv", ["train.py", "--env.env-id", env_id, "--run.output-dir",
+                                     str(tmp_path / "runs"), *SMOKE])
+    with pytest.raises(SystemExit) as exit_info:
+        train.cli()
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"train.py: error: the env {env_id} (built "
+                                               "with no env kwargs) breaks the env contract: ")
+    assert message in err[0] and f"python -m agentgym.check {env_id}" in err[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_kwargs_constructor_refusing_an_argument_is_one_line_and_no_traceback(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env_id = "tests.agentgym.faulty_envs:AgentGymTest/Kwargs-v0"
+    result = subprocess.run(
+        [sys.executable, "train.py", "--env.env-id", env_id, "--env.env-kwargs",
+         '{"width": 2}', "--run.output-dir", str(tmp_path / "runs"), *SMOKE],
+        cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "build: gym.make(" in lines[0]
+    assert "unexpected keyword argument 'width'" in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_another_env_drops_the_presets_env_kwargs_in_one_line(capsys):
+    config = train.parse_config(["--env.env-id", OWN])
+    assert config.env.env_kwargs == "{}" and config.env.env_id == OWN
+    assert capsys.readouterr().out.strip() == (
+        f"[agentgym] note: --env.env-id {OWN}: the cpu-demo preset's env_kwargs "
+        '{"width": 2, "height": 2, "key": false} are arguments of AgentGym/KeyDoor-v0, not '
+        "passed on (give --env.env-kwargs to set them)")
+    kept = train.parse_config(["--env.env-id", OWN, "--env.env_kwargs", '{"high": 8}'])
+    assert kept.env.env_kwargs == '{"high": 8}' and capsys.readouterr().out == ""
+
+
+def test_an_env_of_ones_own_trains_evaluates_and_resumes_with_the_smoke_model(
+        tmp_path, monkeypatch, capsys):
+    """A plain Gymnasium env named by module: one iteration with the tiny model, an
+    evaluation of its checkpoint, then a --resume of the finished run that says so and
+    loads nothing."""
+    args = ["--env.env-id", PLAIN, "--run.output-dir", str(tmp_path), "--run.run-name",
+            "plain", *SMOKE]
+    metrics = train.main(args)
+    assert metrics["rollout/trajectories"] == 8 and metrics["update/steps"] > 0
+    out = capsys.readouterr().out
+    assert f"{PLAIN} is a plain Gymnasium env: trained through agentgym.PlainTextEnv" in out
+    saved = json.loads((tmp_path / "plain" / "config.json").read_text())
+    assert saved["env"]["env_id"] == PLAIN and saved["model"]["name_or_path"] == "tiny"
+    evaluated = train.main([*args, "--eval-only", "--checkpoint", str(tmp_path / "plain"),
+                            "--env.eval-episodes", "2", "--run.run-name", "plain-eval"])
+    assert evaluated["eval/episode_length"] > 0
+    _no_model(monkeypatch)
+    monkeypatch.setattr("sys.argv", ["train.py", *args, "--resume"])
+    train.cli()  # returns: exit status 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1] == (f"[agentgym] {tmp_path / 'plain'} is finished: its newest "
+                         "checkpoint, iter_000001, is after iteration 1 (run.iterations 1); "
+                         "nothing to resume (raise --run.iterations to train on)")
+
+
+def test_sft_and_its_data_maker_take_an_env_of_ones_own(tmp_path):
+    from algorithms.sft.data import read_trajectories
+    from algorithms.sft.trainer import main as sft_main
+
+    data = tmp_path / "guess.jsonl"
+    assert sft_main(["make-data", "--env-id", OWN, "--episodes", "3", "--out",
+                     str(data)]) == 0
+    trajectories = read_trajectories(data)
+    assert len(trajectories) == 3 and all(t.extra["success"] for t in trajectories)
+    metrics = train.main(["--env.env-id", OWN, "--algo", "sft", "--sft.episodes", "4",
+                          "--sft.max-steps", "1", "--run.output-dir", str(tmp_path),
+                          *SMOKE])
+    assert metrics["sft/loss"] > 0
+    assert (tmp_path / "cpu-demo-sft-seed0" / "sft_data.jsonl").exists()
+
+
+def test_a_run_that_cannot_train_is_one_line_and_exit_status_1(monkeypatch):
+    from algorithms.agent.rollout import NoStepsError
+    from algorithms.training.trainer import UntrainedRunError
+
+    for error in (NoStepsError("the rollout produced no steps: all 8 envs failed"),
+                  UntrainedRunError("iterations 1-3: every trajectory ended on an env error")):
+        def failing(argv=None, error=error):
+            raise error
+
+        monkeypatch.setattr(train, "main", failing)
+        with pytest.raises(SystemExit) as exit_info:
+            train.cli()
+        assert exit_info.value.code == f"train.py: error: {error}"

@@ -18,8 +18,10 @@ Usage (from the repository root)::
 Modules and their tests are :data:`TARGETS`; ``--module`` restricts the run to some, and
 ``--match TEXT`` to the mutants whose description contains ``TEXT`` (e.g. ``--match
 penalties`` for every mutation of a line that names the penalties; repeatable), all of
-them rather than a random draw. ``--killers`` runs every test on each mutant (no ``-x``)
-and names the tests that fail: which test pins which behaviour.
+them rather than a random draw. ``--function NAME`` draws ``--per-module`` mutants from the
+lines of each function (or method) of that name instead of from the whole module, so every
+named function is mutated (repeatable). ``--killers`` runs every test on each mutant (no
+``-x``) and names the tests that fail: which test pins which behaviour.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ from pathlib import Path
 
 TARGETS = {
     "algorithms/objectives/advantages.py": ["tests/algorithms/test_advantages.py",
+                                 "tests/algorithms/test_frontier_estimators.py",
                                  "tests/algorithms/test_recipe.py"],
     "algorithms/objectives/advantage_kernels.py": ["tests/algorithms/test_advantages.py",
+                                        "tests/algorithms/test_frontier_estimators.py",
                                         "tests/algorithms/test_estimators.py"],
     "algorithms/objectives/losses.py": ["tests/algorithms/test_losses.py",
                              "tests/algorithms/test_recipe.py"],
@@ -53,6 +57,7 @@ TARGETS = {
     "algorithms/training/learner_setup.py": ["tests/algorithms/test_learner.py",
                                     "tests/algorithms/test_recipe.py"],
     "algorithms/training/estimation.py": ["tests/algorithms/test_estimators.py",
+                                 "tests/algorithms/test_frontier_estimators.py",
                                  "tests/algorithms/test_recipe.py"],
     "algorithms/config.py": ["tests/algorithms/test_config.py",
                              "tests/algorithms/test_recipe.py"],
@@ -211,6 +216,17 @@ def mutated_source(source: str, index: int) -> str:
     return ast.unparse(ast.fix_missing_locations(tree))
 
 
+def function_lines(root: Path, module: str, names: list[str]) -> dict[str, tuple[int, int]]:
+    """First and last line of each function (or method) of ``module`` named in ``names``
+    (a name defined twice: its first definition)."""
+    tree = ast.parse((root / module).read_text())
+    found: dict[str, tuple[int, int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names:
+            found.setdefault(node.name, (node.lineno, node.end_lineno or node.lineno))
+    return found
+
+
 def _replayed(path: Path, module: str, every: list[Mutant]) -> list[Mutant]:
     """The mutants of ``every`` that survived in the run saved at ``path``."""
     survivors = [r["mutation"] for r in json.loads(path.read_text())
@@ -275,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--match", action="append", default=[],
                         help="only the mutants whose description contains this text "
                              "(repeatable; all of them, no random draw)")
+    parser.add_argument("--function", action="append", default=[],
+                        help="draw --per-module mutants from each function of this name "
+                             "(repeatable; a module without one gets no mutant)")
     parser.add_argument("--killers", action="store_true",
                         help="run every test on each mutant (no -x) and name the failing "
                              "ones (printed, and saved as killed_by in --json)")
@@ -301,6 +320,14 @@ def main(argv: list[str] | None = None) -> int:
                 chosen = _replayed(args.replay, module, every)
             elif args.match:
                 chosen = [m for m in every if any(text in m.description for text in args.match)]
+            elif args.function:
+                chosen = []
+                for first, last in function_lines(scratch, module, args.function).values():
+                    inside = [m for m in every if first <= m.line <= last]
+                    count = len(inside) if args.per_module <= 0 else min(args.per_module,
+                                                                         len(inside))
+                    chosen += rng.sample(inside, count)
+                chosen.sort(key=lambda m: m.index)
             else:
                 chosen = every if args.per_module <= 0 else sorted(
                     rng.sample(every, min(args.per_module, len(every))), key=lambda m: m.index)

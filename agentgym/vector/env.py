@@ -385,9 +385,13 @@ def _make_backend(
 
 # ---------------------------------------------------------------------- make_vector_env
 def make_single_env(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env:
-    """``gym.make(env_id, **env_kwargs)``: a picklable env constructor for workers
-    (importing this module in a worker registers the ``AgentGym/*`` ids)."""
-    return gym.make(env_id, **env_kwargs)
+    """:func:`agentgym.plain.make_text_env` (``gym.make(env_id, **env_kwargs)``, a plain
+    Gymnasium env in a :class:`~agentgym.plain.PlainTextEnv`): a picklable env constructor
+    for workers (importing this module in a worker registers the ``AgentGym/*`` ids; an
+    ``"module:Env-v0"`` id imports its module there)."""
+    from agentgym.plain import make_text_env
+
+    return make_text_env(env_id, **env_kwargs)
 
 
 def make_vector_env(
@@ -402,14 +406,18 @@ def make_vector_env(
 ) -> TextVectorEnv:
     """A :class:`TextVectorEnv` of ``num_envs`` copies of a registered env.
 
-    Also the ``vector_entry_point`` of every ``AgentGym/*`` id, so
-    ``gym.make_vec("AgentGym/Scripted-v0", num_envs=8, group_size=4,
-    backend="subprocess", num_tasks=16)`` builds one; ``vectorization_mode="sync"`` or
-    ``"async"`` give Gymnasium's own vector envs instead.
+    Also the ``vector_entry_point`` of every ``AgentGym/*`` id and of every id registered
+    with :func:`agentgym.register`, so ``gym.make_vec("AgentGym/Scripted-v0", num_envs=8,
+    group_size=4, backend="subprocess", num_tasks=16)`` builds one;
+    ``vectorization_mode="sync"`` or ``"async"`` give Gymnasium's own vector envs instead.
+    An env not built on :class:`~agentgym.core.TextEnv` (a plain Gymnasium text env)
+    comes wrapped in :class:`~agentgym.plain.PlainTextEnv`, so every sub-env's info has
+    the contract's keys.
 
     Args:
-        env_id: a registered id, e.g. ``"AgentGym/ALFWorld-v0"`` (``gym.make_vec`` binds
-            it through :mod:`agentgym.registration`).
+        env_id: a registered id, e.g. ``"AgentGym/ALFWorld-v0"``, or
+            ``"module:Env-v0"`` (``gym.make_vec`` binds it through
+            :mod:`agentgym.registration`).
         num_envs: number of sub-envs.
         group_size, backend, num_workers, step_timeout: see :class:`TextVectorEnv`.
         **env_kwargs: passed to every ``gym.make(env_id, ...)``.

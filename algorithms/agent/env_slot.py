@@ -25,6 +25,8 @@ class StepRecord:
     valid: bool
     step: int
     anchor: Hashable
+    next_anchor: Hashable
+    """The anchor of the state the step led to (the env's ``info["anchor"]`` after it)."""
     task_id: str
     task_type: str
     action: str
@@ -171,6 +173,7 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
         env_error_steps=env_error_steps,
         prompt_overflows=prompt_overflows,
         anchor_ids=intern_anchors([s.anchor for s in steps]),
+        next_anchors=tuple(s.next_anchor for s in steps),
         budget_cut=np.array([slot.budget_cut for slot in owners], dtype=bool),
         behaviour_log_probs=behaviour,
         images=(tuple(s.images for s in steps) if any(s.images for s in steps) else None),

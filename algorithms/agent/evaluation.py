@@ -34,11 +34,9 @@ from algorithms.runs.seeds import iteration_seed
 def held_out_task_ids(config: TrainConfig) -> list[str]:
     """The ``env.eval_episodes`` task ids an evaluation plays, in ``env.task_order``, read
     from a probe of the evaluation env (built with ``env.eval_kwargs()``, then closed)."""
-    import gymnasium as gym
+    from agentgym.plain import make_text_env
 
-    import agentgym  # noqa: F401  (registers the ids)
-
-    probe = gym.make(config.env.env_id, **config.env.eval_kwargs())
+    probe = make_text_env(config.env.env_id, **config.env.eval_kwargs())
     try:
         return choose_task_ids(probe.unwrapped.task_ids, config.env.eval_episodes,
                                config.env.task_order)

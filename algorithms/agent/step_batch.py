@@ -102,6 +102,10 @@ class StepBatch:
             scored (PPO with bootstrapping).
         anchor_ids: (N,) int64 dense ids of ``anchors`` (equal exactly when the anchors
             are equal; numbered in order of first appearance), or ``None``.
+        next_anchors: N hashable anchors of the state each action led to (the env's
+            ``info["anchor"]`` after the step: the next row's anchor, or for a
+            trajectory's last row its terminal state's), or ``None`` when not recorded.
+            GraphGPO's state graph reads them.
         budget_cut: (N,) bool, the trajectory ended because its transcript outgrew
             ``max_prompt_tokens`` (transcript layout; repeated on each step), or ``None``.
         behaviour_log_probs: (N, R) float32 log-probs of the response tokens as the
@@ -151,6 +155,7 @@ class StepBatch:
     bootstrap_prompt_mask: np.ndarray | None = field(default=None, repr=False)
     bootstrap_values: np.ndarray | None = field(default=None, repr=False)
     anchor_ids: np.ndarray | None = per_row(default=None)
+    next_anchors: tuple[Hashable, ...] | None = per_row(default=None)
     budget_cut: np.ndarray | None = per_row(default=None)
     behaviour_log_probs: np.ndarray | None = per_row(default=None, repr=False)
     policy_version: np.ndarray | None = per_row(default=None)

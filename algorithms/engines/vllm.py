@@ -76,6 +76,7 @@ from typing import Any
 import torch
 
 from algorithms.engines import EngineUnavailableError, Response
+from algorithms.precision import compute_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -295,7 +296,7 @@ class VLLMEngine:
                    max_model_len: int) -> VLLMEngine:
         """Build from an :class:`~algorithms.training.policy.Policy` and a ``GenerationConfig``
         (the engine's dtype: ``config.vllm.dtype``, ``auto`` being the policy's)."""
-        dtype = next(policy.model.parameters()).dtype if config.vllm.dtype == "auto" else \
+        dtype = compute_dtype(policy.model) if config.vllm.dtype == "auto" else \
             getattr(torch, config.vllm.dtype)
         return cls(policy.path, dtype=dtype,
                    gpu_memory_utilization=config.vllm.gpu_memory_utilization,

@@ -63,6 +63,7 @@ from agentgym.openenv.codec import anchor_key
 from algorithms.config import EnvConfig, LearnerConfig, PromptConfig
 from algorithms.integrations.episode import ChatEpisode
 from algorithms.integrations.multiturn import gigpo_token_advantages
+from algorithms.precision import autocast
 
 ESTIMATOR_NAME = "gigpo"
 """``algorithm.adv_estimator`` value that selects GiGPO."""
@@ -371,7 +372,8 @@ class HFTokenServer:
         past = None
         with torch.no_grad():
             for _ in range(self.max_new_tokens):
-                out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
+                with autocast(self.model):
+                    out = self.model(input_ids=ids, past_key_values=past, use_cache=True)
                 past = out.past_key_values
                 logits = out.logits[0, -1].float()
                 if temperature > 0:

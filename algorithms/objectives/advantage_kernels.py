@@ -281,7 +281,8 @@ def discounted_returns_sorted(
 
 
 def normalize_in_groups(
-    values: np.ndarray, group_index: np.ndarray, n_groups: int, normalize: str, eps: float
+    values: np.ndarray, group_index: np.ndarray, n_groups: int, normalize: str, eps: float,
+    ddof: int = 1,
 ) -> np.ndarray:
     """Group-relative scores ``(x - mean) / (std + eps)`` (or ``x - mean``).
 
@@ -289,8 +290,10 @@ def normalize_in_groups(
         values: (M,) float64.
         group_index: (M,) dense group index in [0, n_groups).
         n_groups: number of groups.
-        normalize: "std" (sample std, ddof=1) or "mean".
+        normalize: "std" or "mean".
         eps: added to the std.
+        ddof: the std's delta degrees of freedom: 1 (the sample std, GiGPO's and GRPO's)
+            or 0 (the population std, HGPO's history groups).
 
     Returns:
         (M,) float64; exactly 0 for members of singleton groups and of groups whose
@@ -309,7 +312,7 @@ def normalize_in_groups(
     if normalize == "mean":
         return deviations
     squares = np.bincount(group_index, weights=deviations * deviations, minlength=n_groups)
-    stds = np.sqrt(squares / np.maximum(counts - 1, 1))
+    stds = np.sqrt(squares / np.maximum(counts - ddof, 1))
     # Zero squares: a singleton or constant group (or spreads below 1e-154, whose
     # squares underflow); such groups score exactly 0, whatever eps is.
     degenerate = (counts < 2) | (squares == 0.0)
@@ -455,3 +458,56 @@ def bootstrap_values(last_values: Any, trajectories: Trajectories, n: int) -> np
         raise ValueError("last_values must be finite (bootstrap) or NaN (terminated), got inf")
     return np.where(np.isnan(per_traj), 0.0, per_traj)
 
+
+
+def extended_keys(keys: np.ndarray, codes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Dense ids of the pairs ``(keys[rows], codes[rows])``: a key grown by one more code.
+
+    Args:
+        keys: (N,) int dense keys (only ``rows`` are read).
+        codes: (N,) int codes in [0, C) to append (only ``rows`` are read).
+        rows: (M,) rows whose pairs are coded.
+
+    Returns:
+        (M,) int dense ids 0..K-1, equal exactly when both parts are equal.
+    """
+    if rows.size == 0:
+        return np.zeros(0, dtype=np.intp)
+    width = int(codes[rows].max()) + 1
+    pairs = keys[rows].astype(np.int64) * width + codes[rows]
+    span = int(pairs.max()) + 1
+    if span <= 4 * rows.size + 1024:
+        return dense_codes(pairs, span)[1]
+    return dense_ids(pairs)[1]
+
+
+def reverse_distances(sources: np.ndarray, targets: np.ndarray, goals: np.ndarray,
+                      n_nodes: int) -> np.ndarray:
+    """Edges-to-go from every node to its nearest goal, along directed edges.
+
+    Breadth-first from all goals at once over the reversed edges (every edge weighs 1,
+    so this is the reverse Dijkstra of GraphGPO's ``all_to_target_shortest_paths``): one
+    O(E) array pass per distance level, no Python loop over edges.
+
+    Args:
+        sources: (E,) int node of each edge's start.
+        targets: (E,) int node of each edge's end.
+        goals: (G,) int goal nodes (distance 0).
+        n_nodes: the number of nodes.
+
+    Returns:
+        (n_nodes,) float64 distances; ``inf`` where no goal is reachable.
+    """
+    distances = np.full(n_nodes, np.inf)
+    distances[goals] = 0.0
+    frontier = np.zeros(n_nodes, dtype=bool)
+    frontier[goals] = True
+    level = 0.0
+    while frontier.any():
+        level += 1.0
+        reached = sources[frontier[targets]]
+        reached = reached[np.isinf(distances[reached])]
+        frontier = np.zeros(n_nodes, dtype=bool)
+        frontier[reached] = True
+        distances[reached] = level
+    return distances

@@ -43,6 +43,7 @@ import numpy as np
 
 from algorithms.objectives.advantage_kernels import (
     Trajectories,
+    anchor_codes,
     as_ids,
     as_penalties,
     as_rewards,
@@ -53,18 +54,28 @@ from algorithms.objectives.advantage_kernels import (
     check_unit_interval,
     dense_ids,
     discounted_returns_sorted,
+    extended_keys,
     normalize_in_groups,
     reverse_discounted_scan,
+    reverse_distances,
+    similarity_codes,
     step_group_index,
 )
 
 __all__ = [
+    "GRAPH_GOAL_RETURN",
     "GiGPOTerms",
+    "GraphGPOTerms",
+    "HGPOTerms",
     "discounted_returns",
     "gae_advantages",
     "gigpo_advantages",
     "gigpo_terms",
+    "graphgpo_advantages",
+    "graphgpo_terms",
     "grpo_advantages",
+    "hgpo_advantages",
+    "hgpo_terms",
     "overlong_penalties",
     "reinforce_pp_advantages",
     "rloo_advantages",
@@ -542,6 +553,463 @@ def gigpo_advantages(
         penalties=penalties,
     )
     return terms.combined(step_weight)
+
+
+@dataclass(frozen=True)
+class HGPOTerms:
+    """The parts of the HGPO advantage, all (N,) in input row order.
+
+    Attributes:
+        advantages: (N,) float64 the advantage of each row (:func:`hgpo_advantages`).
+        episode: (N,) float64 the episode relative advantage A_E (the base item's value,
+            whether or not ``base_group`` lets it in).
+        history: (N,) float64 the weighted mean of the row's nonzero history-group
+            advantages alone (no base item): HGPO's step-level term, 0 where no history
+            group of the row gave a nonzero advantage.
+        returns: (N,) float64 discounted step returns R_t (after the row penalties).
+        step_group_ids: (N,) int64 dense ids of the k = 1 history groups (the current
+            anchor alone: GiGPO's step groups).
+        history_groups: (N,) int64 how many history groups of two or more members the
+            row joined (0 .. history_length + 1).
+    """
+
+    advantages: np.ndarray
+    episode: np.ndarray
+    history: np.ndarray
+    returns: np.ndarray
+    step_group_ids: np.ndarray
+    history_groups: np.ndarray
+
+
+def hgpo_terms(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    anchors: Any,
+    *,
+    history_length: int = 2,
+    gamma: float = 0.95,
+    normalize: Normalize = "std",
+    length_weight_alpha: float = 1.0,
+    base_group: bool = False,
+    episode_stats: EpisodeStats = "trajectories",
+    eps: float = 1e-6,
+    penalties: Any = None,
+) -> HGPOTerms:
+    """HGPO's advantage and its parts (see :func:`hgpo_advantages`, same arguments).
+
+    Returns:
+        An :class:`HGPOTerms` of (N,) arrays.
+    """
+    rewards = as_rewards(rewards)
+    n = rewards.shape[0]
+    traj_ids = as_ids(traj_ids, "traj_ids", n)
+    group_ids = as_ids(group_ids, "group_ids", n)
+    gamma = check_unit_interval(gamma, "gamma")
+    check_choice(normalize, _NORMALIZE_CHOICES, "normalize")
+    check_choice(episode_stats, _EPISODE_STATS_CHOICES, "episode_stats")
+    penalties = as_penalties(penalties, n, episode_stats)
+    eps = check_eps(eps)
+    if isinstance(history_length, bool) or not isinstance(history_length, (int, np.integer)) \
+            or history_length < 0:
+        raise ValueError(f"history_length must be an int >= 0, got {history_length!r}")
+    alpha = float(length_weight_alpha)
+    if not np.isfinite(alpha):
+        raise ValueError(f"length_weight_alpha must be finite, got {length_weight_alpha!r}")
+    if n == 0:
+        step_group_ids = step_group_index(np.zeros(0, np.intp), anchors, None)
+        empty = np.zeros(0, dtype=np.float64)
+        return HGPOTerms(empty, empty.copy(), empty.copy(), empty.copy(), step_group_ids,
+                         np.zeros(0, dtype=np.int64))
+    trajectories = Trajectories(traj_ids)
+    traj_groups, n_groups = trajectories.group_of_each(group_ids)
+    group_index = traj_groups[trajectories.index]
+    step_group_ids = step_group_index(group_index, anchors, None)
+    episode = _episode_advantages(
+        rewards, trajectories, traj_groups, n_groups, normalize, eps, episode_stats, penalties)
+    returns = discounted_returns_sorted(rewards, trajectories, gamma)
+    if penalties is not None:  # charged to the row's own step return only
+        returns = returns - penalties
+    # Work in trajectory-sorted order: the k - 1 steps before a row are the k - 1 rows
+    # before it, while the sorted key stays the same.
+    codes = trajectories.in_sorted_order(anchor_codes(anchors, n))
+    sorted_key = trajectories.sorted_key
+    sorted_returns = trajectories.in_sorted_order(returns)
+    keys = trajectories.in_sorted_order(step_group_ids)  # k = 1: (group, anchor)
+    rows = np.arange(n)
+    weighted = np.zeros(n)
+    weights = np.zeros(n)
+    joined = np.zeros(n, dtype=np.int64)
+    for k in range(1, history_length + 2):
+        if k > 1:
+            back = k - 1
+            rows = rows[rows >= back]
+            rows = rows[sorted_key[rows] == sorted_key[rows - back]]
+            if rows.size == 0:
+                break
+            earlier = np.zeros(n, dtype=codes.dtype)
+            earlier[back:] = codes[:-back]
+            grown = np.zeros(n, dtype=np.int64)
+            grown[rows] = extended_keys(keys, earlier, rows)
+            keys = grown
+        members = keys[rows]
+        n_members = int(members.max()) + 1
+        relative = normalize_in_groups(sorted_returns[rows], members, n_members, normalize,
+                                       eps, ddof=0)
+        joined[rows] += np.bincount(members, minlength=n_members)[members] >= 2
+        nonzero = relative != 0.0
+        weight = float(k + 1) ** alpha
+        weighted[rows[nonzero]] += weight * relative[nonzero]
+        weights[rows[nonzero]] += weight
+    history = trajectories.in_input_order(weighted / (weights + eps))
+    joined = trajectories.in_input_order(joined)
+    if base_group:
+        base = trajectories.in_sorted_order(episode)
+        nonzero = base != 0.0
+        weighted = weighted + np.where(nonzero, base, 0.0)
+        weights = weights + nonzero
+        advantages = trajectories.in_input_order(weighted / (weights + eps))
+    else:
+        advantages = history
+    return HGPOTerms(advantages=advantages, episode=episode, history=history,
+                     returns=returns, step_group_ids=step_group_ids, history_groups=joined)
+
+
+def hgpo_advantages(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    anchors: Any,
+    *,
+    history_length: int = 2,
+    gamma: float = 0.95,
+    normalize: Normalize = "std",
+    length_weight_alpha: float = 1.0,
+    base_group: bool = False,
+    episode_stats: EpisodeStats = "trajectories",
+    eps: float = 1e-6,
+    penalties: Any = None,
+) -> np.ndarray:
+    """HGPO advantage per step row (He et al., ICLR 2026, "Hierarchy-of-Groups Policy
+    Optimization for Long-Horizon Agentic Tasks"; verl-agent's ``recipe/hgpo/core_hgpo.py``
+    ``hgpo_advantage_estimate``).
+
+    Every step ``t`` of a trajectory joins, inside its group, the *history groups* of its
+    last ``k`` anchors, ``k = 1 .. min(history_length + 1, t + 1)``: the rows of the group
+    (across trajectories and time) whose anchors at steps ``t - k + 1 .. t`` are equal, in
+    order (``k = 1`` is GiGPO's anchor-state group; a step with fewer than ``k - 1``
+    earlier steps joins no ``k`` group). In each history group ``G`` of two or more rows
+    the discounted returns ``R_t`` (GiGPO Eq. 5, minus the row penalties) are normalized
+    with the *population* std (ddof 0, as the reference's ``std(unbiased=False)``):
+    ``A_k = (R_t - mean_G) / (std_G + eps)``, or ``R_t - mean_G`` for
+    ``normalize="mean"``. The row's advantage is the weighted mean of its *nonzero* items:
+
+        ``A = sum_i w_i A_i / (sum_i w_i + eps)``,  ``w_i = (k_i + 1) ** alpha``,
+
+    over the items ``(k, A_k)`` with ``A_k != 0`` (the reference drops zero items, so a
+    group whose returns are all equal, or a row equal to its group's mean, takes no
+    weight); with ``base_group`` the episode advantage ``A_E`` (Eq. 3, sample std, as
+    :func:`grpo_advantages`) joins as an item with ``k = 0`` (weight 1). No nonzero item:
+    0. ``alpha = 0`` weighs every item the same.
+
+    All-equal groups (the reference's float arithmetic): here a group whose returns (or
+    whose base scores) are all equal scores exactly 0 and so takes no weight, the rule
+    the reference's code states. The reference computes ``(r - mean) / (std + eps)``
+    with ``mean`` and ``std`` from torch's own sums, so for some all-equal groups the mean
+    is one rounding off the members: the deviation ``d`` is one ulp, the std is ``|d|``,
+    and the item is ``d / (|d| + 1e-6)``: in float32 (as verl-agent runs it) up to +-0.66
+    (measured: returns 9.9 x 17 rows give -0.656, 0.1 x 8 rows give -0.0074), in float64
+    about 1e-9; either way it is nonzero, so it takes its weight and pulls the row's other
+    items toward 0 (an item ``A_2`` beside a spurious ``k = 1`` item becomes
+    ``(2 e + 3 A_2) / 5``). Which groups this hits depends on the values and the group's
+    size through the order of torch's sums, not on a rule. Measured against verl-agent's
+    code as it runs (float32): on ``benchmarks/recipe_parity.py``'s ALFWorld-shaped
+    batches (seeds 0-5, 6 groups of 8, gamma 0.95, penalty 0.1; both normalizations and
+    all 32 settings of history length, alpha and base group: 679,232 row advantages)
+    none differed by more than 1e-3 (largest 1.5e-5, float32 rounding): there, equal
+    nonzero returns in one group are rare. On 8 trajectories that walk one path and all
+    win (the harness's accepted-difference batch), 8 of 24 rows got -0.49 there and 0
+    here. In float64 the two agree to 1e-14 on all of these. The default is the rule
+    without the rounding; there is no option for the rounding (it is torch's summation
+    order, not a setting).
+
+    Differences from the reference: a group of one row gets base item 0 (the reference's
+    ``trajectory_advantages`` gives it ``score / (1 + eps)``, as GiGPO's episode term;
+    :func:`grpo_advantages`); a row with no response tokens keeps its base item (the
+    reference's token mean gives it 0).
+
+    Args:
+        rewards: (N,) float step rewards.
+        traj_ids: (N,) int (or str) trajectory ids, rows in time order per trajectory.
+        group_ids: (N,) int (or str) group ids, constant within a trajectory.
+        anchors: length-N hashables (see :func:`step_groups`; exact equality: HGPO has no
+            similarity grouping).
+        history_length: the longest history before the current step that keys a group
+            (``k`` up to ``history_length + 1``); verl-agent ties it to the prompt's
+            history window (``env.history_length``, 2 in its scripts).
+        gamma: discount of the step returns, in [0, 1]; 0.95 in the scripts.
+        normalize: "std" (``mean_std_norm``) or "mean" (``mean_norm``), for the history
+            groups and the base item.
+        length_weight_alpha: alpha of the weights ``(k + 1) ** alpha``; 1.0 in the scripts.
+        base_group: add the episode advantage as a ``k = 0`` item; ``False`` in the
+            scripts.
+        episode_stats: the base item's group statistics, "trajectories" (Eq. 3) or
+            "steps" (verl-agent's, every row a member); see :func:`grpo_advantages`.
+        eps: added to each std and to the weights' sum; 1e-6.
+        penalties: optional (N,) row penalties, subtracted from the row's step return and
+            its episode score (verl-agent's placement; needs ``episode_stats="steps"``).
+
+    Returns:
+        (N,) float64 advantages in input row order.
+
+    Raises:
+        ValueError: bad shapes, non-finite rewards, unknown options, a negative
+            ``history_length``, or a trajectory whose rows carry two group ids.
+        TypeError: unhashable anchors.
+    """
+    return hgpo_terms(
+        rewards, traj_ids, group_ids, anchors, history_length=history_length, gamma=gamma,
+        normalize=normalize, length_weight_alpha=length_weight_alpha, base_group=base_group,
+        episode_stats=episode_stats, eps=eps, penalties=penalties).advantages
+
+
+GRAPH_GOAL_RETURN = 10.0
+"""The return of a step into the goal node of GraphGPO's state graph (its
+``compute_graph_path_returns`` writes ``10 * gamma ** d``; 10 is ALFWorld's success
+reward in verl-agent's scripts)."""
+
+
+@dataclass(frozen=True)
+class GraphGPOTerms:
+    """The parts of the GraphGPO advantage, all (N,) in input row order.
+
+    Attributes:
+        episode: (N,) float64 episode relative advantage A_E (GiGPO Eq. 3).
+        step: (N,) float64 step relative advantage: the graph returns normalized in the
+            step groups.
+        returns: (N,) float64 graph step returns ``10 * gamma ** e`` (after the penalties).
+        distances: (N,) float64 edges from the row's next state to the goal (unreachable:
+            the group's farthest reachable distance + 1).
+        anchor_distances: (N,) float64 the same for the row's own state.
+        step_group_ids: (N,) int64 dense step-group ids (exact anchors, Eq. 6).
+    """
+
+    episode: np.ndarray
+    step: np.ndarray
+    returns: np.ndarray
+    distances: np.ndarray
+    anchor_distances: np.ndarray
+    step_group_ids: np.ndarray
+
+    def combined(self, step_weight: float, episode_weight: float) -> np.ndarray:
+        """(N,) ``A = step_weight * A_S + episode_weight * A_E`` (``episode_weight`` 0:
+        the step term alone)."""
+        step = float(step_weight) * self.step
+        if float(episode_weight) == 0.0:
+            return step
+        return step + float(episode_weight) * self.episode
+
+
+def _graph_nodes(anchors: Any, next_anchors: Any, group_index: np.ndarray,
+                 to_goal: np.ndarray, n_groups: int, similarity_threshold: float | None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Node ids of each row's state and next state in its group's graph.
+
+    Returns ``(state_nodes, next_nodes, goal_nodes, node_groups)``: (N,), (N,), (G,) and
+    (V,) ints; node ``goal_nodes[g]`` is group ``g``'s goal (never equal to a state), and
+    ``next_nodes`` is the goal on the rows in ``to_goal``.
+    """
+    n = group_index.size
+    states = list(anchors)
+    nexts = list(next_anchors)
+    if len(states) != n or len(nexts) != n:
+        raise ValueError(f"anchors and next_anchors must have {n} rows, got "
+                         f"{len(states)} and {len(nexts)}")
+    # The states in the order GraphGPO's canonicalizer meets them: row by row, the
+    # state, then the next state (the goal is no text and is met by no one).
+    order_rows = np.repeat(np.arange(n), 2)
+    is_next = np.tile(np.array([False, True]), n)
+    keep = ~(is_next & to_goal[order_rows])
+    texts = [nexts[row] if after else states[row]
+             for row, after in zip(order_rows[keep].tolist(), is_next[keep].tolist(),
+                                   strict=True)]
+    visit_groups = group_index[order_rows[keep]]
+    codes = anchor_codes(texts, len(texts))
+    if similarity_threshold is not None:
+        codes = similarity_codes(texts, visit_groups, codes, float(similarity_threshold))
+    node_keys = visit_groups.astype(np.int64) * (int(codes.max()) + 1) + codes
+    _, node_of_visit = np.unique(node_keys, return_inverse=True)
+    node_of_visit = node_of_visit.reshape(-1)
+    n_states = int(node_of_visit.max()) + 1
+    node_groups = np.empty(n_states + n_groups, dtype=np.intp)
+    node_groups[node_of_visit] = visit_groups
+    node_groups[n_states:] = np.arange(n_groups)
+    goal_nodes = n_states + np.arange(n_groups)
+    slots = np.full(2 * n, -1, dtype=np.intp)
+    slots[np.flatnonzero(keep)] = node_of_visit
+    state_nodes = slots[0::2]
+    next_nodes = np.where(to_goal, goal_nodes[group_index], slots[1::2])
+    return state_nodes, next_nodes, goal_nodes, node_groups
+
+
+def graphgpo_terms(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    anchors: Any,
+    next_anchors: Any,
+    success: Any,
+    *,
+    gamma: float = 0.1,
+    normalize: Normalize = "std",
+    normalize_distance: bool = False,
+    similarity_threshold: float | None = None,
+    episode_stats: EpisodeStats = "trajectories",
+    eps: float = 1e-6,
+    penalties: Any = None,
+) -> GraphGPOTerms:
+    """GraphGPO's terms (see :func:`graphgpo_advantages`, same arguments but the weights).
+
+    Returns:
+        A :class:`GraphGPOTerms` of (N,) arrays.
+    """
+    rewards = as_rewards(rewards)
+    n = rewards.shape[0]
+    traj_ids = as_ids(traj_ids, "traj_ids", n)
+    group_ids = as_ids(group_ids, "group_ids", n)
+    gamma = check_unit_interval(gamma, "gamma")
+    check_choice(normalize, _NORMALIZE_CHOICES, "normalize")
+    check_choice(episode_stats, _EPISODE_STATS_CHOICES, "episode_stats")
+    penalties = as_penalties(penalties, n, episode_stats)
+    eps = check_eps(eps)
+    check_similarity_threshold(similarity_threshold)
+    success = np.asarray(success)
+    if success.shape != (n,) or success.dtype != bool:
+        raise ValueError(f"success must be an (N,) = ({n},) bool array, got "
+                         f"{success.dtype} {success.shape}")
+    if n == 0:
+        step_group_ids = step_group_index(np.zeros(0, np.intp), anchors, None)
+        empty = np.zeros(0, dtype=np.float64)
+        return GraphGPOTerms(empty, empty.copy(), empty.copy(), empty.copy(), empty.copy(),
+                             step_group_ids)
+    trajectories = Trajectories(traj_ids)
+    traj_groups, n_groups = trajectories.group_of_each(group_ids)
+    group_index = traj_groups[trajectories.index]
+    last_rows = np.zeros(n, dtype=bool)
+    last_rows[trajectories.input_rows(trajectories.last_positions)] = True
+    to_goal = last_rows & success
+    state_nodes, next_nodes, goal_nodes, node_groups = _graph_nodes(
+        anchors, next_anchors, group_index, to_goal, n_groups, similarity_threshold)
+    distances = reverse_distances(state_nodes, next_nodes, goal_nodes, node_groups.size)
+    # Unreachable: one past the group's farthest reachable node (GraphGPO's rule; a group
+    # without a success reaches only its goal, so all its states get 1).
+    reachable = np.isfinite(distances)
+    farthest = np.zeros(n_groups)
+    np.maximum.at(farthest, node_groups[reachable], distances[reachable])
+    distances = np.where(reachable, distances, farthest[node_groups] + 1.0)
+    next_distances = distances[next_nodes]
+    state_distances = distances[state_nodes]
+    exponents = next_distances - state_distances + 1.0 if normalize_distance else next_distances
+    returns = GRAPH_GOAL_RETURN * np.power(gamma, exponents)
+    if penalties is not None:
+        returns = returns - penalties
+    step_group_ids = step_group_index(group_index, anchors, None)
+    step = normalize_in_groups(returns, step_group_ids, int(step_group_ids.max()) + 1,
+                               normalize, eps)
+    episode = _episode_advantages(
+        rewards, trajectories, traj_groups, n_groups, normalize, eps, episode_stats, penalties)
+    return GraphGPOTerms(episode=episode, step=step, returns=returns,
+                         distances=next_distances, anchor_distances=state_distances,
+                         step_group_ids=step_group_ids)
+
+
+def graphgpo_advantages(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    anchors: Any,
+    next_anchors: Any,
+    success: Any,
+    *,
+    gamma: float = 0.1,
+    step_weight: float = 1.0,
+    episode_weight: float = 1.0,
+    normalize: Normalize = "std",
+    normalize_distance: bool = False,
+    similarity_threshold: float | None = None,
+    episode_stats: EpisodeStats = "trajectories",
+    eps: float = 1e-6,
+    penalties: Any = None,
+) -> np.ndarray:
+    """GraphGPO advantage per step row (Cheng et al., ICML 2026, arXiv:2605.26684, "Beyond
+    Trajectory-Level Attribution: Graph-Based Credit Assignment for Agentic Reinforcement
+    Learning"; its recipe's ``core_graph.py``: ``ComplexGraph``,
+    ``compute_graph_path_returns``, ``compute_graphgpo_outcome_advantage``).
+
+    1. Each group's rollout makes a directed graph: one node per distinct state (the
+       anchors and the next states), one edge ``anchor -> next`` per row, and a goal
+       node, which the last step of every successful trajectory leads to instead of its
+       terminal state.
+    2. ``d(s)``: edges from ``s`` to the goal (breadth-first over the reversed edges:
+       every edge weighs 1). A state that cannot reach the goal gets ``D + 1``, ``D`` the
+       largest distance in the group's graph; in a group without a success only the goal
+       is reachable (``D = 0``), so every state gets 1.
+    3. Step return ``R = 10 * gamma ** d(s')`` for the row's next state ``s'``; with
+       ``normalize_distance``, ``R = 10 * gamma ** (d(s') - d(s) + 1)`` (10 for a step
+       one edge closer, ``10 gamma`` for a step that stays as far, ...); minus the row's
+       penalty.
+    4. ``A_S``: ``R`` normalized in the step groups (equal anchors in a group, GiGPO
+       Eq. 6-7, sample std; never fuzzy: ``similarity_threshold`` merges graph nodes
+       only, as the reference's ``enable_similarity``); ``A_E``: GiGPO's episode term.
+       ``A = step_weight * A_S + episode_weight * A_E``.
+
+    Next states come from the rollout: ``next_anchors[i]`` is the anchor of the state row
+    ``i``'s action led to (the next row's anchor, or the terminal state's for a
+    trajectory's last row); the goal replaces it on the last row of a trajectory with
+    ``success``. (The reference marks the goal where the episode's env reward sum is
+    above 0, the same in its ALFWorld and WebShop, whose only reward is 10 on success.)
+    The goal is a node of its own: the reference names it ``'success'``, so an anchor
+    equal (or, with similarity, ``>= threshold`` similar) to that word would merge with
+    it there, never here. Similarity: per group, the states are met in row order (each
+    row's state, then its next state) and each joins the first earlier cluster whose
+    first member is ``>= threshold`` similar (difflib), as the reference's
+    ``StateCanonicalizer``.
+
+    Args:
+        rewards: (N,) float step rewards (the episode term's scores; the graph returns
+            do not read them).
+        traj_ids: (N,) int (or str) trajectory ids, rows in time order per trajectory.
+        group_ids: (N,) int (or str) group ids, constant within a trajectory.
+        anchors: length-N hashables: the state each action was taken in.
+        next_anchors: length-N hashables: the state each action led to.
+        success: (N,) bool: the row's trajectory succeeded (read on its last row).
+        gamma: decay of the graph returns, in [0, 1]; 0.10 in the ALFWorld script, 0.20
+            in the WebShop one.
+        step_weight: weight of ``A_S`` (``step_advantage_w``, 1.0).
+        episode_weight: weight of ``A_E`` (``episode_advantage_w``, 1.0; 0: ``A_S``
+            alone).
+        normalize: "std" (``mean_std_norm``) or "mean" (``mean_norm``), both terms.
+        normalize_distance: returns from the distance gained, not the distance left.
+        similarity_threshold: ``None`` (exact states) or a difflib ratio in (0, 1) above
+            which str states share a node.
+        episode_stats: "trajectories" (Eq. 3) or "steps" (verl-agent's trainer).
+        eps: added to the std; 1e-6.
+        penalties: optional (N,) row penalties, subtracted from the row's graph return
+            and episode score (verl-agent's placement; needs ``episode_stats="steps"``).
+
+    Returns:
+        (N,) float64 advantages in input row order.
+
+    Raises:
+        ValueError: bad shapes, non-finite rewards, unknown options, a bad ``success``.
+        TypeError: unhashable anchors, or non-str anchors with a similarity threshold.
+    """
+    terms = graphgpo_terms(
+        rewards, traj_ids, group_ids, anchors, next_anchors, success, gamma=gamma,
+        normalize=normalize, normalize_distance=normalize_distance,
+        similarity_threshold=similarity_threshold, episode_stats=episode_stats, eps=eps,
+        penalties=penalties)
+    return terms.combined(step_weight, episode_weight)
 
 
 def gae_advantages(

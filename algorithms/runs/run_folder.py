@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from algorithms.runs import distributed
-from algorithms.runs.checkpoint import CheckpointError, latest_checkpoint, resolve_checkpoint
+from algorithms.runs.checkpoint import (
+    CheckpointError,
+    checkpoint_meta,
+    latest_checkpoint,
+    resolve_checkpoint,
+)
 from algorithms.config import ConfigError, TrainConfig
 from algorithms.runs.distributed import Ranks
 
@@ -109,6 +114,41 @@ def prepare_run_folder(config: TrainConfig, run_dir: Path) -> Path | None:
             path = run_dir / name
             shutil.rmtree(path) if path.is_dir() else path.unlink()
     return checkpoint
+
+
+def finished_run(config: TrainConfig, run_dir: Path) -> tuple[str, dict[str, Any]] | None:
+    """For ``--resume``: one line saying that the run in ``run_dir`` has nothing left to
+    do, and its last metrics; ``None`` when it has, when it has no checkpoint (the resume
+    then fails as :func:`prepare_run_folder` says), or when ``config`` does not resume.
+    Only the newest checkpoint's ``meta.json`` is read: a run is finished when that
+    checkpoint is after ``run.iterations`` iterations; an SFT run when it is after
+    ``sft.max_steps`` optimizer steps, or without ``sft.max_steps`` at ``sft.epochs``
+    passes over its data."""
+    if not config.run.resume:
+        return None
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        return None
+    meta = checkpoint_meta(checkpoint)
+    done = int(meta["iteration"])
+    metrics = {k: v for k, v in (meta.get("metrics") or {}).items() if v is not None}
+    if config.algo == "sft":
+        sft = config.sft
+        if sft.max_steps is not None:
+            finished, goal = done >= sft.max_steps, f"sft.max_steps {sft.max_steps}"
+        else:
+            finished = float(metrics.get("sft/epoch", 0.0)) >= sft.epochs - 1e-9
+            goal = f"sft.epochs {sft.epochs}"
+        what, more = "optimizer step", "--sft.max-steps or --sft.epochs"
+    else:
+        finished = done >= config.run.iterations
+        goal = f"run.iterations {config.run.iterations}"
+        what, more = "iteration", "--run.iterations"
+    if not finished:
+        return None
+    return (f"{run_dir} is finished: its newest checkpoint, {checkpoint.name}, is after "
+            f"{what} {done} ({goal}); nothing to resume (raise {more} to train on)",
+            metrics)
 
 
 def prepare_on_rank0(config: TrainConfig, run_dir: Path, ranks: Ranks) -> Path | None:

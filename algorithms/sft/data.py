@@ -264,7 +264,8 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, 
     kept.
 
     Args:
-        env_id: a registered id whose env overrides ``TextEnv.expert_action``.
+        env_id: a registered id (or ``"module:Env-v0"``) whose env overrides
+            ``TextEnv.expert_action``.
         env_kwargs: its constructor arguments (``max_steps`` bounds each episode).
         episodes: episodes to record.
         perturb: share of perturbed steps, in [0, 1].
@@ -281,12 +282,10 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, 
     Raises:
         NoExpertError: the env declares no expert.
     """
-    import gymnasium as gym
-
-    import agentgym  # noqa: F401  (registers the ids)
+    from agentgym.plain import make_text_env
 
     rng = np.random.default_rng(seed)
-    env = gym.make(env_id, **env_kwargs)
+    env = make_text_env(env_id, **env_kwargs)
     try:
         task_ids = choose_task_ids(env.unwrapped.task_ids, episodes, task_order)
         trajectories = []

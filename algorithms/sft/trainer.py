@@ -53,6 +53,7 @@ from algorithms.agent.step_batch import concat_batches
 from algorithms.agent.task_choice import TASK_ORDERS
 from algorithms.config import ConfigError, TrainConfig, replace
 from algorithms.engines import make_engine
+from algorithms.precision import autocast
 from algorithms.runs.console import progress_bar, quiet_dependency_bars, sft_step_line
 from algorithms.runs.memory import release_freed_memory
 from algorithms.runs.run_folder import prepare_run_folder
@@ -66,8 +67,9 @@ from algorithms.sft.data import (
     write_trajectories,
 )
 from algorithms.templates import template_info_keys
+from algorithms.training.build import load_run_policy
 from algorithms.training.learner import Learner
-from algorithms.training.policy import load_policy, model_identity, split_model
+from algorithms.training.policy import model_identity, split_model
 from algorithms.training.trainer import Trainer
 from algorithms.training.vision_model import vision_hidden_states
 from algorithms.training.warm_start import apply_init_checkpoint, base_fingerprint
@@ -98,17 +100,18 @@ def response_nll(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tens
         ``(nll_sum, tokens)``: a scalar float32 tensor and the number of masked tokens.
     """
     backbone, lm_head = split_model(model)
-    if vision:
-        hidden = vision_hidden_states(backbone, input_ids, attention_mask,
-                                      context=loss_mask == 0,
-                                      pixel_values=vision["pixel_values"],
-                                      image_grid_thw=vision["image_grid_thw"])
-    else:
-        positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
-                          position_ids=positions, use_cache=False).last_hidden_state
     targets = loss_mask[:, 1:].bool()
-    logits = lm_head(hidden[:, :-1][targets]).float()
+    with autocast(model):  # the policy's compute dtype (algorithms.precision)
+        if vision:
+            hidden = vision_hidden_states(backbone, input_ids, attention_mask,
+                                          context=loss_mask == 0,
+                                          pixel_values=vision["pixel_values"],
+                                          image_grid_thw=vision["image_grid_thw"])
+        else:
+            positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+            hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
+                              position_ids=positions, use_cache=False).last_hidden_state
+        logits = lm_head(hidden[:, :-1][targets]).float()
     nll = torch.nn.functional.cross_entropy(logits, input_ids[:, 1:][targets], reduction="sum")
     return nll, int(targets.sum())
 
@@ -180,11 +183,8 @@ class SFTTrainer(Trainer):
             quiet_dependency_bars()
         if config.run.torch_threads is not None:
             torch.set_num_threads(config.run.torch_threads)
-        if self._policy is None:
-            self._say(f"loading the policy ({config.model.name_or_path or 'default model'}) "
-                      f"on {self.device}")
         policy = self._policy if self._policy is not None else \
-            load_policy(config.model, self.device, seed=config.run.seed)
+            load_run_policy(config, self.device, self.ranks, self._say)
         if config.model.init_checkpoint is not None:
             policy = apply_init_checkpoint(policy, config.model, seed=config.run.seed)
         self.policy = policy

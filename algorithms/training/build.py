@@ -13,8 +13,9 @@ from typing import Any
 
 import torch
 
-from algorithms.config import EnvConfig, TrainConfig
+from algorithms.config import TINY_MODEL, EnvConfig, TrainConfig
 from algorithms.engines import make_engine, resolve_engine
+from algorithms.precision import describe as describe_precision
 from algorithms.runs.distributed import Ranks, WeightMirror
 from algorithms.runs.memory import release_around_each_call
 from algorithms.training.learner import Learner
@@ -48,7 +49,8 @@ def build_policy(config: TrainConfig, device: torch.device, ranks: Ranks,
         policy = load_run_policy(config, device, ranks, say)
     policy = with_init_checkpoint(policy, config, device, ranks)
     say(f"policy: {policy.source}; "
-        f"{sum(p.numel() for p in policy.model.parameters()) / 1e6:.1f}M parameters")
+        f"{sum(p.numel() for p in policy.model.parameters()) / 1e6:.1f}M parameters; "
+        f"{describe_precision(policy.model)}")
     policy.model.to(device)
     return policy
 
@@ -68,7 +70,15 @@ def build_learner(policy: Policy, config: TrainConfig, device: torch.device,
 def load_run_policy(config: TrainConfig, device: torch.device, ranks: Ranks,
                     say: Callable[[str], None]) -> Policy:
     """Load the policy of ``config.model`` on ``device`` (float32 master weights for FSDP2
-    mixed precision under torchrun on GPUs)."""
+    mixed precision under torchrun on GPUs); ``tiny``: build the smoke model
+    (:mod:`algorithms.training.tiny_model`)."""
+    if config.model.name_or_path == TINY_MODEL:
+        from algorithms.training.tiny_model import load_tiny_policy
+
+        say(f"building the tiny smoke model from {config.env.env_id}'s text on {device}")
+        model = run_model_config(config, device, ranks)
+        return load_tiny_policy(dataclasses.replace(config, model=model), device,
+                                seed=config.run.seed)
     convert_to = default_model_conversion() if config.model.name_or_path is None else None
     say(f"loading the policy ({config.model.name_or_path or 'default model'}) on {device}" + (
         "" if convert_to is None else

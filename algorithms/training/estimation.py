@@ -2,7 +2,7 @@
 
 :func:`estimate_advantages` dispatches on the config's estimator to the pure functions of
 :mod:`algorithms.objectives.advantages` -- GAE (PPO, with the critic's values), GRPO, RLOO,
-REINFORCE++ or GiGPO -- after :func:`rewards_and_penalties` decided where the invalid-action
+REINFORCE++, GiGPO, HGPO or GraphGPO -- after :func:`rewards_and_penalties` decided where the invalid-action
 penalty (and DAPO's overlong cost) lands: on its own row after the returns (verl-agent's
 placement, the default) or in the step rewards (``learner.penalty_in_returns``).
 """
@@ -25,9 +25,12 @@ class Advantages:
     Attributes:
         advantages: (N,) float64 advantage per step.
         returns: (N,) float64 critic targets (PPO), else ``None``.
-        step_group_ids: (N,) int64 GiGPO step-group ids, else ``None``.
-        episode: (N,) float64 GiGPO/GRPO episode term, else ``None``.
-        step: (N,) float64 GiGPO step term, else ``None``.
+        step_group_ids: (N,) int64 step-group ids (same group, same anchor) of GiGPO, HGPO
+            (its k = 1 history groups) and GraphGPO, else ``None``.
+        episode: (N,) float64 episode term (GiGPO, GRPO, HGPO's base item whether or not
+            it is used, GraphGPO), else ``None``.
+        step: (N,) float64 step term (GiGPO's and GraphGPO's before their weight, HGPO's
+            weighted mean of its history groups without the base item), else ``None``.
     """
 
     advantages: np.ndarray
@@ -102,6 +105,30 @@ def estimate_advantages(batch: StepBatch, config: TrainConfig) -> Advantages:
         return Advantages(advantages=values)
     # the rollout's dense anchor ids take GiGPO's integer path (same groups)
     anchors = batch.anchor_ids if batch.anchor_ids is not None else batch.anchors
+    if estimator == "hgpo":
+        history = (config.prompt.history_window if learner.hgpo_history_length is None
+                   else learner.hgpo_history_length)
+        hgpo = adv.hgpo_terms(
+            rewards, batch.traj_ids, batch.group_ids, anchors, history_length=history,
+            gamma=learner.gamma, normalize=learner.normalize,
+            length_weight_alpha=learner.hgpo_length_weight_alpha,
+            base_group=learner.hgpo_base_group, episode_stats=learner.episode_stats,
+            penalties=penalties)
+        return Advantages(advantages=hgpo.advantages, step_group_ids=hgpo.step_group_ids,
+                          episode=hgpo.episode, step=hgpo.history)
+    if estimator == "graphgpo":
+        if batch.next_anchors is None:
+            raise ValueError("graphgpo needs each step's next state (batch.next_anchors), "
+                             "which the rollout records; this batch has none")
+        graph = adv.graphgpo_terms(
+            rewards, batch.traj_ids, batch.group_ids, batch.anchors, batch.next_anchors,
+            batch.success, gamma=learner.gamma, normalize=learner.normalize,
+            normalize_distance=learner.graphgpo_normalize_distance,
+            similarity_threshold=learner.similarity_threshold,
+            episode_stats=learner.episode_stats, penalties=penalties)
+        return Advantages(
+            advantages=graph.combined(learner.step_weight, learner.graphgpo_episode_weight),
+            step_group_ids=graph.step_group_ids, episode=graph.episode, step=graph.step)
     if learner.similarity_threshold is not None:
         anchors = batch.anchors  # fuzzy grouping compares the anchor texts
     terms = adv.gigpo_terms(rewards, batch.traj_ids, batch.group_ids, anchors,

@@ -24,6 +24,7 @@ from torch import nn
 
 from algorithms.config import TrainConfig
 from algorithms.objectives import losses
+from algorithms.precision import autocast_dtype, mark_autocast
 from algorithms.runs import distributed
 from algorithms.runs.distributed import Ranks
 from algorithms.training.policy import (
@@ -101,6 +102,8 @@ def build_learner_models(policy: Policy, config: TrainConfig, device: torch.devi
                 lm = load_causal_lm(config.model, device, name_or_path=critic_name)[0]
                 critic_backbone = split_model(lm)[0]
             critic = SeparateCritic(critic_backbone, width).to(device)
+            if autocast_dtype(model) is not None:  # mixed precision: as the policy
+                mark_autocast(critic, autocast_dtype(model))
     scorer = Scorer(model, value_head)
     reference_scorer = Scorer(reference) if reference is not None else None
     if ranks.distributed:

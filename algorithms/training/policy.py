@@ -35,9 +35,19 @@ from typing import Any
 import torch
 from torch import nn
 
-from algorithms.config import ModelConfig
+from algorithms.config import TINY_MODEL, ModelConfig
 from algorithms.engines.vision import VisionProcessor
 from algorithms.engines.vllm import hf_weight_name
+from algorithms.precision import (
+    attention_kernel,
+    autocast,
+    autocast_dtype,
+    load_dtype,
+    mark_autocast,
+    mixed_precision,
+    resolve_dtype,
+    store_frozen_linears,
+)
 from algorithms.runs.distributed import full_tensor
 from algorithms.training import vision_model
 
@@ -89,14 +99,6 @@ def resolve_device(device: str) -> torch.device:
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device='cuda' was asked for but no CUDA GPU is visible")
     return torch.device(device)
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """``"auto"`` -> float32 on CPU, bfloat16 on GPU."""
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16,
-            "float16": torch.float16}[dtype]
 
 
 def default_model_file() -> tuple[str, str]:
@@ -182,12 +184,12 @@ def check_model_source(name_or_path: str | None) -> None:
 
     Args:
         name_or_path: ``ModelConfig.name_or_path`` (``None``: the default model, checked
-            when it loads).
+            when it loads; ``tiny``: the smoke model, built in-process).
 
     Raises:
         PolicyLoadError: the model cannot be loaded; the message says how to get it.
     """
-    if name_or_path is None or Path(name_or_path).expanduser().exists():
+    if name_or_path in (None, TINY_MODEL) or Path(name_or_path).expanduser().exists():
         return
     from huggingface_hub import constants
     from huggingface_hub.errors import HFValidationError
@@ -241,6 +243,10 @@ def load_causal_lm(
 ) -> tuple[Any, Any, str, str, str | None]:
     """Load model and tokenizer; return ``(model, tokenizer, source, path, gguf_file)``.
 
+    The weights are loaded in :func:`~algorithms.precision.load_dtype`: the compute dtype,
+    or float32 under mixed precision (bfloat16 on a CPU; :func:`wrap_model` then stores a
+    LoRA run's frozen linear weights in bfloat16).
+
     Raises:
         PolicyLoadError: naming every source tried and why each failed.
     """
@@ -267,7 +273,7 @@ def load_causal_lm(
             source = f"local path {path}" + (f" (GGUF {gguf_file})" if gguf_file else "")
         else:
             source = f"Hugging Face hub id {name!r} (local cache or network)"
-    dtype = resolve_dtype(config.dtype, device)
+    dtype = load_dtype(resolve_dtype(config.dtype, device), device)
     try:
         tokenizer = _from_pretrained(AutoTokenizer, path, gguf_file,
                                      trust_remote_code=config.trust_remote_code)
@@ -360,7 +366,13 @@ def wrap_model(model: Any, tokenizer: Any, config: ModelConfig, *, source: str,
     (:mod:`~algorithms.training.vision_model`): LoRA goes on its language model only, its
     vision tower is frozen unless ``config.train_vision_tower``, and the policy carries a
     :class:`~algorithms.engines.vision.VisionProcessor` (``config.image_min_pixels`` /
-    ``image_max_pixels``)."""
+    ``image_max_pixels``).
+
+    Under mixed precision (:mod:`algorithms.precision`) the weights are put in their
+    storage dtypes (float32, but for a LoRA run's frozen linear weights, in the compute
+    dtype) and the model is marked to compute under autocast
+    (:func:`~algorithms.precision.mark_autocast`); ``config.attn_implementation`` picks
+    the attention kernel (:func:`~algorithms.precision.attention_kernel`)."""
     tokenizer = _prepare_tokenizer(tokenizer)
     if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
@@ -373,10 +385,22 @@ def wrap_model(model: Any, tokenizer: Any, config: ModelConfig, *, source: str,
     if config.gradient_checkpointing:
         enable_activation_checkpointing(model)
     lora = config.lora_rank > 0
+    device = next(model.parameters()).device
+    compute = resolve_dtype(config.dtype, device)
+    mixed = mixed_precision(compute, device)
+    if mixed:  # float32, but for a LoRA run's frozen linear weights (algorithms.precision)
+        model.float()
+        if lora:
+            store_frozen_linears(model, compute)
+    kernel = attention_kernel(config.attn_implementation, compute, device)
+    if kernel is not None:
+        model.set_attn_implementation(kernel)
     if lora:
         model = attach_lora(model, config, seed=seed, language_only=vision is not None)
         if vision is not None and config.train_vision_tower:
             vision_model.set_vision_tower_trainable(model, True)
+    if mixed:
+        mark_autocast(model, compute)
     return Policy(model=model, tokenizer=tokenizer, source=source, path=path,
                   gguf_file=gguf_file, lora=lora, vision=vision)
 
@@ -500,11 +524,16 @@ def model_identity(policy: Policy) -> dict[str, Any]:
 
 
 def frozen_copy(model: nn.Module) -> nn.Module:
-    """A frozen, eval-mode deep copy (the KL reference when LoRA is off)."""
+    """A frozen, eval-mode deep copy (the KL reference when LoRA is off); its linear
+    weights stored in the compute dtype when ``model`` computes under autocast (frozen
+    weights need no float32 copy, :mod:`algorithms.precision`)."""
     reference = copy.deepcopy(model)
     reference.eval()
     for parameter in reference.parameters():
         parameter.requires_grad_(False)
+    compute = autocast_dtype(model)
+    if compute is not None:
+        store_frozen_linears(reference, compute)
     return reference
 
 
@@ -538,12 +567,15 @@ class ValueHead(nn.Module):
         nn.init.zeros_(self.linear.bias)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(B, H) -> (B,) values, computed in float32."""
-        return self.linear(hidden.float()).squeeze(-1)
+        """(B, H) -> (B,) values, computed in float32 (outside any autocast region)."""
+        with torch.autocast(device_type=hidden.device.type, enabled=False):
+            return self.linear(hidden.float()).squeeze(-1)
 
 
 class SeparateCritic(nn.Module):
-    """A critic with its own transformer backbone and a :class:`ValueHead`.
+    """A critic with its own transformer backbone and a :class:`ValueHead` (its forward
+    passes run under :func:`~algorithms.precision.autocast` once it is marked, as the
+    learner marks it under mixed precision).
 
     Args:
         backbone: a transformer backbone (``model.base_model`` of a causal LM).
@@ -557,15 +589,17 @@ class SeparateCritic(nn.Module):
 
     def forward(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
         """Values of left-padded prompts: (B, P), (B, P) -> (B,)."""
-        return self.head(last_prompt_hidden(self.backbone, prompt_ids, prompt_mask))
+        with autocast(self):
+            return self.head(last_prompt_hidden(self.backbone, prompt_ids, prompt_mask))
 
     def transcript_values(self, sequence_ids: torch.Tensor, sequence_mask: torch.Tensor,
                           sequence_index: torch.Tensor, response_starts: torch.Tensor
                           ) -> torch.Tensor:
         """Values before each response of right-padded transcripts (one forward pass
         each): (T, L), (T, L), (B,), (B,) -> (B,)."""
-        hidden = _transcript_hidden(self.backbone, sequence_ids, sequence_mask)
-        return self.head(hidden[sequence_index, response_starts - 1])
+        with autocast(self):
+            hidden = _transcript_hidden(self.backbone, sequence_ids, sequence_mask)
+            return self.head(hidden[sequence_index, response_starts - 1])
 
 
 def last_prompt_hidden(backbone: nn.Module, prompt_ids: torch.Tensor,
@@ -589,7 +623,8 @@ def prompt_values(model: Any, value_head: ValueHead, prompt_ids: torch.Tensor,
     prompt-only forward pass. PPO uses it for states no response was sampled in: the
     prompt after a truncated trajectory's last step.
     """
-    return value_head(last_prompt_hidden(split_model(model)[0], prompt_ids, prompt_mask))
+    with autocast(model):
+        return value_head(last_prompt_hidden(split_model(model)[0], prompt_ids, prompt_mask))
 
 
 @dataclass
@@ -654,20 +689,22 @@ def score_responses(
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention = torch.cat([prompt_mask, response_mask], dim=1)
     backbone, lm_head = split_model(model)
-    if vision:
-        context = torch.cat([prompt_mask, torch.zeros_like(response_mask)], dim=1)
-        hidden = vision_model.vision_hidden_states(
-            backbone, input_ids, attention, context=context,
-            pixel_values=vision["pixel_values"], image_grid_thw=vision["image_grid_thw"])
-    else:
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        hidden = backbone(input_ids=input_ids, attention_mask=attention,
-                          position_ids=positions, use_cache=False).last_hidden_state
-    response_hidden = hidden[:, width - 1: width - 1 + response_ids.shape[1]]
-    log_probs, entropy = _token_scores(lm_head, response_hidden, response_ids, response_mask,
-                                       temperature=temperature, with_entropy=with_entropy,
-                                       entropy_grad=entropy_grad, chunk_tokens=chunk_tokens)
-    values = value_head(hidden[:, width - 1]) if value_head is not None else None
+    with autocast(model):
+        if vision:
+            context = torch.cat([prompt_mask, torch.zeros_like(response_mask)], dim=1)
+            hidden = vision_model.vision_hidden_states(
+                backbone, input_ids, attention, context=context,
+                pixel_values=vision["pixel_values"], image_grid_thw=vision["image_grid_thw"])
+        else:
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)
+            hidden = backbone(input_ids=input_ids, attention_mask=attention,
+                              position_ids=positions, use_cache=False).last_hidden_state
+        response_hidden = hidden[:, width - 1: width - 1 + response_ids.shape[1]]
+        log_probs, entropy = _token_scores(lm_head, response_hidden, response_ids,
+                                           response_mask, temperature=temperature,
+                                           with_entropy=with_entropy,
+                                           entropy_grad=entropy_grad, chunk_tokens=chunk_tokens)
+        values = value_head(hidden[:, width - 1]) if value_head is not None else None
     return ScoredResponses(log_probs=log_probs, entropy=entropy, values=values)
 
 
@@ -855,14 +892,15 @@ def score_transcripts(
         :class:`ScoredResponses` of shape (B, R) (values (B,)).
     """
     backbone, lm_head = split_model(model)
-    hidden = _transcript_hidden(backbone, sequence_ids, sequence_mask)
-    rows, columns = _predicting_columns(sequence_index, response_starts,
-                                        response_ids.shape[1], sequence_ids.shape[1])
-    log_probs, entropy = _token_scores(lm_head, hidden[rows, columns], response_ids,
-                                       response_mask, temperature=temperature,
-                                       with_entropy=with_entropy, entropy_grad=entropy_grad,
-                                       chunk_tokens=chunk_tokens)
-    values = None
-    if value_head is not None:
-        values = value_head(hidden[sequence_index, response_starts - 1])
+    with autocast(model):
+        hidden = _transcript_hidden(backbone, sequence_ids, sequence_mask)
+        rows, columns = _predicting_columns(sequence_index, response_starts,
+                                            response_ids.shape[1], sequence_ids.shape[1])
+        log_probs, entropy = _token_scores(lm_head, hidden[rows, columns], response_ids,
+                                           response_mask, temperature=temperature,
+                                           with_entropy=with_entropy,
+                                           entropy_grad=entropy_grad, chunk_tokens=chunk_tokens)
+        values = None
+        if value_head is not None:
+            values = value_head(hidden[sequence_index, response_starts - 1])
     return ScoredResponses(log_probs=log_probs, entropy=entropy, values=values)

@@ -322,6 +322,7 @@ class Trainer:
             if self.logger is not None:
                 self.logger.log(0, last)
         term.loop_started()
+        untrained = 0  # iterations in a row with nothing to train on
         with progress_bar(self.bars, total=config.run.iterations,
                           initial=self.start_iteration, desc="training (iterations)") as bar:
             for iteration in range(self.start_iteration, config.run.iterations):
@@ -338,6 +339,8 @@ class Trainer:
                     last.update(self.evaluate(done))
                 if self.logger is not None:
                     self.logger.log(done, last)
+                untrained = untrained + 1 if last["update/steps"] == 0 else 0
+                check_untrained(untrained, done, config.run.max_untrained_iterations, last)
                 term.iteration_finished()
                 bar.update(1)
                 bar.set_postfix(success=f"{last['rollout/success']:.2f}",
@@ -379,6 +382,30 @@ class Trainer:
         if self.engine is not None and hasattr(self.engine, "close"):
             self.engine.close()
             self.engine = None
+
+
+class UntrainedRunError(RuntimeError):
+    """``run.max_untrained_iterations`` iterations in a row had nothing to train on (one
+    line; ``train.py`` exits with status 1)."""
+
+
+def check_untrained(untrained: int, done: int, limit: int, metrics: dict[str, float]
+                    ) -> None:
+    """Stop a run whose last ``untrained`` iterations (the last one: ``done``) trained on
+    nothing, when that reaches ``limit`` (``run.max_untrained_iterations``; 0: never).
+
+    Raises:
+        UntrainedRunError: naming the iterations and the env errors of the last one.
+    """
+    if not limit or untrained < limit:
+        return
+    first = done - untrained + 1
+    errors = int(metrics.get("rollout/env_errors", 0))
+    raise UntrainedRunError(
+        f"iterations {first}-{done}: every trajectory ended on an env error ({errors} "
+        f"episodes in iteration {done}), so nothing was trained on {untrained} times in a "
+        f"row (--run.max-untrained-iterations {limit}); "
+        "the envs' errors are logged above; python -m agentgym.check ENV_ID tests the env")
 
 
 def _no_sync() -> None:

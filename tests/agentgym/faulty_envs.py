@@ -1,5 +1,10 @@
-"""Envs for the vector env tests: faults on command, and an env that must never be
-stepped after its episode ended. Module-level so that worker processes can import them."""
+"""Envs for the vector env and contract-check tests: faults on command, an env that must
+never be stepped after its episode ended, and envs that break the contract in the ways a
+user's env did (issue 43: an unhashable anchor, a non-string observation, a raising step,
+a ``**kwargs`` constructor, a plain Gymnasium env). Module-level so that worker processes
+can import them; importing this module registers the ``AgentGymTest/*`` ids of the latter
+with :func:`agentgym.register` (so ``"tests.agentgym.faulty_envs:<id>"`` names them
+anywhere)."""
 
 from __future__ import annotations
 
@@ -7,10 +12,13 @@ import ctypes
 import os
 import signal
 import time
+from collections.abc import Hashable
 from typing import Any
 
 import gymnasium as gym
+from gymnasium import spaces
 
+import agentgym
 from agentgym.core import TextSpace, Transition
 from agentgym.scripted import ScriptedTextEnv
 
@@ -139,3 +147,98 @@ class UnloadableInfoEnv(FaultyTextEnv):
         if action == UNLOADABLE:
             return Transition("here is something", info={"blob": Unloadable()})
         return super()._step_text(action)
+
+
+# ---------------------------------------------------------------------- contract breaches
+MODULE = __name__
+"""This module's name: ``f"{MODULE}:{id}"`` names an id below from anywhere."""
+
+
+class UnhashableAnchorEnv(ScriptedTextEnv):
+    """The scripted door env whose ``state_key`` is a list: ``anchor="state"`` anchors
+    cannot be hashed (GiGPO's step groups need them as dict keys)."""
+
+    def state_key(self) -> Hashable:
+        return [self._task_id, self._room]  # type: ignore[return-value]
+
+
+class RaisingStepEnv(ScriptedTextEnv):
+    """The scripted door env whose every step raises."""
+
+    def _step_text(self, action: str) -> Transition:
+        raise InjectedFault(f"injected fault in step ({action!r})")
+
+
+class KwargsEnv(ScriptedTextEnv):
+    """The scripted door env behind a ``**kwargs`` constructor that forwards everything to
+    its base class, which takes no ``width``: the constructor's signature names nothing,
+    so only building it shows a wrong argument."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+
+
+class IntObservationEnv(gym.Env):
+    """A plain Gymnasium env (Gymnasium's toy-text style) whose observations are ints:
+    AgentGym's agents read text."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Discrete(10)
+        self.action_space = TextSpace()
+        self._position = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._position = int(self.np_random.integers(5))
+        return self._position, {}
+
+    def step(self, action: Any):
+        self._position = min(self._position + 1, 9)
+        return self._position, 0.0, self._position == 9, False, {}
+
+
+class PlainGuessEnv(gym.Env):
+    """A plain Gymnasium text env (no ``TextEnv``, none of AgentGym's info keys): guess a
+    number in ``[1, high]`` from "higher" / "lower" answers within ``tries`` guesses;
+    reward 1 for a right guess. The number comes from the reset's seed."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, high: int = 8, tries: int = 4):
+        self.high = high
+        self.tries = tries
+        self.observation_space = TextSpace()
+        self.action_space = TextSpace()
+        self._secret = 1
+        self._left = tries
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self._secret = int(self.np_random.integers(1, self.high + 1))
+        self._left = self.tries
+        return f"Guess my number from 1 to {self.high}. Say one number.", {}
+
+    def step(self, action: Any):
+        self._left -= 1
+        words = str(action).split()
+        guess = int(words[0]) if words and words[0].isdigit() else None
+        if guess == self._secret:
+            return "Right!", 1.0, True, False, {"guesses_left": self._left}
+        hint = ("Say a number." if guess is None
+                else "Higher." if guess < self._secret else "Lower.")
+        return hint, 0.0, False, self._left <= 0, {"guesses_left": self._left}
+
+
+BREACHES = {
+    "AgentGymTest/UnhashableAnchor-v0": UnhashableAnchorEnv,
+    "AgentGymTest/RaisingStep-v0": RaisingStepEnv,
+    "AgentGymTest/Kwargs-v0": KwargsEnv,
+    "AgentGymTest/IntObservation-v0": IntObservationEnv,
+    "AgentGymTest/PlainGuess-v0": PlainGuessEnv,
+}
+"""The envs of the contract tests, by the id they are registered under."""
+
+for _env_id, _entry_point in BREACHES.items():
+    agentgym.register(_env_id, _entry_point)

@@ -24,7 +24,7 @@ from algorithms.runs import distributed
 from algorithms.runs.launch import run_worker
 from algorithms.training.trainer import Trainer
 from tests.algorithms.scripted_config import scripted_config
-from tests.algorithms.tiny import make_policy
+from tests.algorithms.tiny import make_policy, resolve_auto_as_float32
 
 NUM_GROUPS = 3
 """Groups per iteration: 2 ranks get 2 and 1 (unequal blocks on purpose)."""
@@ -70,6 +70,7 @@ def _dump(trainer: Trainer, path: Path) -> None:
 
 
 def main() -> None:
+    resolve_auto_as_float32()
     parser = argparse.ArgumentParser()
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("algo")

@@ -23,7 +23,7 @@ from algorithms.runs import distributed
 from algorithms.runs.launch import run_worker
 from algorithms.training.learner import Learner
 from tests.algorithms.test_learner import _config, _rollout
-from tests.algorithms.tiny import make_model, make_policy
+from tests.algorithms.tiny import make_model, make_policy, resolve_auto_as_float32
 
 CASES = {
     "gigpo": ("gigpo", 0, "value_head"),
@@ -33,13 +33,16 @@ CASES = {
     "gigpo-lora": ("gigpo", 4, "value_head"),
     "grpo-lora": ("grpo", 4, "value_head"),
     "ppo-lora": ("ppo", 4, "value_head"),
+    "gigpo-lora-bf16": ("gigpo", 4, "value_head", "bfloat16"),
+    "gigpo-bf16": ("gigpo", 0, "value_head", "bfloat16"),
 }
-"""case -> (algo, LoRA rank, PPO critic)."""
+"""case -> (algo, LoRA rank, PPO critic[, model dtype: float32 unless named])."""
 
 
 def run_case(name: str, ranks: distributed.Ranks, out: Path) -> None:
-    algo, lora_rank, critic = CASES[name]
-    model_config = ModelConfig(lora_rank=lora_rank, critic=critic)
+    algo, lora_rank, critic, *dtype = CASES[name]
+    dtype = dtype[0] if dtype else "float32"
+    model_config = ModelConfig(lora_rank=lora_rank, critic=critic, dtype=dtype)
     torch.manual_seed(11)  # LoRA's initialisation (rank 0's is broadcast anyway)
     policy = make_policy(model_config=model_config)
     # 3 mini-batches of 4 steps, micro-batches of 3: ranks get unequal shares and the
@@ -47,7 +50,7 @@ def run_case(name: str, ranks: distributed.Ranks, out: Path) -> None:
     # how ranks cut a mini-batch (verl's equal weighting does, by design)
     config = replace(_config(algo, mini_batch_size=4, micro_batch_size=3, epochs=2,
                              micro_batch_weighting="tokens"),
-                     model={"lora_rank": lora_rank, "critic": critic})
+                     model={"lora_rank": lora_rank, "critic": critic, "dtype": dtype})
     backbone = make_model(len(policy.tokenizer), seed=5).model if critic == "separate" else None
     learner = Learner(policy, config, torch.device("cpu"), critic_backbone=backbone,
                       ranks=ranks)
@@ -73,6 +76,7 @@ def run_case(name: str, ranks: distributed.Ranks, out: Path) -> None:
 
 
 def main() -> None:
+    resolve_auto_as_float32()
     out = Path(sys.argv[1])
     names = sys.argv[2:] or list(CASES)
     ranks = distributed.init_from_environment(device="cpu", timeout_s=300)

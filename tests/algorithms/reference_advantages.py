@@ -149,3 +149,81 @@ def ref_gae_advantages(
             advantages[row] = running
             next_value = values[row]
     return advantages, advantages + values
+
+
+def ref_hgpo_advantages(
+    rewards, traj_ids, group_ids, anchors, *, history_length: int = 2, gamma: float = 0.95,
+    normalize: str = "std", length_weight_alpha: float = 1.0, base_group: bool = False,
+    eps: float = 1e-6,
+):
+    """(N,) HGPO, episode statistics over trajectories: every (group, k, last k anchors)
+    a dict key, each group of two or more normalized with the population std, each row's
+    nonzero items weighted ``(k + 1) ** alpha`` (the episode term as ``k = 0``)."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    traj_ids, group_ids, anchors = np.asarray(traj_ids), np.asarray(group_ids), list(anchors)
+    returns = ref_discounted_returns(rewards, traj_ids, gamma=gamma)
+    episode = ref_grpo_advantages(rewards, traj_ids, group_ids, normalize=normalize, eps=eps)
+    clusters: dict[tuple, list[int]] = defaultdict(list)
+    for traj in np.unique(traj_ids):
+        rows = np.where(traj_ids == traj)[0]
+        for t, row in enumerate(rows):
+            for k in range(1, min(history_length + 1, t + 1) + 1):
+                path = tuple(anchors[r] for r in rows[t - k + 1: t + 1])
+                clusters[(group_ids[row], k, path)].append(row)
+    items: dict[int, list[tuple[int, float]]] = defaultdict(list)
+    for (_, k, _), rows in clusters.items():
+        if len(rows) < 2:
+            continue
+        values = np.array([returns[row] for row in rows])
+        if np.all(values == values[0]):
+            continue  # all equal: every item 0, dropped
+        centered = values - values.mean()
+        scores = centered if normalize == "mean" else centered / (values.std(ddof=0) + eps)
+        for row, score in zip(rows, scores, strict=True):
+            items[row].append((k, float(score)))
+    out = np.zeros(len(rewards))
+    for row in range(len(rewards)):
+        row_items = ([(0, float(episode[row]))] if base_group else []) + items[row]
+        kept = [(k, a) for k, a in row_items if a != 0.0]
+        weights = [(k + 1) ** length_weight_alpha for k, _ in kept]
+        out[row] = sum(w * a for w, (_, a) in zip(weights, kept, strict=True)) / (
+            sum(weights) + eps)
+    return out
+
+
+def ref_graph_returns(traj_ids, group_ids, anchors, next_anchors, success, *, gamma: float,
+                      normalize_distance: bool = False):
+    """(N,) GraphGPO's step returns ``10 * gamma ** d``: per group a dict graph, the goal
+    after each successful trajectory's last step, breadth-first distances to it,
+    unreachable states one past the farthest reachable."""
+    traj_ids, group_ids = np.asarray(traj_ids), np.asarray(group_ids)
+    last = np.ones(len(traj_ids), dtype=bool)
+    for row in range(len(traj_ids) - 1):
+        later = traj_ids[row + 1:] == traj_ids[row]
+        last[row] = not later.any()
+    goal = object()
+    returns = np.zeros(len(traj_ids))
+    for group in np.unique(group_ids):
+        rows = np.where(group_ids == group)[0]
+        targets = {row: goal if (last[row] and success[row]) else next_anchors[row]
+                   for row in rows}
+        parents: dict[Any, list[Any]] = defaultdict(list)
+        for row in rows:
+            parents[targets[row]].append(anchors[row])
+        distance = {goal: 0}
+        frontier = [goal]
+        while frontier:
+            later = []
+            for node in frontier:
+                for parent in parents[node]:
+                    if parent not in distance:
+                        distance[parent] = distance[node] + 1
+                        later.append(parent)
+            frontier = later
+        unreachable = max(distance.values()) + 1
+        for row in rows:
+            d_next = distance.get(targets[row], unreachable)
+            d_state = distance.get(anchors[row], unreachable)
+            exponent = d_next - d_state + 1 if normalize_distance else d_next
+            returns[row] = 10.0 * gamma ** exponent
+    return returns

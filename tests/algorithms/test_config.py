@@ -125,6 +125,54 @@ def test_vision_language_presets_build_their_envs_and_speak_their_action_protoco
         held_out.close()
 
 
+def test_hgpo_presets_follow_recipe_hgpos_1_5b_scripts():
+    alf, shop = PRESETS["hgpo-alfworld-1.5b"], PRESETS["hgpo-webshop-1.5b"]
+    for config in (alf, shop):
+        learner = config.learner
+        assert config.algo == "hgpo" and config.estimator == "hgpo"
+        assert (config.env.num_groups, config.env.group_size) == (16, 8)
+        assert learner.hgpo_history_length is None and config.prompt.history_window == 2
+        assert (learner.hgpo_length_weight_alpha, learner.hgpo_base_group) == (1.0, False)
+        assert (learner.lr, learner.kl_coef, learner.gamma, config.env.penalty()) == (
+            1e-6, 0.01, 0.95, 0.1)
+        assert (config.prompt.max_prompt_tokens, config.generation.max_new_tokens) == (
+            4096, 512)
+        assert (config.run.iterations, config.run.eval_every) == (160, 5)
+        assert config.env.anchor == "observation"
+    assert (alf.env.max_steps, alf.learner.normalize) == (50, "std")
+    assert (alf.learner.mini_batch_size, alf.learner.micro_batch_size) == (256, 16)
+    assert (shop.env.max_steps, shop.learner.normalize, shop.env.eval_episodes) == (
+        30, "mean", 128)
+    assert (shop.learner.mini_batch_size, shop.learner.micro_batch_size) == (64, 4)
+
+
+def test_graphgpo_presets_follow_its_1_5b_scripts():
+    alf, shop = PRESETS["graphgpo-alfworld-1.5b"], PRESETS["graphgpo-webshop-1.5b"]
+    for config in (alf, shop):
+        learner = config.learner
+        assert config.algo == "graphgpo" and config.env.anchor == "state"
+        assert (learner.step_weight, learner.graphgpo_episode_weight) == (1.0, 1.0)
+        assert learner.normalize == "std" and not learner.graphgpo_normalize_distance
+        assert learner.similarity_threshold is None and config.prompt.history_window == 2
+        assert (config.env.num_groups, config.env.group_size, config.env.penalty()) == (
+            16, 8, 0.1)
+        assert config.run.eval_before_train and config.run.iterations == 150
+    assert (alf.learner.gamma, alf.env.max_steps, alf.prompt.max_prompt_tokens) == (
+        0.1, 50, 2048)
+    assert (alf.learner.mini_batch_size, alf.learner.micro_batch_size) == (256, 32)
+    assert (shop.learner.gamma, shop.env.max_steps, shop.prompt.max_prompt_tokens) == (
+        0.2, 15, 5120)
+    assert (shop.learner.mini_batch_size, shop.learner.micro_batch_size) == (64, 8)
+
+
+def test_similarity_and_hgpo_settings_are_checked():
+    with pytest.raises(ConfigError, match="gigpo or graphgpo"):
+        replace(TrainConfig(algo="hgpo"), learner={"similarity_threshold": 0.9}).validate()
+    replace(TrainConfig(algo="graphgpo"), learner={"similarity_threshold": 0.9}).validate()
+    with pytest.raises(ConfigError, match="hgpo_history_length must be >= 0"):
+        replace(TrainConfig(algo="hgpo"), learner={"hgpo_history_length": -1}).validate()
+
+
 def test_sokoban_preset_follows_run_sokoban_sh():
     sokoban = PRESETS["sokoban"]
     assert sokoban.algo == "gigpo" and sokoban.env.env_id == "AgentGym/Sokoban-v0"
@@ -341,3 +389,56 @@ def test_the_env_id_help_names_every_registered_env():
     text = field_docs(EnvConfig)["env_id"]
     missing = [k for k in gym.registry if k.startswith("AgentGym/") and f"``{k}``" not in text]
     assert missing == []
+
+
+# ---------------------------------------------------------------------- envs of one's own
+def test_an_env_of_ones_own_is_named_in_gymnasiums_import_form():
+    config = replace(TrainConfig(), env={"env_id": "examples.own_env:OwnEnv/NumberGuess-v0"})
+    assert config.validate() is config
+    with pytest.raises(ConfigError, match="env.env_id: unknown env id 'OwnEnv/Nope-v0'.*"
+                                          "'your_module:OwnEnv/Nope-v0'"):
+        replace(config, env={"env_id": "OwnEnv/Nope-v0"}).validate()
+    with pytest.raises(ConfigError, match="the module 'nowhere_xyz' cannot be imported"):
+        replace(config, env={"env_id": "nowhere_xyz:OwnEnv/Nope-v0"}).validate()
+
+
+def test_a_plain_envs_kwargs_may_name_the_adapters_arguments():
+    plain = "tests.agentgym.faulty_envs:AgentGymTest/PlainGuess-v0"
+    config = replace(TrainConfig(), env={"env_id": plain,
+                                         "env_kwargs": json.dumps({"high": 4}),
+                                         "eval_env_kwargs": json.dumps({"first_seed": 10**6})})
+    assert config.validate() is config
+    with pytest.raises(ConfigError, match="does not take: width; clear them"):
+        replace(config, env={"env_kwargs": json.dumps({"width": 2})}).validate()
+
+
+def test_another_env_id_drops_the_presets_env_kwargs_unless_given():
+    from algorithms.config import for_env_id
+
+    demo = PRESETS["cpu-demo"]
+    own = replace(demo, env={"env_id": "examples.own_env:OwnEnv/NumberGuess-v0"})
+    dropped, note = for_env_id(own, demo)
+    assert dropped.env.env_kwargs == "{}" and dropped.env.eval_env_kwargs == "{}"
+    assert note == (
+        "--env.env-id examples.own_env:OwnEnv/NumberGuess-v0: the cpu-demo preset's "
+        'env_kwargs {"width": 2, "height": 2, "key": false} are arguments of '
+        "AgentGym/KeyDoor-v0, not passed on (give --env.env-kwargs to set them)")
+    kept, note = for_env_id(own, demo, frozenset({"env_kwargs"}))
+    assert kept is own and note is None  # given on the command line, even if equal
+    assert for_env_id(demo, demo) == (demo, None)
+    alfworld = PRESETS["cpu-alfworld"]
+    mine = replace(alfworld, env={"env_id": "AgentGym/Scripted-v0",
+                                  "env_kwargs": json.dumps({"num_rooms": 2})})
+    changed, note = for_env_id(mine, alfworld, frozenset({"env_kwargs"}))
+    assert changed.env.env_kwargs == json.dumps({"num_rooms": 2})
+    assert changed.env.eval_env_kwargs == "{}" and "eval_env_kwargs" in note
+
+
+def test_the_tiny_model_and_the_untrained_limit_are_checked():
+    tiny = replace(TrainConfig(), model={"name_or_path": "tiny"},
+                   generation={"engine": "vllm"})
+    with pytest.raises(ConfigError, match="'tiny' is built in this process; "
+                                          "generation.engine vllm cannot load it"):
+        tiny.validate()
+    with pytest.raises(ConfigError, match="max_untrained_iterations must be >= 0"):
+        replace(TrainConfig(), run={"max_untrained_iterations": -1}).validate()

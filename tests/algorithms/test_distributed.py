@@ -24,6 +24,14 @@ WEIGHT_TOLERANCE = 1e-5
 """Largest |w_2 ranks - w_1 process| after 6 AdamW steps at lr 1e-3 (measured: <= 3e-6;
 gradients are summed in another order, AdamW normalises the difference)."""
 SCORE_TOLERANCE = 1e-6
+BF16_WEIGHT_TOLERANCE = 2e-3
+"""The same for the cases under CPU mixed precision (``*-bf16``; measured: 1.0e-3 full
+fine-tune, 2.5e-4 LoRA). Their scores agree to SCORE_TOLERANCE (the sharded model computes
+what one process does: measured 0), their statistics to BF16_STATS_TOLERANCE (measured
+<= 9e-5); the weights drift further because bfloat16 micro-batches cut differently on two
+ranks round differently, and AdamW turns a small gradient's rounding into a step of up to
+the learning rate (1e-3)."""
+BF16_STATS_TOLERANCE = 1e-3
 
 
 def torchrun(*args: str, nproc: int = 2, timeout: float = 600,
@@ -60,14 +68,16 @@ def test_two_ranks_update_like_one_process(updates, case):
     one, two = updates
     (a, stats_a), (b, stats_b) = _load(one, case), _load(two, case)
     assert a.keys() == b.keys()
+    bf16 = case.endswith("-bf16")
     for key in a:
-        tolerance = WEIGHT_TOLERANCE if key.startswith(("weights.", "critic.")) else \
-            SCORE_TOLERANCE
+        tolerance = (BF16_WEIGHT_TOLERANCE if bf16 else WEIGHT_TOLERANCE) \
+            if key.startswith(("weights.", "critic.")) else SCORE_TOLERANCE
         difference = (a[key].float() - b[key].float()).abs().max().item()
         assert difference <= tolerance, f"{key}: {difference}"
     np.testing.assert_allclose(stats_b["advantages"], stats_a["advantages"], atol=1e-12)
     for key, value in stats_a["stats"].items():
-        assert stats_b["stats"][key] == pytest.approx(value, abs=1e-5), key
+        assert stats_b["stats"][key] == pytest.approx(
+            value, abs=BF16_STATS_TOLERANCE if bf16 else 1e-5), key
     # the update did something: the equality is not that of two unchanged models
     assert stats_a["stats"]["grad_norm"] > 1e-3 and stats_a["stats"]["optimizer_steps"] == 6
 

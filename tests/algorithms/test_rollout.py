@@ -82,6 +82,12 @@ def test_step_batch_ids_anchors_masks_penalties():
     assert batch.anchors[2] == first_obs  # env 1: garbage, state unchanged ...
     assert batch.anchors[3] == "Nothing happens."  # ... but the text now differs
     assert batch.anchors[6] == "Nothing happens." and batch.anchors[9] == batch.anchors[8]
+    # Next anchors: the state each action led to -- the next row's anchor, or after a
+    # trajectory's last step its terminal state's (env 0's winning step).
+    for row in np.flatnonzero(~batch.last_step):
+        assert batch.next_anchors[row] == batch.anchors[row + 1]
+    terminal, *_ = probe.step(solutions[0][1])
+    assert batch.next_anchors[1] == terminal
 
     # Masks: left-padded prompts, right-padded responses; ids round-trip to the text.
     assert batch.prompt_ids.shape == batch.prompt_mask.shape

@@ -169,3 +169,44 @@ def test_a_run_without_a_checkpoint_is_not_offered_for_resume(tmp_path):
                                              r"checkpoint to resume .*--run.run-name NAME, or "
                                              r"replace it with --run.overwrite"):
         _train(tmp_path)
+
+
+def test_a_finished_run_is_told_apart_from_one_to_continue(tmp_path):
+    from algorithms.runs.run_folder import finished_run
+
+    _train(tmp_path, iterations=2)
+    finished = finished_run(scripted_config("grpo", iterations=2, resume=True), tmp_path)
+    assert finished is not None
+    line, metrics = finished
+    assert line == (f"{tmp_path} is finished: its newest checkpoint, iter_000002, is after "
+                    "iteration 2 (run.iterations 2); nothing to resume (raise "
+                    "--run.iterations to train on)")
+    assert "rollout/success" in metrics
+    assert finished_run(scripted_config("grpo", iterations=3, resume=True), tmp_path) is None
+    assert finished_run(scripted_config("grpo", iterations=2), tmp_path) is None
+    assert finished_run(scripted_config("grpo", iterations=2, resume=True),
+                        tmp_path / "elsewhere") is None
+
+
+def _sft_checkpoint(run_dir, step: int, epoch: float) -> None:
+    """The files :func:`finished_run` reads of an SFT checkpoint after ``step`` steps."""
+    folder = run_dir / "checkpoints" / f"iter_{step:06d}"
+    folder.mkdir(parents=True)
+    (folder / "weights.safetensors").write_bytes(b"")
+    (folder / "meta.json").write_text(json.dumps(
+        {"iteration": step, "metrics": {"sft/epoch": epoch, "sft/loss": 0.5}}))
+    (run_dir / "checkpoints" / "latest").write_text(folder.name)
+
+
+@pytest.mark.parametrize(("sft", "finished"), [
+    ({"max_steps": 4}, True), ({"max_steps": 5}, False), ({"epochs": 2}, True),
+    ({"epochs": 3}, False)])
+def test_an_sft_run_is_finished_at_its_steps_or_epochs(tmp_path, sft, finished):
+    from algorithms.runs.run_folder import finished_run
+
+    _sft_checkpoint(tmp_path, 4, 2.0)
+    config = replace(scripted_config("grpo", resume=True), algo="sft", sft=sft)
+    found = finished_run(config, tmp_path)
+    assert (found is not None) == finished
+    if finished:
+        assert "is after optimizer step 4" in found[0] and found[1]["sft/loss"] == 0.5

@@ -209,3 +209,34 @@ def test_evaluation_before_training_is_logged_at_iteration_0(tmp_path):
                       policy=make_policy(seed=1), run_dir=tmp_path)
     resumed.run()  # a resumed run does not evaluate its start again
     assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1, 2]
+
+
+def test_a_run_with_nothing_to_train_on_stops_after_the_limit(tmp_path):
+    """Every trajectory crashes on its second step: GRPO has nothing to train on, and
+    after ``run.max_untrained_iterations`` such iterations the run stops with one line,
+    without a checkpoint of the last one."""
+    from agentgym.vector import TextVectorEnv
+    from algorithms.training.trainer import UntrainedRunError
+    from tests.algorithms.fakes import StepFailingEnv
+
+    def make_vec_env(kwargs, num_envs, group_size):
+        return TextVectorEnv(
+            [lambda: StepFailingEnv(fail_at=1, num_rooms=2, hint=True, num_tasks=64)]
+            * num_envs, group_size=group_size)
+
+    config = scripted_config("grpo", iterations=5, max_untrained_iterations=2)
+    trainer = Trainer(config, policy=make_policy(seed=1), make_vec_env=make_vec_env,
+                      run_dir=tmp_path)
+    with pytest.raises(UntrainedRunError) as stop:
+        trainer.run()
+    assert str(stop.value).startswith(
+        "iterations 1-2: every trajectory ended on an env error (4 episodes in iteration 2), "
+        "so nothing was trained on 2 times in a row (--run.max-untrained-iterations 2)")
+    assert "\n" not in str(stop.value)
+    assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2]
+    assert latest_checkpoint(tmp_path).name == "iter_000001"
+    never = replace(config, run={"max_untrained_iterations": 0, "iterations": 3,
+                                 "overwrite": True})
+    metrics = Trainer(never, policy=make_policy(seed=1), make_vec_env=make_vec_env,
+                      run_dir=tmp_path).run()
+    assert metrics["update/steps"] == 0  # 0: the run goes on to the end

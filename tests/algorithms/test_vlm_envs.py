@@ -44,13 +44,18 @@ def sft_run(request, tmp_path_factory):
     from benchmarks.tiny_vlm import save_tiny_vlm
     from benchmarks.vlm_smoke import env_texts
 
+    import algorithms.precision as precision
+
     env_id = request.param
     root = tmp_path_factory.mktemp(env_id.split("/")[-1])
     model = save_tiny_vlm(root / "model", env_texts(env_id, {}))
     common = _common(model, env_id, root)
-    metrics = train.main(["--algo", "sft", *common, "--run.run-name", "sft",
-                          "--sft.episodes", "4", "--sft.max-steps", "3", "--sft.batch-size",
-                          "4", "--sft.micro-batch-size", "4", "--sft.lr", "1e-3"])
+    with pytest.MonkeyPatch.context() as patch:  # float32, as conftest's patch gives the tests
+        patch.setattr(precision, "cpu_has_bf16", lambda: False)
+        metrics = train.main(["--algo", "sft", *common, "--run.run-name", "sft",
+                              "--sft.episodes", "4", "--sft.max-steps", "3",
+                              "--sft.batch-size", "4", "--sft.micro-batch-size", "4",
+                              "--sft.lr", "1e-3"])
     assert metrics["sft/loss"] > 0
     return env_id, common, root
 

@@ -2,6 +2,8 @@
 
 Used by the learner, rollout, resume and learning tests: a forward/backward pass takes
 milliseconds, so the tests exercise the real code paths without the 135M default model.
+The model and tokenizer are the smoke model's (:mod:`algorithms.training.tiny_model`,
+``--model.name-or-path tiny``), over a fixed vocabulary of the scripted env's words.
 """
 
 from __future__ import annotations
@@ -12,12 +14,23 @@ from agentgym.scripted import DEFAULT_DOORS
 from algorithms.agent.prompts import answer_instruction, render_user_message
 from algorithms.config import ModelConfig, PromptConfig
 from algorithms.training.policy import Policy, wrap_model
+from algorithms.training.tiny_model import SPECIAL_TOKENS, tiny_llama, word_tokenizer
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[EOS]")
+__all__ = ["SPECIAL_TOKENS", "make_model", "make_policy", "make_tokenizer"]
 
 # Tiny matrices gain nothing from intra-op threads, and on a shared, loaded CPU a second
 # thread made a forward pass ~10x slower (measured: 0.11 s vs 0.01 s).
 torch.set_num_threads(1)
+
+
+def resolve_auto_as_float32() -> None:
+    """Make ``model.dtype: auto`` resolve in this process as on a CPU without bfloat16
+    instructions: what ``tests/conftest.py`` does for every in-process test, for the
+    scripts the tests start as subprocesses (torchrun ranks), whose tolerances are
+    float32's."""
+    from algorithms import precision
+
+    precision.cpu_has_bf16 = lambda: False
 
 
 def _corpus() -> str:
@@ -40,50 +53,28 @@ def _corpus() -> str:
 
 def make_tokenizer(*, action_tokens: bool = False, extra_text: str = "",
                    split_tags: bool = False):
-    """A whitespace-split word-level tokenizer over the scripted env's and the prompt's
-    words (decoding joins tokens with spaces, so tags survive a round trip).
+    """:func:`~algorithms.training.tiny_model.word_tokenizer` over the scripted env's and
+    the prompt's words (whitespace-split, tags left on the words they touch, so the
+    vocabulary stays the one these tests were written with).
 
     With ``action_tokens`` every door action (``"open red door"`` ...) is one added token,
     so a one-token answer can be a whole action (the learning test). ``extra_text``'s
     words join the vocabulary (another env's words; the default vocabulary is unchanged).
-    ``split_tags`` also cuts ``<tag>`` / ``</tag>`` off the words they touch, so that
-    ``go north</action>`` is three tokens (text written without spaces: SFT answers).
+    ``split_tags`` also cuts ``<tag>`` / ``</tag>`` off the words they touch when text is
+    tokenized, so that ``go north</action>`` is three tokens (text written without
+    spaces: SFT answers).
     """
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = sorted(set(_corpus().split()) | set(extra_text.split()))
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS)}
-    for word in words:
-        vocab.setdefault(word, len(vocab))
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    if split_tags:
-        from tokenizers import Regex
-
-        core.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.WhitespaceSplit(),
-            pre_tokenizers.Split(Regex(r"</?[a-z]+>"), behavior="isolated")])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]",
-                                        unk_token="[UNK]", eos_token="[EOS]")
+    words = set(_corpus().split()) | set(extra_text.split())
+    tokenizer = word_tokenizer(words, split_tags=split_tags)
     if action_tokens:
         tokenizer.add_tokens([f"open {door} door" for door in DEFAULT_DOORS] + ["."])
     return tokenizer
 
 
 def make_model(vocab_size: int, *, seed: int = 0, hidden: int = 32, layers: int = 2):
-    """A randomly initialised 2-layer Llama (deterministic for ``seed``)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden,
-                         intermediate_size=2 * hidden, num_hidden_layers=layers,
-                         num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=1024, tie_word_embeddings=True,
-                         pad_token_id=0, bos_token_id=None, eos_token_id=2)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    return model
+    """:func:`~algorithms.training.tiny_model.tiny_llama` of width 32 (deterministic for
+    ``seed``)."""
+    return tiny_llama(vocab_size, seed=seed, hidden=hidden, layers=layers, max_positions=1024)
 
 
 def make_policy(*, seed: int = 0, model_config: ModelConfig | None = None,

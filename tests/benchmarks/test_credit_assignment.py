@@ -196,3 +196,124 @@ def test_gigpo_runs_report_which_steps_their_step_groups_moved(tmp_path, small_k
     row = data["summary"]["keydoor"]["methods"]["gigpo-state-std"]
     assert row["step_nonzero_share"] == pytest.approx(sum(figures["step_nonzero_share"]) / 2)
     assert "step_nonzero_share" not in data["summary"]["keydoor"]["methods"]["grpo-std"]
+
+
+def _tiny_model_folder(folder):
+    """A random word-level Llama over KeyDoor's texts, saved like a HF model (the
+    pretrained-LM study's ``--model`` in a test's place)."""
+    from agentgym.keydoor import KeyDoorEnv
+    from algorithms.training.tiny_model import text_words, tiny_llama, word_tokenizer
+
+    env = KeyDoorEnv(width=2, height=2, key=False)
+    texts = ["<action> </action> User Assistant"]
+    for seed in range(8):
+        observation, info = env.reset(seed=seed)
+        texts += [observation, info["task"], *info["admissible_actions"]]
+    tokenizer = word_tokenizer(text_words(texts))
+    tiny_llama(len(tokenizer), hidden=32, layers=1).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.slow
+def test_the_pretrained_lm_study_writes_every_run_and_resumes(tmp_path):
+    import benchmarks.credit_assignment as study
+
+    model = _tiny_model_folder(tmp_path / "model")
+    results, workdir = tmp_path / "results", tmp_path / "runs"
+    command = ["--policy", "smollm2", "--model", model, "--methods", "graphgpo", "grpo",
+               "--seeds", "0", "--iterations", "1", "--eval-episodes", "2", "--jobs", "2",
+               "--workdir", str(workdir), "--results-dir", str(results), "--tag", "t"]
+    assert main(command) == 0
+    data = json.loads((results / "credit_assignment_smollm2_t.json").read_text())
+    assert data["model"] == model and data["preset"] == "cpu-demo"
+    assert set(data["runs"]) == {"graphgpo", "grpo"} and data["seeds"] == [0]
+    graph = data["runs"]["graphgpo"]["0"]
+    assert graph["iterations"] == [1] and 0.0 <= graph["train_success"][0] <= 1.0
+    assert 0.0 <= graph["heldout_success"] <= 1.0 and len(graph["format_error_rate"]) == 1
+    assert 0.0 < graph["advantage_share"] < 1.0
+    assert math.isclose(sum(v[0] for v in graph["step_group_share"].values()), 1.0,
+                        abs_tol=1e-6)
+    assert "step_only_share" in graph and "step_only_share" not in data["runs"]["grpo"]["0"]
+    config = json.loads((workdir / "graphgpo" / "seed0" / "config.json").read_text())
+    assert config["algo"] == "graphgpo" and config["learner"]["gamma"] == 0.1
+    assert config["env"]["eval_env_kwargs"] == json.dumps(study.SMOLLM2_HELD_OUT)
+    tests = data["summary"]["paired_tests"]["heldout_success"]["graphgpo vs grpo"]
+    assert tests["p_holm"] >= tests["p_value"]
+    assert not (workdir / "graphgpo" / "seed0" / "checkpoints").exists()  # deleted when done
+    # an interrupted run (no done.json, a checkpoint left) resumes from its checkpoint
+    run_dir = workdir / "grpo" / "seed0"
+    assert main([*command[:command.index("--methods")], "--methods", "grpo", "--seeds", "0",
+                 "--iterations", "1", "--eval-episodes", "2", "--workdir", str(workdir),
+                 "--results-dir", str(results), "--tag", "t", "--rerun",
+                 "--keep-checkpoints"]) == 0
+    (run_dir / "done.json").unlink()
+    command[command.index("--iterations") + 1] = "2"
+    assert main(command) == 0
+    done = json.loads((run_dir / "done.json").read_text())
+    assert done["resumed"]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows if "rollout/success" in r] == [1, 2]
+    data = json.loads((results / "credit_assignment_smollm2_t.json").read_text())
+    assert data["runs"]["grpo"]["0"]["iterations"] == [1, 2]
+
+
+def test_holm_adjusts_a_family_of_p_values():
+    from benchmarks.credit_assignment import holm_adjusted
+
+    got = holm_adjusted({"a": 0.01, "b": 0.04, "c": 0.03})
+    assert got == pytest.approx({"a": 0.03, "c": 0.06, "b": 0.06})
+    assert holm_adjusted({"a": 0.6, "b": 0.5}) == pytest.approx({"b": 1.0, "a": 1.0})
+
+
+def test_the_pretrained_lm_studys_runs_differ_only_in_algo_and_seed():
+    from algorithms.config import PRESETS
+    from benchmarks.credit_assignment import SMOLLM2_METHODS, smollm2_config
+
+    demo = PRESETS["cpu-demo"].to_dict()
+    for method in SMOLLM2_METHODS:
+        config = smollm2_config(method, 3, 6, 16).validate().to_dict()
+        assert config["algo"] == method and config["run"]["seed"] == 3
+        assert config["model"] == demo["model"] and config["prompt"] == demo["prompt"]
+        assert config["generation"] == demo["generation"]
+        same = {k: v for k, v in config["learner"].items() if k != "gamma"}
+        assert same == {k: v for k, v in demo["learner"].items() if k != "gamma"}
+        assert config["learner"]["gamma"] == (0.1 if method == "graphgpo" else 0.95)
+        assert config["env"]["eval_episodes"] == 16 and config["run"]["eval_every"] == 6
+
+
+def test_the_pretrained_lm_studys_tasks_change_only_the_env():
+    import json
+
+    from benchmarks.credit_assignment import smollm2_config
+
+    demo = smollm2_config("grpo", 3, 8, 16).to_dict()
+    for task, kwargs, steps in (("keydoor-key", {"width": 2, "height": 2, "key": True}, 10),
+                                ("keydoor-3x3", {"width": 3, "height": 3, "key": False}, 8)):
+        config = smollm2_config("grpo", 3, 8, 16, task=task).validate()
+        assert json.loads(config.env.env_kwargs) == kwargs and config.env.max_steps == steps
+        held_out = config.env.eval_kwargs()
+        assert {k: held_out[k] for k in (*kwargs, "first_task", "num_tasks")} == \
+            {**kwargs, "first_task": 64, "num_tasks": 64}
+        other = config.to_dict()
+        assert {k: v for k, v in other.items() if k != "env"} == \
+            {k: v for k, v in demo.items() if k != "env"}
+        assert json.loads(other["env"]["eval_env_kwargs"]) == {"first_task": 64,
+                                                               "num_tasks": 64}
+
+
+def test_the_pretrained_lm_studys_figures_of_a_run():
+    from benchmarks.credit_assignment import smollm2_figures
+
+    rows = [{"iteration": i, "rollout/success": s, "rollout/format_error_rate": 0.5 - s / 2,
+             "advantage/step_only_share": 0.1 * i, "advantage/step_group_share/1": 0.25,
+             "advantage/step_group_share/2-3": 0.75, "time/advantages": 0.5,
+             "time/iteration": 100.0}
+            for i, s in ((1, 0.0), (2, 0.5), (3, 1.0))]
+    rows.append({"iteration": 3, "eval/success": 0.75})
+    figures = smollm2_figures(rows)
+    assert figures["iterations"] == [1, 2, 3] and figures["train_success"] == [0.0, 0.5, 1.0]
+    assert figures["train_success_2_to_n"] == 0.75 and figures["heldout_success"] == 0.75
+    assert figures["advantage_share"] == pytest.approx(0.005)
+    assert figures["step_group_share"] == {"1": [0.25] * 3, "2-3": [0.75] * 3}
+    assert "step_nonzero_share" not in figures  # not logged: not reported

@@ -52,9 +52,9 @@ def test_random_model_config_trains_all_weights_on_the_scale_given(tmp_path):
 def test_save_random_model_has_the_shape_and_the_tokenizers_vocabulary(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from benchmarks.tiny_llm import word_tokenizer
+    from algorithms.training.tiny_model import text_words, word_tokenizer
 
-    tokenizer = word_tokenizer(["go north open the door"])
+    tokenizer = word_tokenizer(text_words(["go north open the door"]))
     tokenizer.save_pretrained(tmp_path / "tok")
     weights = pipeline.save_random_model("smoke", str(tmp_path / "tok"), tmp_path / "m", "cpu")
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "m")

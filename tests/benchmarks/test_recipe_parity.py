@@ -23,6 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from algorithms.agent.step_batch import StepLog, concat_batches  # noqa: E402
+from benchmarks import frontier_parity as frontier  # noqa: E402
 from benchmarks import recipe_parity as parity  # noqa: E402
 
 WORST_LINE = re.compile(r"^worst difference with defaults: \d\.\de[-+]\d\d \((.+), (std|mean)\)$")
@@ -279,6 +280,63 @@ def test_self_check_passes_and_ends_with_the_worst_line(capsys):
     # each option differs from verl-agent's default, and matches verl set the same way
     report = [line for line in lines if line.startswith("      vs ")]
     assert len(report) == len(parity.OPTIONS) + sum(o.verl is not None for o in parity.OPTIONS)
+    # HGPO and GraphGPO: every setting of both sweeps, and the accepted difference
+    for setting in (*frontier.HGPO_SWEEP, *frontier.GRAPH_SWEEP):
+        assert f"  {setting.label} " in text
+    assert "worst difference over the hgpo and graphgpo settings: " in text
+    assert "hgpo equal returns, float32: 0.0e+00" in text  # the rules have no rounding
+
+
+def test_a_perturbed_frontier_estimator_fails_and_is_named(monkeypatch, capsys):
+    honest = frontier.our_graphgpo
+
+    def off(rollout, normalize, setting):
+        values, returns = honest(rollout, normalize, setting)
+        return values, returns + (2e-6 if setting.normalize_distance else 0.0)
+
+    monkeypatch.setattr(frontier, "our_graphgpo", off)
+    monkeypatch.setattr(frontier, "HGPO_SWEEP", frontier.HGPO_SWEEP[:1])
+    monkeypatch.setattr(frontier, "GRAPH_SWEEP", frontier.GRAPH_SWEEP[3:5])
+    status = parity.main(["--self-check", "--seeds", "1", "--groups", "1", "--no-options"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert status == 1
+    assert lines[-1].startswith("worst difference with defaults: ")  # defaults are right
+    assert float(lines[-1].split(": ")[1].split()[0]) <= parity.TOLERANCE
+    sweep = next(line for line in lines if line.startswith("worst difference over"))
+    assert sweep.startswith("worst difference over the hgpo and graphgpo settings: 2.0e-06 "
+                            "(graphgpo, gamma 0.1, distance gained")
+
+
+def test_hgpo_and_graphgpo_sides_give_the_hand_computed_returns():
+    rollout = frontier.equal_returns_rollout()
+    # 8 trajectories, one path of 3 states, all won: every group's returns are equal
+    ours = frontier.our_hgpo(rollout, "std", frontier.HGPO_DEFAULT)
+    rules = frontier.HGPORules().advantages(rollout, "std", frontier.HGPO_DEFAULT,
+                                            float64=True)
+    assert np.all(ours == 0.0) and np.all(rules.numpy() == 0.0)
+    advantages, returns = frontier.our_graphgpo(rollout, "std", frontier.GRAPH_DEFAULT)
+    # state 0 -> 1 -> 2 -> goal: 10 * 0.1^2, 10 * 0.1, 10 on each trajectory
+    np.testing.assert_allclose(returns, np.tile([0.1, 1.0, 10.0], 8), rtol=1e-12)
+    theirs = frontier.GraphRules().advantages(rollout, "std", frontier.GRAPH_DEFAULT,
+                                              float64=True)
+    np.testing.assert_allclose(theirs["step_rewards"].numpy(), returns, rtol=1e-12)
+    assert np.all(advantages == 0.0)
+    nexts = frontier.graph_next_obs(rollout)
+    assert list(nexts[:3]) == ["state 1", "state 2", "success"]
+
+
+def test_a_missing_graphgpo_core_is_skipped_with_its_reason(monkeypatch, tmp_path):
+    monkeypatch.delenv(frontier.GRAPHGPO_CORE_ENV, raising=False)
+
+    class Checkout:
+        root = tmp_path
+
+    found = frontier.references(Checkout(), None)
+    assert found.hgpo is None and found.graphgpo is None
+    assert "no recipe/hgpo" in found.missing["hgpo"]
+    assert "GRAPHGPO_CORE" in found.missing["graphgpo"]
+    with pytest.raises(SystemExit, match="no such file"):
+        frontier.GraphReference(Checkout(), tmp_path / "core_graph.py")
 
 
 def test_a_perturbed_term_fails_and_is_named(monkeypatch, capsys):
@@ -289,7 +347,8 @@ def test_a_perturbed_term_fails_and_is_named(monkeypatch, capsys):
         return values + 3e-6 if config.algo == "grpo" else values
 
     monkeypatch.setattr(parity, "our_advantages", off_by_a_little)
-    status = parity.main(["--self-check", "--seeds", "1", "--groups", "1", "--no-options"])
+    status = parity.main(["--self-check", "--seeds", "1", "--groups", "1", "--no-options",
+                          "--no-frontier"])
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert status == 1
     assert last == "worst difference with defaults: 3.0e-06 (grpo advantages, std)"
@@ -303,7 +362,8 @@ def test_a_perturbed_loss_fails(monkeypatch, capsys):
         return loss * (1 + 1e-5), stats
 
     monkeypatch.setattr(parity.losses, "policy_loss", scaled)
-    status = parity.main(["--self-check", "--seeds", "1", "--groups", "1", "--no-options"])
+    status = parity.main(["--self-check", "--seeds", "1", "--groups", "1", "--no-options",
+                          "--no-frontier"])
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert status == 1
     assert WORST_LINE.match(last).group(1).endswith(("per-token loss", "micro-batch loss"))
@@ -318,6 +378,7 @@ def test_a_bad_checkout_is_one_line(tmp_path):
                     reason="set VERL_AGENT_PATH to a verl-agent checkout to compare with it")
 def test_defaults_match_verl_agent():
     # a separate process: importing verl-agent changes sys.path and sys.modules
+    # HGPO from the same checkout; GraphGPO when $GRAPHGPO_CORE names its core_graph.py
     command = [sys.executable, "-m", "benchmarks.recipe_parity", "--verl-agent",
                os.environ["VERL_AGENT_PATH"], "--seeds", "1", "--groups", "2", "--no-options"]
     if os.environ.get("VERL_AGENT_DEPS"):

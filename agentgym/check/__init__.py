@@ -1,0 +1,586 @@
+"""Check an env against AgentGym's contract: ``python -m agentgym.check ENV_ID``.
+
+:func:`check_env_contract` builds the env the way ``train.py`` does
+(:func:`agentgym.plain.make_text_env`: a plain Gymnasium env inside
+:class:`~agentgym.plain.PlainTextEnv`) and returns one :class:`CheckResult` per check, in
+this order (the *fast* part, which ``train.py`` runs before the model loads on any env
+that is not AgentGym's own, is the first ten):
+
+``env id``            the id is registered (``"module:Env-v0"``: the module imports and
+                      registers it)
+``kind``              built on ``TextEnv``, or a plain env trained through the adapter
+                      (never fails)
+``build``             the env builds with the keyword arguments given (a constructor that
+                      refuses one fails here, ``**kwargs`` constructors included)
+``observations``      reset and every step of a probe episode return ``str``
+``episode``           a probe episode (reset, then steps until it ends) raises nothing;
+                      rewards are finite numbers, flags are ``bool``
+``info keys``         every contract key (:data:`~agentgym.core.INFO_KEYS`) at reset and
+                      at every step, with the contract's types
+``anchors (MODE)``    every anchor of the probe episode hashes and pickles (the vector
+                      env's workers send them), in the run's anchor mode
+``seeds and task ids``  two probe episodes from equal seeds go alike (task, observations,
+                      rewards); a reset with ``options={"task_id": ...}`` starts that task
+                      (same first observation); ``task_ids`` is not empty
+``bad actions``       ``""``, a 1 Mi-character string and non-strings (``None``, ``42``,
+                      ``b"..."``) never raise; non-strings are ``valid_action=False``
+``finished episode``  stepping an episode that ended repeats its last observation with
+                      reward 0, the same flags and the same info
+
+and in the full check also:
+
+``anchors (OTHER)``   the other anchor mode, as above (a second env)
+``gymnasium check_env``  Gymnasium's own ``check_env`` on the env as registered (its
+                      warnings are listed)
+``vector env groups``  ``make_vector_env(id, 4, group_size=2)`` resets groups onto one task
+                      each, takes per-env ``task_ids`` and steps without ``env_error``
+
+Each check catches what the env raises and says it in one line; a check that cannot run
+because an earlier one failed is left out (nothing after a failed build or reset; the
+full part only after the fast part passed). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import pickle
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agentgym.core import ANCHOR_MODES, INFO_KEYS
+
+PROBE_MAX_STEPS = 8
+"""``max_steps`` of the envs the command-line check builds, so that its probe episode
+ends (``train.py``'s check uses the run's own)."""
+
+PROBE_ACTIONS = ("look", "1", "yes", "go north")
+"""What the probe episode plays where the env lists no admissible actions."""
+
+HUGE_ACTION_CHARS = (1 << 20) + 1
+"""The length of the "huge" bad action: one over the contract's text bound (1 Mi)."""
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one check.
+
+    Attributes:
+        name: the check (see the module docstring).
+        passed: whether the env passed it.
+        detail: one line: what was seen, or what is broken and what to do.
+    """
+
+    name: str
+    passed: bool
+    detail: str
+
+    @property
+    def line(self) -> str:
+        """``PASS  name: detail`` or ``FAIL  name: detail``."""
+        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.detail}"
+
+
+class Breach(Exception):
+    """A check's failure, raised inside a check with its one-line detail."""
+
+
+def a_type(value: Any) -> str:
+    """``"a list"``, ``"an int"``: the type of ``value`` with its article."""
+    name = type(value).__name__
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} {name}"
+
+
+def one_line(error: BaseException) -> str:
+    """``Type: first line of the message``."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+
+
+@dataclass
+class Episode:
+    """What a probe episode saw, up to the error that stopped it (if any).
+
+    Attributes:
+        observations: the reset's observation, then each step's.
+        infos: the reset's info, then each step's.
+        rewards, terminated, truncated: each step's.
+        error: ``"reset(seed=0)"`` or ``"step N (action ...)"`` and what it raised.
+        error_type: the type of that exception.
+        ended: the episode terminated or truncated.
+        after: what one more step after the end returned (``obs, reward, terminated,
+            truncated, info``), or the one-line error it raised.
+    """
+
+    observations: list[Any] = field(default_factory=list)
+    infos: list[dict[str, Any]] = field(default_factory=list)
+    rewards: list[Any] = field(default_factory=list)
+    terminated: list[Any] = field(default_factory=list)
+    truncated: list[Any] = field(default_factory=list)
+    error: str | None = None
+    error_type: type | None = None
+    ended: bool = False
+    after: tuple[Any, ...] | str | None = None
+
+
+def probe_action(info: dict[str, Any], step: int) -> str:
+    """The probe's action at ``step``: the env's admissible actions in turn, else
+    :data:`PROBE_ACTIONS`."""
+    actions = info.get("admissible_actions") or PROBE_ACTIONS
+    try:
+        return str(actions[step % len(actions)])
+    except (TypeError, KeyError):
+        return PROBE_ACTIONS[step % len(PROBE_ACTIONS)]
+
+
+def play_probe(env: Any, max_steps: int | None, *, seed: int | None = 0,
+               options: dict[str, Any] | None = None) -> Episode:
+    """Reset ``env`` with ``seed`` and step it until its episode ends, at most
+    ``max_steps + 1`` steps (:data:`PROBE_MAX_STEPS` + 1 without a limit: one more than
+    the limit shows a limit that is not kept); then, if it ended, once more."""
+    episode = Episode()
+    try:
+        observation, info = env.reset(seed=seed, options=options)
+    except Exception as error:  # noqa: BLE001 - reported, not raised
+        call = f"reset(seed={seed})" if options is None else f"reset(options={options})"
+        episode.error, episode.error_type = f"{call} raised {one_line(error)}", type(error)
+        return episode
+    episode.observations.append(observation)
+    episode.infos.append(dict(info))
+    limit = (max_steps if max_steps is not None else PROBE_MAX_STEPS) + 1
+    for step in range(limit):
+        action = probe_action(episode.infos[-1], step)
+        try:
+            observation, reward, terminated, truncated, info = env.step(action)
+        except Exception as error:  # noqa: BLE001
+            episode.error = f"step {step + 1} (action {action!r}) raised {one_line(error)}"
+            episode.error_type = type(error)
+            return episode
+        episode.observations.append(observation)
+        episode.infos.append(dict(info))
+        episode.rewards.append(reward)
+        episode.terminated.append(terminated)
+        episode.truncated.append(truncated)
+        if terminated or truncated:
+            episode.ended = True
+            break
+    if episode.ended:
+        try:
+            episode.after = env.step(probe_action(episode.infos[-1], limit))
+        except Exception as error:  # noqa: BLE001
+            episode.after = f"raised {one_line(error)}"
+    return episode
+
+
+def info_problem(info: Any, where: str) -> str | None:
+    """What is wrong with one info dict under the contract, or ``None``."""
+    if not isinstance(info, dict):
+        return f"{where}: info is {a_type(info)}, not a dict"
+    missing = [key for key in INFO_KEYS if key not in info]
+    if missing:
+        return f"{where}: info lacks {', '.join(missing)}"
+    expected: dict[str, tuple[type, ...]] = {
+        "task": (str,), "task_id": (str,), "admissible_actions": (tuple,),
+        "success": (bool, np.bool_), "valid_action": (bool, np.bool_)}
+    for key, types in expected.items():
+        if not isinstance(info[key], types):
+            return f"{where}: info[{key!r}] is {a_type(info[key])}, not a {types[0].__name__}"
+    bad = [a for a in info["admissible_actions"] if not isinstance(a, str)]
+    if bad:
+        return (f"{where}: info['admissible_actions'] holds {a_type(bad[0])} "
+                f"({bad[0]!r}); actions are str")
+    return None
+
+
+def anchor_problem(anchor: Any) -> str | None:
+    """Why ``anchor`` cannot group steps (not hashable, or not picklable), or ``None``."""
+    try:
+        hash(anchor)
+    except TypeError as error:
+        return (f"{a_type(anchor)} anchor is not hashable ({error}); return a "
+                "hashable value (a tuple, not a list; a str; an int)")
+    try:
+        pickle.loads(pickle.dumps(anchor))
+    except Exception as error:  # noqa: BLE001
+        return (f"{a_type(anchor)} anchor does not pickle ({one_line(error)}); the "
+                "vector env's workers send anchors between processes")
+    return None
+
+
+def same(first: Any, second: Any) -> bool:
+    """Equality that also holds for NumPy arrays and containers of them."""
+    if isinstance(first, dict) and isinstance(second, dict):
+        return first.keys() == second.keys() and all(same(first[k], second[k]) for k in first)
+    if isinstance(first, (list, tuple)) and isinstance(second, (list, tuple)):
+        return (type(first) is type(second) and len(first) == len(second)
+                and all(same(a, b) for a, b in zip(first, second, strict=True)))
+    try:
+        equal = first == second
+        if isinstance(equal, np.ndarray):
+            return bool(np.array_equal(first, second))
+        return bool(equal)
+    except Exception:  # noqa: BLE001 - objects that refuse comparison
+        return repr(first) == repr(second)
+
+
+class ContractCheck:
+    """The checks of one env id and its keyword arguments (module docstring).
+
+    Args:
+        env_id: a registered id, or ``"module:Env-v0"``.
+        env_kwargs: the env's own constructor arguments (not ``anchor`` / ``max_steps``).
+        anchor: the anchor mode of the fast part.
+        max_steps: the ``max_steps`` the envs are built with (``None``: not passed).
+    """
+
+    def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None, *,
+                 anchor: str = "observation", max_steps: int | None = PROBE_MAX_STEPS):
+        if anchor not in ANCHOR_MODES:
+            raise ValueError(f"anchor must be one of {ANCHOR_MODES}, got {anchor!r}")
+        self.env_id = env_id
+        self.env_kwargs = dict(env_kwargs or {})
+        self.anchor = anchor
+        self.max_steps = max_steps
+        self.results: list[CheckResult] = []
+        self.plain = False
+
+    # ------------------------------------------------------------------ running
+    def run(self, *, fast: bool = False) -> list[CheckResult]:
+        """Run the checks (the fast part only with ``fast``); return every result."""
+        self.results = []
+        if not self._check("env id", self._env_id):
+            return self.results
+        self._check("kind", self._kind)
+        env = self._build(self.anchor)
+        if env is None:
+            return self.results
+        try:
+            episode = play_probe(env, self.max_steps)
+            fast_passed = self._probe_checks(env, episode)
+        finally:
+            env.close()
+        if fast or not fast_passed:
+            return self.results
+        other = next(mode for mode in ANCHOR_MODES if mode != self.anchor)
+        second = self._build(other, name=f"anchors ({other})", quiet=True)
+        if second is not None:
+            try:
+                self._check(f"anchors ({other})",
+                            lambda: self._anchors(play_probe(second, self.max_steps)))
+            finally:
+                second.close()
+        self._check("gymnasium check_env", self._gymnasium_check_env)
+        self._check("vector env groups", self._vector_groups)
+        return self.results
+
+    def _probe_checks(self, env: Any, episode: Episode) -> bool:
+        """The fast checks after the build; return whether all passed. A probe that
+        stopped at its reset leaves nothing else to check."""
+        before = len(self.results)
+        texts = self._check("observations", lambda: self._observations(episode))
+        if texts or episode.error is None:  # not the same failure twice
+            self._check("episode", lambda: self._episode(episode))
+        if episode.infos:
+            self._check("info keys", lambda: self._info_keys(episode))
+            self._check(f"anchors ({self.anchor})", lambda: self._anchors(episode))
+            self._check("seeds and task ids", lambda: self._seeds(env))
+            self._check("bad actions", lambda: self._bad_actions(env))
+            if episode.error is None:
+                self._check("finished episode", lambda: self._finished(episode))
+        return all(result.passed for result in self.results[before:])
+
+    def _check(self, name: str, check: Callable[[], str]) -> bool:
+        """Run one check: its detail on success, :class:`Breach`'s (or the exception's)
+        on failure; return whether it passed."""
+        try:
+            detail = check()
+        except Breach as breach:
+            self.results.append(CheckResult(name, False, str(breach)))
+            return False
+        except Exception as error:  # noqa: BLE001 - the env's own error, reported
+            self.results.append(CheckResult(name, False, f"raised {one_line(error)}"))
+            return False
+        self.results.append(CheckResult(name, True, detail))
+        return True
+
+    def _kwargs(self, anchor: str) -> dict[str, Any]:
+        kwargs = {**self.env_kwargs, "anchor": anchor}
+        if self.max_steps is not None:
+            kwargs["max_steps"] = self.max_steps
+        return kwargs
+
+    def _build(self, anchor: str, *, name: str = "build", quiet: bool = False) -> Any:
+        """The env under the contract (:func:`~agentgym.plain.make_text_env`), or ``None``
+        after a failed check ``name``."""
+        from agentgym.plain import PlainTextEnv, make_text_env
+
+        made: list[Any] = []
+
+        def build() -> str:
+            try:
+                made.append(make_text_env(self.env_id, **self._kwargs(anchor)))
+                self.plain = isinstance(made[0], PlainTextEnv)
+            except TypeError as error:
+                given = ", ".join(sorted(self.env_kwargs)) or "none"
+                cause = one_line(error).split(" was raised from the environment creator")[0]
+                raise Breach(f"gym.make({self.env_id!r}, ...) raised {cause} "
+                             f"(env kwargs given: {given}; train.py adds anchor and "
+                             "max_steps for an env built on TextEnv)") from None
+            return f"built with anchor={anchor!r}, max_steps={self.max_steps}" + (
+                f", env kwargs {self.env_kwargs}" if self.env_kwargs else "")
+
+        if quiet:
+            try:
+                build()
+            except Exception as error:  # noqa: BLE001
+                detail = str(error) if isinstance(error, Breach) else f"raised {one_line(error)}"
+                self.results.append(CheckResult(name, False, f"building it: {detail}"))
+                return None
+            return made[0]
+        return made[0] if self._check(name, build) else None
+
+    # ------------------------------------------------------------------ the checks
+    def _env_id(self) -> str:
+        from agentgym.env_ids import EnvIdError, find_spec
+
+        try:
+            spec = find_spec(self.env_id)
+        except EnvIdError as error:
+            raise Breach(str(error)) from None
+        entry = spec.entry_point if isinstance(spec.entry_point, str) else \
+            getattr(spec.entry_point, "__qualname__", repr(spec.entry_point))
+        return f"{spec.id} is registered (entry point {entry})"
+
+    def _kind(self) -> str:
+        from agentgym.env_ids import env_creator
+        from agentgym.plain import is_text_env_class
+
+        kind = is_text_env_class(env_creator(self.env_id))
+        if kind:
+            return "built on agentgym.TextEnv"
+        plain = ("train.py trains it through agentgym.PlainTextEnv (anchors from the "
+                 "observation text, free-form actions unless its info lists "
+                 "admissible_actions, task ids from seeds; docs/own-env.md)")
+        if kind is None:
+            return ("built by a function: a TextEnv it returns is used as it is, another "
+                    f"env {plain}")
+        return f"not built on agentgym.TextEnv: {plain}"
+
+    def _observations(self, episode: Episode) -> str:
+        if episode.error is not None and episode.error_type is TypeError and \
+                "observation" in episode.error:
+            raise Breach(episode.error)
+        for index, observation in enumerate(episode.observations):
+            if not isinstance(observation, str):
+                where = "reset" if index == 0 else f"step {index}"
+                raise Breach(f"{where} returned {a_type(observation)} observation "
+                             f"({observation!r:.60}); observations are str")
+        return f"str at reset and at {len(episode.observations) - 1} steps"
+
+    def _episode(self, episode: Episode) -> str:
+        if episode.error is not None:
+            raise Breach(f"{episode.error}; envs must not raise (bad actions get feedback "
+                         "text and valid_action=False)")
+        for step, reward in enumerate(episode.rewards, start=1):
+            try:
+                finite = math.isfinite(float(reward))
+            except (TypeError, ValueError):
+                finite = False
+            if not finite:
+                raise Breach(f"step {step} returned the reward {reward!r}; rewards are finite "
+                             "numbers")
+        flags = episode.terminated + episode.truncated
+        bad = [flag for flag in flags if not isinstance(flag, (bool, np.bool_))]
+        if bad:
+            raise Breach(f"a step returned terminated/truncated of type "
+                         f"{type(bad[0]).__name__}; they are bool")
+        end = "ended" if episode.ended else "did not end"
+        return f"reset and {len(episode.rewards)} steps, no error; the episode {end}"
+
+    def _info_keys(self, episode: Episode) -> str:
+        for index, info in enumerate(episode.infos):
+            problem = info_problem(info, "reset" if index == 0 else f"step {index}")
+            if problem is not None:
+                raise Breach(f"{problem} (the contract: agentgym/core.py, or build the env "
+                             "on agentgym.TextEnv, which fills them in)")
+        if not episode.infos:
+            raise Breach("no info to check: the reset failed")
+        if episode.infos[0]["valid_action"] is not True:
+            raise Breach("reset: info['valid_action'] must be True")
+        return f"{', '.join(INFO_KEYS)} at reset and at {len(episode.infos) - 1} steps"
+
+    def _anchors(self, episode: Episode) -> str:
+        if not episode.infos:
+            raise Breach(f"no anchor to check: {episode.error}")
+        for index, info in enumerate(episode.infos):
+            if "anchor" not in info:
+                raise Breach(f"{'reset' if index == 0 else f'step {index}'}: no anchor")
+            problem = anchor_problem(info["anchor"])
+            if problem is not None:
+                where = "reset" if index == 0 else f"step {index}"
+                raise Breach(f"{where}: {problem}")
+        kinds = sorted({type(info["anchor"]).__name__ for info in episode.infos})
+        return (f"{len(episode.infos)} anchors hash and pickle ({', '.join(kinds)})"
+                + (f"; the probe stopped early: {episode.error}" if episode.error else ""))
+
+    def _seeds(self, env: Any) -> str:
+        # a step that raises is the "episode" check's; here the episodes up to it count
+        first = play_probe(env, self.max_steps, seed=1)
+        again = play_probe(env, self.max_steps, seed=1)
+        if not first.infos or not again.infos:
+            raise Breach(f"reset(seed=1) failed: {first.error or again.error}")
+        if not (same(first.infos[0].get("task_id"), again.infos[0].get("task_id"))
+                and same(first.observations, again.observations)
+                and same(first.rewards, again.rewards) and first.error == again.error):
+            raise Breach(f"two episodes from reset(seed=1) with the same actions went "
+                         f"differently (tasks {first.infos[0].get('task_id')!r} and "
+                         f"{again.infos[0].get('task_id')!r}); equal seeds must give equal "
+                         "tasks (draw from the env's np_random, which reset(seed=) seeds)")
+        task_id = first.infos[0]["task_id"]
+        # the task, not the env's own randomness after it (say slippery moves): compare
+        # the start
+        replay, replay_info = env.reset(options={"task_id": task_id})
+        if replay_info.get("task_id") != task_id or not same(replay, first.observations[0]):
+            raise Breach(f"reset(options={{'task_id': {task_id!r}}}) did not start the task "
+                         f"that reset(seed=1) drew (task {replay_info.get('task_id')!r}, or "
+                         "another first observation)")
+        task_ids = getattr(env.unwrapped, "task_ids", None)
+        if task_ids is None or len(task_ids) == 0:
+            raise Breach("env.unwrapped.task_ids is empty or missing; evaluation plays its "
+                         "first ones")
+        env.reset(options={"task_id": task_ids[0]})
+        return (f"reset(seed=1) twice: task {task_id!r}, the same {len(first.rewards)}-step "
+                f"episode; reset by task_id starts it; {len(task_ids)} task ids")
+
+    def _bad_actions(self, env: Any) -> str:
+        bad: tuple[tuple[str, Any], ...] = (
+            ("empty", ""), ("huge", "x" * HUGE_ACTION_CHARS), ("None", None), ("42", 42),
+            ("bytes", b"look"))
+        for label, action in bad:
+            env.reset(seed=0)
+            try:
+                observation, _, _, _, info = env.step(action)
+            except Exception as error:  # noqa: BLE001
+                raise Breach(f"the {label} action raised {one_line(error)}; bad actions must "
+                             "get feedback text and valid_action=False") from None
+            if not isinstance(observation, str):
+                raise Breach(f"the {label} action returned {a_type(observation)} "
+                             "observation")
+            if not isinstance(action, str) and info.get("valid_action") is not False:
+                raise Breach(f"the non-string action {label} got valid_action="
+                             f"{info.get('valid_action')!r}; it must be False")
+        return "empty, huge (1 Mi + 1 characters), None, 42 and bytes actions: no error"
+
+    def _finished(self, episode: Episode) -> str:
+        if not episode.ended:
+            raise Breach(f"the probe episode did not end within {len(episode.rewards)} steps "
+                         f"though the env was built with max_steps={self.max_steps}")
+        if isinstance(episode.after, str):
+            raise Breach(f"a step after the episode ended {episode.after}")
+        observation, reward, terminated, truncated, info = episode.after
+        if not (same(observation, episode.observations[-1]) and float(reward) == 0.0
+                and terminated == episode.terminated[-1]
+                and truncated == episode.truncated[-1] and same(info, episode.infos[-1])):
+            raise Breach("a step after the episode ended did not repeat the last observation "
+                         "with reward 0, the same flags and the same info (TextEnv does it)")
+        return (f"step {len(episode.rewards) + 1}, after the end, repeats step "
+                f"{len(episode.rewards)} with reward 0")
+
+    def _gymnasium_check_env(self) -> str:
+        import gymnasium as gym
+        from gymnasium.utils.env_checker import check_env
+
+        from agentgym.plain import ADAPTER_ARGUMENTS
+
+        if self.plain:  # the env as registered, without the adapter's arguments
+            kwargs = {k: v for k, v in self.env_kwargs.items() if k not in ADAPTER_ARGUMENTS}
+        else:
+            kwargs = self._kwargs(self.anchor)
+        env = gym.make(self.env_id, **kwargs)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                check_env(env.unwrapped, skip_render_check=True)
+        finally:
+            env.close()
+        notes = sorted({" ".join(str(w.message).split())[:160] for w in caught})
+        if not notes:
+            return "passed"
+        return f"passed with {len(notes)} warning(s): " + " | ".join(notes)
+
+    def _vector_groups(self) -> str:
+        from agentgym.vector import infos_to_list, make_vector_env
+
+        # the failures are reported here, not also logged by the vector env
+        vector_logger = logging.getLogger("agentgym.vector")
+        level = vector_logger.level
+        vector_logger.setLevel(logging.CRITICAL)
+        venv = None
+        try:
+            venv = make_vector_env(self.env_id, 4, group_size=2, **self._kwargs(self.anchor))
+            _, infos = venv.reset(seed=0)
+            rows = infos_to_list(infos, 4)
+            errors = [row["env_error"] for row in rows if row.get("env_error")]
+            if errors:
+                raise Breach(f"a reset failed in the vector env: {errors[0].splitlines()[0]}")
+            tasks = [row["task_id"] for row in rows]
+            if tasks[0] != tasks[1] or tasks[2] != tasks[3]:
+                raise Breach(f"group resets gave tasks {tasks}; the two envs of a group must "
+                             "play one task (equal seeds, equal tasks)")
+            wanted = [tasks[2], tasks[2], tasks[0], tasks[0]]
+            _, infos = venv.reset(options={"task_ids": wanted})
+            got = [row["task_id"] for row in infos_to_list(infos, 4)]
+            if got != wanted:
+                raise Breach(f"reset(options={{'task_ids': {wanted}}}) played {got}")
+            _, _, _, _, infos = venv.step(("",) * 4)
+            errors = [row["env_error"] for row in infos_to_list(infos, 4)
+                      if row.get("env_error")]
+            if errors:
+                raise Breach(f"a step failed in the vector env: {errors[0].splitlines()[0]}")
+        finally:
+            if venv is not None:
+                venv.close()
+            vector_logger.setLevel(level)
+        return f"4 envs in groups of 2: tasks {tasks}; per-env task_ids and a step work"
+
+
+def check_env_contract(env_id: str, env_kwargs: dict[str, Any] | None = None, *,
+                       anchor: str = "observation", max_steps: int | None = PROBE_MAX_STEPS,
+                       fast: bool = False) -> list[CheckResult]:
+    """Check ``env_id`` built with ``env_kwargs`` against the contract (module docstring).
+
+    Args:
+        env_id: a registered id, or ``"module:Env-v0"``.
+        env_kwargs: the env's own constructor arguments.
+        anchor: the anchor mode of the fast part (the full check tries both).
+        max_steps: the envs' ``max_steps`` (``None``: not passed).
+        fast: only the fast part.
+
+    Returns:
+        One :class:`CheckResult` per check run.
+    """
+    return ContractCheck(env_id, env_kwargs, anchor=anchor, max_steps=max_steps).run(fast=fast)
+
+
+def report(results: list[CheckResult], seconds: float) -> str:
+    """The last line of a check: how many passed, how long it took."""
+    failed = sum(not r.passed for r in results)
+    if failed:
+        return f"{failed} of {len(results)} checks failed ({seconds:.1f} s)"
+    return f"all {len(results)} checks passed ({seconds:.1f} s)"
+
+
+def timed_check(env_id: str, env_kwargs: dict[str, Any] | None = None,
+                **options: Any) -> tuple[list[CheckResult], float]:
+    """:func:`check_env_contract` and the seconds it took."""
+    began = time.perf_counter()
+    results = check_env_contract(env_id, env_kwargs, **options)
+    return results, time.perf_counter() - began
+
+
+__all__ = ["Breach", "CheckResult", "ContractCheck", "anchor_problem",
+           "check_env_contract", "info_problem", "report", "timed_check"]

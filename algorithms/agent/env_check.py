@@ -1,0 +1,64 @@
+"""The env check of a run, before its model loads: the fast part of ``agentgym.check``.
+
+AgentGym's own envs (``AgentGym/*``) are tested by this project's suite; any other env
+(``--env.env-id module:Env-v0``) is checked by :func:`check_run_env` with the run's own
+settings (its ``env_kwargs``, anchor mode and ``max_steps``; the evaluation env's kwargs
+too when they differ) before anything is loaded or written: a contract breach (an
+unhashable anchor, a non-text observation, a step that raises, a constructor that refuses
+an argument) is one line and ``train.py`` exits with status 2, instead of a traceback
+after the model loaded and the first rollout ran. ``python -m agentgym.check`` runs the
+same checks and more, one line each.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from typing import Any
+
+from algorithms.config import ConfigError, TrainConfig
+
+
+class EnvContractError(ConfigError):
+    """The run's env breaks the env contract (one line; ``train.py`` exits with 2)."""
+
+
+def check_run_env(config: TrainConfig, say: Callable[[str], None] = lambda line: None
+                  ) -> None:
+    """Run the fast contract checks on ``config``'s env unless it is AgentGym's own; say
+    one line when the env is trained through :class:`agentgym.PlainTextEnv`.
+
+    Raises:
+        EnvContractError: a check failed; the message names it, what it saw, how many
+            others failed, and the ``python -m agentgym.check`` command that lists them.
+    """
+    from agentgym.check import ContractCheck
+    from agentgym.registration import is_agentgym_env
+
+    env = config.env
+    if is_agentgym_env(env.env_id):
+        return
+    kinds: list[dict[str, Any]] = [json.loads(env.env_kwargs)]
+    evaluated = config.run.eval_only or config.run.eval_every or config.run.eval_before_train
+    if evaluated and json.loads(env.eval_env_kwargs):
+        kinds.append({**kinds[0], **json.loads(env.eval_env_kwargs)})
+    plain = False
+    for kwargs in kinds:
+        check = ContractCheck(env.env_id, kwargs, anchor=env.anchor, max_steps=env.max_steps)
+        results = check.run(fast=True)
+        plain = plain or check.plain
+        failed = [result for result in results if not result.passed]
+        if failed:
+            first = failed[0]
+            more = f"; {len(failed) - 1} more check(s) failed" if len(failed) > 1 else ""
+            command = f"python -m agentgym.check {shlex.quote(env.env_id)}" + (
+                f" --env-kwargs {shlex.quote(json.dumps(kwargs))}" if kwargs else "")
+            raise EnvContractError(
+                f"the env {env.env_id} (built with {kwargs or 'no env kwargs'}) breaks the "
+                f"env contract: {first.name}: {first.detail}{more}; `{command}` lists "
+                "every check (docs/own-env.md)")
+    if plain:
+        say(f"{env.env_id} is a plain Gymnasium env: trained through agentgym.PlainTextEnv "
+            "(anchors from the observation text, free-form actions unless its info lists "
+            "admissible_actions, task ids from seeds; docs/own-env.md#plain-gymnasium-envs)")
