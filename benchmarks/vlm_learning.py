@@ -96,12 +96,17 @@ class Budget:
     vision_hidden: int = 32
     kind: str = "qwen3_vl"
     rope_theta: float = 100.0
+    dtype: str = "float32"
+    """The policy's ``model.dtype``: float32 on any CPU, as :mod:`benchmarks.sokoban_learning`
+    (a model this small gains no speed from bfloat16; ``auto`` for the machine's
+    default, docs/vlm.md says what it gave)."""
 
 
-def model_settings() -> dict[str, Any]:
-    """The policy's model settings: full fine-tune, tower trained, frames as drawn."""
+def model_settings(budget: Budget) -> dict[str, Any]:
+    """The policy's model settings: full fine-tune, tower trained, frames as drawn, in
+    ``budget.dtype``."""
     return {"lora_rank": 0, "gradient_checkpointing": False, "kind": "vision",
-            "train_vision_tower": True, "image_min_pixels": 0}
+            "train_vision_tower": True, "image_min_pixels": 0, "dtype": budget.dtype}
 
 
 def base_config(budget: Budget, seed: int, out: Path) -> TrainConfig:
@@ -113,7 +118,7 @@ def base_config(budget: Budget, seed: int, out: Path) -> TrainConfig:
     base = PRESETS["cpu-demo"]
     return replace(
         base,
-        model=model_settings(),
+        model=model_settings(budget),
         generation={"max_new_tokens": 4, "batch_size": 64},
         prompt={"max_prompt_tokens": 400, "history_window": 0, "template": str(template)},
         env={"env_id": ENV_ID, "num_groups": budget.num_groups,
@@ -158,7 +163,7 @@ def tiny_policy(budget: Budget, seed: int, config: TrainConfig) -> Any:
                            hidden=budget.hidden, layers=2,
                            vision_hidden=budget.vision_hidden, patch_size=PATCH,
                            rope_theta=budget.rope_theta,
-                           max_tokens=36, model_config=ModelConfig(**model_settings()))
+                           max_tokens=36, model_config=ModelConfig(**model_settings(budget)))
 
 
 def random_walker_success(budget: Budget, seed: int, config: TrainConfig) -> float:
