@@ -33,6 +33,10 @@ does not require it, and an RL loop must never die on what a policy emits.
 Stepping an episode that has already ended repeats its last observation with reward 0,
 the same ``terminated``/``truncated`` flags and the same info (the same extension the
 vector env documents).
+
+Visual envs (:mod:`agentgym.visual`) keep all of this with one difference: they observe a
+``Dict`` of ``"text"`` (the feedback text) and ``"image"`` (the current frame, an
+``(H, W, 3)`` ``uint8`` array), and their ``"observation"`` anchor is the frame's key.
 """
 
 from __future__ import annotations
@@ -347,11 +351,11 @@ class TextEnv(gym.Env[str, str]):
             and self.max_steps is not None
             and self._elapsed_steps >= self.max_steps
         )
-        info = self._finish(
+        observation, info = self._finish(
             transition.observation, valid_action=transition.valid_action, extra=transition.info
-        )[1]
+        )
         return (
-            transition.observation,
+            observation,
             float(transition.reward),
             self._terminated,
             self._truncated,
@@ -374,12 +378,18 @@ class TextEnv(gym.Env[str, str]):
             )
         return None
 
+    def _observe(self, text: str) -> Any:
+        """What the agent observes when the env's feedback text is ``text``: the text itself
+        (a visual env adds the current frame, :class:`agentgym.visual.VisualEnv`)."""
+        return text
+
     def _finish(
-        self, observation: str, *, valid_action: bool, extra: dict[str, Any]
-    ) -> tuple[str, dict[str, Any]]:
+        self, text: str, *, valid_action: bool, extra: dict[str, Any]
+    ) -> tuple[Any, dict[str, Any]]:
         clash = set(extra) & set(INFO_KEYS)
         if clash:
             raise RuntimeError(f"{type(self).__name__} returned reserved info keys {clash}")
+        observation = self._observe(text)
         if self.anchor_mode == "observation":
             anchor = self.observation_anchor(observation)
         else:

@@ -34,6 +34,10 @@ ENTRY_POINTS = MappingProxyType(
         "AgentGym/Scripted-v0": "agentgym.scripted:ScriptedTextEnv",
         "AgentGym/KeyDoor-v0": "agentgym.keydoor:KeyDoorEnv",
         "AgentGym/Sokoban-v0": "agentgym.sokoban.env:SokobanEnv",
+        "AgentGym/SokobanVisual-v0": "agentgym.sokoban.visual:SokobanVisualEnv",
+        "AgentGym/EZPoints-v0": "agentgym.gym_cards.env:EZPointsEnv",
+        "AgentGym/NumberLine-v0": "agentgym.gym_cards.env:NumberLineEnv",
+        "AgentGym/Blackjack-v0": "agentgym.gym_cards.env:BlackjackEnv",
         "AgentGym/FrozenLake-v0": "agentgym.frozenlake:FrozenLakeEnv",
     }
 )

@@ -152,6 +152,38 @@ class ModelConfig:
     trust_remote_code: bool = False
     """Allow model code from the checkpoint (only for models that need it)."""
 
+    kind: Literal["auto", "text", "vision"] = "auto"
+    """``text``: a causal LM (``AutoModelForCausalLM`` + ``AutoTokenizer``). ``vision``: a
+    vision-language model (``AutoModelForImageTextToText`` + its processor; the Qwen2-VL,
+    Qwen2.5-VL and Qwen3-VL families) whose prompts show the images of a visual env
+    (``docs/vlm.md``). ``auto``: ``vision`` when the model's config has a
+    ``vision_config``, else ``text`` (the offline default is a text model)."""
+
+    train_vision_tower: bool = False
+    """Vision-language models: train the vision tower's weights (merger included) too.
+    Off: the tower is frozen; LoRA adapters sit on the language model only, and a full
+    fine-tune trains the language model and the LM head. verl-agent's FSDP actor trains
+    every weight of a full fine-tune, tower included, so the ``sokoban-vl-3b`` and
+    ``ezpoints-vl-3b`` presets turn this on."""
+
+    image_min_pixels: int = 256 * 256
+    """Vision-language models: an env image of fewer pixels is scaled up to this many
+    (aspect kept) before the image processor, as verl-agent's ``process_image`` does
+    (256 x 256). 0: never scaled up."""
+
+    image_max_pixels: int = 2048 * 2048
+    """Vision-language models: an env image of more pixels is scaled down to this many
+    before the image processor (verl-agent's ``process_image``: 2048 x 2048)."""
+
+    processor_min_pixels: int | None = None
+    """Vision-language models: the image processor's lower pixel bound (it resizes every
+    image to multiples of its patch size within its bounds); ``None``: the model's own
+    (Qwen2.5-VL: 3,136)."""
+
+    processor_max_pixels: int | None = None
+    """Vision-language models: the image processor's upper pixel bound; ``None``: the
+    model's own (Qwen2.5-VL: 12,845,056)."""
+
     init_checkpoint: str | None = None
     """Start from this checkpoint (or run folder: its newest checkpoint), e.g. an ``--algo
     sft`` warm start. Its trained weights are loaded into the base model before training,
@@ -308,7 +340,7 @@ class PromptConfig:
     template: str | None = None
     """Path of a text file with the user message, written with named placeholders
     (``{task}``, ``{observation}``, ``{admissible_actions}``, ``{history}``,
-    ``{step_count}``, ``{current_step}``, ``{history_length}``; ``{{``/``}}`` for literal
+    ``{step_count}``, ``{current_step}``, ``{history_length}``, ``{image}``; ``{{``/``}}`` for literal
     braces; see :data:`algorithms.templates.TEMPLATE_PLACEHOLDERS`). ``None``: our own
     wording. An unknown placeholder is an error before the model loads."""
 
@@ -316,6 +348,13 @@ class PromptConfig:
     """Wrap the user message in the tokenizer's chat template (with the generation
     prompt). ``--prompt.no-chat-template`` sends the message as raw text (base models,
     Search-R1's base-model runs)."""
+
+    image_position: Literal["observation", "start"] = "observation"
+    """Where a visual env's image goes in the user message. ``observation``: right before
+    the current observation's text, where verl-agent's Sokoban prompt shows it ("Your
+    current observation is shown in the image: <image>"). ``start``: before everything,
+    as verl-agent's Gym Cards prompts begin with it. A template with an ``{image}``
+    placeholder puts it there instead."""
 
     response_prefix: str = ""
     """Text placed after the chat template's generation prompt, as if the model had
@@ -366,10 +405,12 @@ class EnvConfig:
     env_id: str = "AgentGym/ALFWorld-v0"
     """Registered env id: ``AgentGym/ALFWorld-v0``, ``AgentGym/WebShop-v0``,
     ``AgentGym/SearchQA-v0``, ``AgentGym/Sokoban-v0``, ``AgentGym/FrozenLake-v0``,
-    ``AgentGym/KeyDoor-v0`` or ``AgentGym/Scripted-v0``; or an env of your own as
-    ``module:Env-v0`` (Gymnasium's import form: the module is imported and registers the
-    id; docs/own-env.md). Changing it drops the preset's ``env_kwargs`` and
-    ``eval_env_kwargs`` (they are for the preset's env)."""
+    ``AgentGym/KeyDoor-v0`` or ``AgentGym/Scripted-v0``; the visual envs
+    ``AgentGym/SokobanVisual-v0``, ``AgentGym/EZPoints-v0``, ``AgentGym/NumberLine-v0``,
+    ``AgentGym/Blackjack-v0``; or an env of your own as ``module:Env-v0`` (Gymnasium's
+    import form: the module is imported and registers the id; docs/own-env.md). Changing
+    it drops the preset's ``env_kwargs`` and ``eval_env_kwargs`` (they are for the
+    preset's env)."""
 
     num_groups: int = 16
     """Groups per iteration (distinct tasks)."""
@@ -1654,6 +1695,94 @@ def _sokoban() -> TrainConfig:
     )
 
 
+def _sokoban_vl_3b() -> TrainConfig:
+    """verl-agent's ``examples/gigpo_trainer/run_sokoban.sh`` as written: Qwen2.5-VL-3B-Instruct
+    on rendered 6 x 6 Sokoban rooms with one box (``env.sokoban.mode='rgb_array'``,
+    ``data.image_key=images``; ``AgentGym/SokobanVisual-v0``, whose defaults are the
+    script's ``dim_room`` [6, 6], ``num_boxes`` 1, ``search_depth`` 30).
+
+    As the script: GiGPO, 32 groups x 8, 15 steps, prompts 1024 / responses 512 tokens,
+    lr 1e-6, mini-batches of 64 steps in micro-batches of 8, KL loss 0.01 (low-variance),
+    penalty 0.1, gamma 0.95, omega 1, ``mean_norm``, gradient checkpointing, training
+    temperature 1.0 and evaluation at 0.4 on 128 rooms every 5 iterations and before
+    training (``val_before_train``), 150 iterations, vLLM at 0.6 of the GPU memory, every
+    weight trained (verl's FSDP actor trains the vision tower too: ``train_vision_tower``);
+    the step groups keyed by the frame (``anchor="observation"``: verl-agent's anchor is the
+    image array). The prompt has verl-agent's visual layout (its env manager and rollout,
+    checked by running them: ``tests/algorithms/test_vlm.py``): one user message per step
+    with no history (the visual template has none; ``history_window`` 0), the image in the
+    middle of it, where the current observation is shown (``image_position``
+    ``observation``; theirs: "Your current observation is shown in the image: <image>"),
+    the answer as ``<think>...</think><action>...</action>``, a frame of fewer than
+    256 x 256 pixels scaled up to that many before the image processor (its
+    ``process_image``: 96 x 96 -> 256 x 256).
+
+    Differs: the wording is this library's (the task, the env's legend of the tiles, the
+    actions, the answer format), not verl-agent's text, which is not shipped: a template
+    file gives it exactly (``docs/vlm.md``, "verl-agent's prompts"); the evaluation rooms
+    are the same 128 each time, seeds 65,536 to 65,663 (the script draws 128 new seeds in
+    [2^16, 2^32) at each evaluation), as in the ``sokoban`` preset; a prompt over 1024
+    tokens loses its text from the start (the image is never cut; the script's
+    ``truncation='error'`` stops the run); one process samples with tensor parallel size 1
+    (the script: 2); the env steps in-process, not in Ray actors.
+    """
+    base = TrainConfig(preset="sokoban-vl-3b")
+    return replace(
+        base,
+        model={"name_or_path": "Qwen/Qwen2.5-VL-3B-Instruct", "kind": "vision",
+               "gradient_checkpointing": True, "train_vision_tower": True},
+        generation={"engine": "vllm", "max_new_tokens": 512,
+                    "vllm": {"gpu_memory_utilization": 0.6}},
+        prompt={"max_prompt_tokens": 1024, "history_window": 0,
+                "image_position": "observation"},
+        env={"env_id": "AgentGym/SokobanVisual-v0", "num_groups": 32, "group_size": 8,
+             "max_steps": 15, "anchor": "observation",
+             "eval_env_kwargs": json.dumps({"first_seed": 2**16}), "eval_episodes": 128},
+        learner={"lr": 1e-6, "normalize": "mean", "kl_coef": 0.01, "mini_batch_size": 64,
+                 "micro_batch_size": 8},
+        run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
+    )
+
+
+def _ezpoints_vl_3b() -> TrainConfig:
+    """verl-agent's ``examples/gigpo_trainer/run_ezpoints.sh`` as written: Qwen2.5-VL-3B-Instruct
+    on Gym Cards' EZPoints (``env.env_name=gym_cards/EZPoints-v0``; ``AgentGym/EZPoints-v0``:
+    two cards in the image, build a formula worth 12 one character per step).
+
+    As the script: ``run_sokoban.sh``'s settings (the ``sokoban-vl-3b`` preset) except 16
+    groups x 8, 8 steps, mini-batches of 128 steps, 100 iterations. The prompt has
+    verl-agent's Gym Cards layout (checked by running its env manager and rollout:
+    ``tests/algorithms/test_vlm.py``): one user message per step with no history, the image
+    first (``image_position`` ``start``; its templates begin with ``<image>``), the formula
+    so far in the text (the env's text says it; theirs fills ``info["Formula"]`` in). The
+    whole answer goes to the env (``action_tag`` empty, no ``<think>``, no stop string),
+    whose reading is verl-agent's ``gym_projection``: the word after ``"action":`` of the
+    JSON answer its prompt asks for (else the answer's last character), valid when exactly
+    one of the game's words is there; an unreadable answer is an invalid action, charged
+    0.1. The held-out rooms are verl-agent's evaluation seeds, from 2^16.
+
+    Differs: the wording is this library's, not verl-agent's (a template file gives it
+    exactly: ``docs/vlm.md``, "verl-agent's prompts"); since our wording does not describe
+    the JSON answer, it lists the admissible answers, which are that JSON
+    (``{"action": "7"}``); the answer's whitespace is collapsed before the env reads it (it
+    changes the reading only of an answer without ``"action":`` that ends in whitespace,
+    which theirs reads as invalid); the evaluation deals are the same 128 each time, seeds
+    65,536 to 65,663 (the script draws new ones at each evaluation); tensor parallel size
+    1; the env steps in-process.
+    """
+    base = dataclasses.replace(_sokoban_vl_3b(), preset="ezpoints-vl-3b")
+    return replace(
+        base,
+        prompt={"max_prompt_tokens": 1024, "history_window": 0, "image_position": "start",
+                "think": False, "action_tag": "", "show_admissible_actions": True},
+        env={"env_id": "AgentGym/EZPoints-v0", "num_groups": 16, "group_size": 8,
+             "max_steps": 8, "anchor": "observation",
+             "eval_env_kwargs": json.dumps({"first_seed": 2**16}), "eval_episodes": 128},
+        learner={"mini_batch_size": 128, "micro_batch_size": 8},
+        run={"iterations": 100, "eval_every": 5, "eval_before_train": True},
+    )
+
+
 def _searchqa_3b() -> TrainConfig:
     """verl-agent's ``examples/gigpo_trainer/run_search.sh`` (GiGPO with similarity groups)
     at the paper's 3B size.
@@ -1728,6 +1857,8 @@ PRESETS: dict[str, TrainConfig] = {
     "graphgpo-alfworld-1.5b": _graphgpo_alfworld_1_5b(),
     "graphgpo-webshop-1.5b": _graphgpo_webshop_1_5b(),
     "sokoban": _sokoban(),
+    "sokoban-vl-3b": _sokoban_vl_3b(),
+    "ezpoints-vl-3b": _ezpoints_vl_3b(),
     "searchqa-3b": _searchqa_3b(),
     "searchqa-3b-transcript": _searchqa_3b_transcript(),
 }
@@ -1767,6 +1898,12 @@ PRESET_HELP: dict[str, str] = {
     "sokoban": "verl-agent's run_sokoban.sh in text: Qwen2.5-3B-Instruct on 6x6 "
               "Sokoban (1 box), 32 groups x 8, 15 steps, mean-only normalization, "
               "lr 1e-6, KL 0.01.",
+    "sokoban-vl-3b": "verl-agent's run_sokoban.sh: Qwen2.5-VL-3B-Instruct on rendered 6x6 "
+                     "Sokoban rooms (AgentGym/SokobanVisual-v0), 32 groups x 8, 15 steps, "
+                     "every weight trained, lr 1e-6, KL 0.01.",
+    "ezpoints-vl-3b": "verl-agent's run_ezpoints.sh: Qwen2.5-VL-3B-Instruct on Gym Cards' "
+                      "EZPoints (AgentGym/EZPoints-v0), 16 groups x 8, 8 steps, the image "
+                      "first, the whole answer sent to the env.",
     "searchqa-3b": "verl-agent's run_search.sh at 3B: Qwen2.5-3B-Instruct on Search-QA, "
                    "256 x 5, 4 turns, penalty 0.01, history 4, similarity groups 0.9.",
     "searchqa-3b-transcript": "Search-R1's train_grpo.sh: Qwen2.5-3B, one growing transcript "

@@ -1,7 +1,10 @@
-"""JSON forms of an env's ``info`` and anchors, for clients in other processes.
+"""JSON forms of an env's ``info`` and anchors, for clients in other processes, and the
+check that an observation is text.
 
 Pure functions, no OpenEnv import: the server sends exactly :func:`info_to_json` of what
-``gym.make(...)`` returns, and tests compare the two.
+``gym.make(...)`` returns, and tests compare the two. The wire format carries text
+observations only: a visual env (``agentgym.visual``, a ``Dict`` of text and an image) is
+refused in one line (:func:`check_text_env`, :func:`observation_text`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,44 @@ from typing import Any
 import numpy as np
 
 from agentgym.core import INFO_KEYS
+
+
+def _refusal(env_id: str) -> str:
+    return (f"agentgym.openenv serves text observations only: {env_id} observes a dict of "
+            "text and an image (a visual env); play it in-process (gym.make, "
+            "agentgym.vector)")
+
+
+def check_text_env(env_id: str) -> None:
+    """Refuse, before building it, an env id whose class is a visual env.
+
+    Raises:
+        ValueError: the id's entry point is an :class:`agentgym.visual.VisualEnv` (one line).
+    """
+    import gymnasium as gym
+
+    from agentgym.visual import VisualEnv
+
+    spec = gym.registry.get(env_id)
+    if spec is None or not isinstance(spec.entry_point, str):
+        return
+    try:
+        creator = gym.envs.registration.load_env_creator(spec.entry_point)
+    except (ImportError, AttributeError, gym.error.Error):
+        return  # gym.make reports it when the env is built
+    if isinstance(creator, type) and issubclass(creator, VisualEnv):
+        raise ValueError(_refusal(env_id))
+
+
+def observation_text(env_id: str, observation: Any) -> str:
+    """``observation`` as the wire's text.
+
+    Raises:
+        ValueError: it is not a ``str`` (a visual env's dict; one line).
+    """
+    if not isinstance(observation, str):
+        raise ValueError(_refusal(env_id))
+    return observation
 
 
 def to_json(value: Any) -> Any:

@@ -14,6 +14,9 @@ OpenEnv's ``EnvClient`` uses), ``/reset``, ``/step``, ``/state``, ``/schema``,
   ``step`` / ``close``): ALFWorld's planner rewrites ``sys.argv`` and ``sys.stdout`` and
   must never run in two threads at once, and env steps are GIL-bound Python anyway. For
   throughput, run several servers (processes) and spread clients over them.
+- Text only: a visual env (a ``Dict`` observation of text and an image) is refused in one
+  line (``ValueError``) when the app or a session is made, before the env is built; an
+  env that turns out to observe anything but ``str`` is refused at its first ``reset``.
 - Errors: a malformed message or action gets OpenEnv's error form
   (``{"type": "error", "data": {"message", "code"}}`` over WebSocket, 422 over HTTP);
   ``step`` before ``reset`` gets ``EXECUTION_ERROR`` over WebSocket and 409 over
@@ -34,7 +37,7 @@ from fastapi.responses import JSONResponse
 from openenv.core.env_server import ConcurrencyConfig, Environment, create_fastapi_app
 from openenv.core.env_server.types import EnvironmentMetadata
 
-from agentgym.openenv.codec import info_to_json
+from agentgym.openenv.codec import check_text_env, info_to_json, observation_text
 from agentgym.openenv.models import TextAction, TextObservation, TextState
 from agentgym.registration import ENTRY_POINTS
 
@@ -65,6 +68,7 @@ class AgentGymEnvironment(Environment[TextAction, TextObservation, TextState]):
         super().__init__()
         if env_id not in gym.registry:
             raise ValueError(f"unknown env id {env_id!r}; registered: {sorted(ENTRY_POINTS)}")
+        check_text_env(env_id)
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
         self._env: gym.Env | None = None
@@ -96,7 +100,8 @@ class AgentGymEnvironment(Environment[TextAction, TextObservation, TextState]):
             step_count=0,
             task_id=info["task_id"],
         )
-        return TextObservation(text=observation, reward=None, done=False, info=info_to_json(info))
+        return TextObservation(text=observation_text(self.env_id, observation), reward=None,
+                               done=False, info=info_to_json(info))
 
     def step(self, action: TextAction, timeout_s: float | None = None, **kwargs: Any) -> TextObservation:
         """``env.step(action.text)``. ``timeout_s`` is not enforced (OpenEnv passes it on)."""
@@ -111,7 +116,7 @@ class AgentGymEnvironment(Environment[TextAction, TextObservation, TextState]):
             "truncated": bool(truncated),
         })
         return TextObservation(
-            text=observation,
+            text=observation_text(self.env_id, observation),
             reward=float(reward),
             done=bool(terminated or truncated),
             terminated=bool(terminated),

@@ -30,8 +30,8 @@ Semantics (the same for every backend):
   traceback or the signal). Every other env of a dead worker ends the same way; the
   other workers' envs go on. The env (or worker) is rebuilt and serves the next reset.
   ``env_error`` is masked in only for those envs. A failed *reset* gives the observation
-  ``""``, an episode that is already over (``truncated`` on the next step) and an info
-  whose contract keys are placeholders, so every env always has them: ``task=""``,
+  ``""`` (a visual env's: empty text and a black frame), an episode that is already over
+  (``truncated`` on the next step) and an info whose contract keys are placeholders, so every env always has them: ``task=""``,
   ``task_id`` = the requested id or ``""``, ``admissible_actions=()``,
   ``anchor=("env_error", i)`` (never equal to a real anchor), ``success=False``,
   ``valid_action=True``. Learners should treat ``env_error`` steps as cut episodes,
@@ -42,6 +42,12 @@ Semantics (the same for every backend):
   saying it timed out and after how long. The other workers' results of that call come
   back normally. The default, ``None``, waits forever. The ``"sync"`` backend refuses a
   timeout (``ValueError``): a call into in-process env code cannot be interrupted.
+* **Observations** come batched as Gymnasium batches them, in ``observation_space``
+  (``batch_space`` of one env's space): a tuple of ``num_envs`` texts, or for visual
+  envs (a ``Dict`` of ``"text"`` and ``"image"``) ``{"image": (num_envs, H, W, 3) uint8,
+  "text": tuple of num_envs str}``, a new array each call
+  (:mod:`agentgym.vector.observations`; :func:`~agentgym.vector.observation_rows` gives
+  one observation per env).
 * **Actions.** A batch must be a sequence (list, tuple, 1-D array) of ``num_envs`` items,
   else ``ValueError``. Individual bad actions (empty, huge, non-text) never raise: the
   envs answer them with feedback and ``valid_action=False``.
@@ -68,11 +74,23 @@ from agentgym.vector.checks import (
     pop_task_ids,
 )
 from agentgym.vector.host import EnvFailure
+from agentgym.vector.observations import batch_observations
 
 logger = logging.getLogger(__name__)
 
 EMPTY_OBSERVATION = ""
-"""Observation of an env whose reset failed."""
+"""Observation of a text env whose reset failed (:func:`empty_observation`)."""
+
+
+def empty_observation(space: gym.Space) -> Any:
+    """The observation of an env whose reset failed: :data:`EMPTY_OBSERVATION`, or for a
+    visual env (a ``Dict`` space with ``"text"`` and ``"image"``) empty text and a black
+    frame of the space's shape."""
+    if isinstance(space, gym.spaces.Dict) and "image" in space.spaces:
+        image_space = space.spaces["image"]
+        return {"text": EMPTY_OBSERVATION,
+                "image": np.zeros(image_space.shape, dtype=image_space.dtype)}
+    return EMPTY_OBSERVATION
 
 _SEED_LIMIT = 2**31 - 1
 
@@ -145,7 +163,8 @@ class TextVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
 
-        self._observations: list[Any] = [EMPTY_OBSERVATION] * num_envs
+        self._observations: list[Any] = [empty_observation(self.single_observation_space)
+                                         for _ in range(num_envs)]
         self._infos: list[dict[str, Any]] = [{} for _ in range(num_envs)]
         self._terminated = np.zeros(num_envs, dtype=np.bool_)
         self._truncated = np.zeros(num_envs, dtype=np.bool_)
@@ -158,7 +177,7 @@ class TextVectorEnv(VectorEnv):
         *,
         seed: int | Sequence[int | None] | None = None,
         options: dict[str, Any] | None = None,
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    ) -> tuple[Any, dict[str, Any]]:
         """Reset all envs (or those in ``options["reset_mask"]``).
 
         Args:
@@ -169,8 +188,9 @@ class TextVectorEnv(VectorEnv):
                 (bool array ``(num_envs,)``: reset only these envs).
 
         Returns:
-            ``(observations, infos)``: a tuple of ``num_envs`` observations and the
-            batched infos of the envs that were reset.
+            ``(observations, infos)``: the batch of ``num_envs`` observations (a tuple;
+            for visual envs a dict of batches, see :mod:`agentgym.vector.observations`)
+            and the batched infos of the envs that were reset.
         """
         self._check_open()
         options = dict(options) if options is not None else None
@@ -193,7 +213,7 @@ class TextVectorEnv(VectorEnv):
             self._terminated[i] = False
             if isinstance(result, EnvFailure):
                 _log_failure(i, "reset", result)
-                self._observations[i] = EMPTY_OBSERVATION
+                self._observations[i] = empty_observation(self.single_observation_space)
                 self._infos[i] = _failed_reset_info(i, requests[i][1], result.message)
                 self._truncated[i] = True
             else:
@@ -201,20 +221,20 @@ class TextVectorEnv(VectorEnv):
                 self._truncated[i] = False
             infos = self._add_info(infos, self._env_info(i), i)
         self._end_lost_episodes(results, requests)
-        return tuple(self._observations), infos
+        return self._batch(), infos
 
     def step(
         self, actions: Sequence[Any]
-    ) -> tuple[tuple[Any, ...], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every unfinished env; finished envs repeat their last transition.
 
         Args:
             actions: ``num_envs`` actions (actions for finished envs are ignored).
 
         Returns:
-            ``(observations, rewards, terminated, truncated, infos)``: a tuple of
-            ``num_envs`` observations, float64 rewards ``(num_envs,)``, bool flags
-            ``(num_envs,)`` and the batched infos of every env.
+            ``(observations, rewards, terminated, truncated, infos)``: the batch of
+            ``num_envs`` observations (as :meth:`reset`), float64 rewards
+            ``(num_envs,)``, bool flags ``(num_envs,)`` and the batched infos of every env.
 
         Raises:
             ValueError: ``actions`` is not a sequence of ``num_envs`` items.
@@ -243,12 +263,17 @@ class TextVectorEnv(VectorEnv):
         for i in range(self.num_envs):
             infos = self._add_info(infos, self._env_info(i), i)
         return (
-            tuple(self._observations),
+            self._batch(),
             rewards,
             self._terminated.copy(),
             self._truncated.copy(),
             infos,
         )
+
+    def _batch(self) -> Any:
+        """The current observations in the batched layout
+        (:func:`~agentgym.vector.observations.batch_observations`)."""
+        return batch_observations(self.single_observation_space, self._observations)
 
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the workers and close every sub-env (``close()`` calls this once)."""

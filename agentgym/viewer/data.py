@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,28 @@ def records_file(run_dir: Path, split: str, iteration: int) -> Path:
     path = Path(run_dir) / "records" / split / f"iter_{int(iteration):06d}.jsonl.gz"
     if not path.exists():
         raise RunReadError(f"no records for {split} iteration {iteration} in {run_dir}")
+    return path
+
+
+IMAGE_NAME = re.compile(r"iter_\d{6}/[A-Za-z0-9_.-]+\.png")
+"""What a record's image name looks like (``iter_000003/t1_s0_0.png``): nothing else is
+served."""
+
+
+def image_file(run_dir: Path, split: str, name: str) -> Path:
+    """The PNG file a record's step names in ``images`` (which must exist).
+
+    Raises:
+        RunReadError: an unknown split, a name of another shape (no other file of the
+            run folder can be read this way), or no such file.
+    """
+    if split not in SPLITS:
+        raise RunReadError(f"split must be one of {SPLITS}, got {split!r}")
+    if not IMAGE_NAME.fullmatch(name) or ".." in name:
+        raise RunReadError(f"not a record image name: {name!r}")
+    path = Path(run_dir) / "records" / split / name
+    if not path.is_file():
+        raise RunReadError(f"no image {name} in {split} records of {run_dir}")
     return path
 
 

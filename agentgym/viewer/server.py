@@ -10,6 +10,8 @@ API (all GET, JSON):
 - ``/api/runs`` -- one :func:`~agentgym.viewer.data.run_summary` per run given.
 - ``/api/records?run=I&split=train&iteration=3`` -- the trajectories of one record file.
 - ``/api/metrics?run=I`` -- the run's ``metrics.jsonl`` records.
+- ``/api/image?run=I&split=train&name=iter_000003/t1_s0_0.png`` -- a PNG a step's
+  ``images`` names (visual envs; ``image/png``, not JSON).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from urllib.parse import parse_qs, urlparse
 
 from agentgym.viewer.data import (
     RunReadError,
+    image_file,
     read_metrics,
     read_records,
     records_file,
@@ -76,6 +79,10 @@ def make_handler(run_dirs: list[Path]) -> type[BaseHTTPRequestHandler]:
                     split = query.get("split", ["train"])[0]
                     iteration = int(query.get("iteration", ["0"])[0])
                     self._json(read_records(records_file(self._run(query), split, iteration)))
+                elif url.path == "/api/image":
+                    path = image_file(self._run(query), query.get("split", ["train"])[0],
+                                      query.get("name", [""])[0])
+                    self._send(HTTPStatus.OK, path.read_bytes(), "image/png")
                 else:
                     self._json({"error": f"no such page {url.path}"}, HTTPStatus.NOT_FOUND)
             except (RunReadError, ValueError, OSError) as error:

@@ -3,7 +3,7 @@ the slots when the rollout ends (:func:`assemble`)."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,24 @@ class StepRecord:
     task: str
     log_probs: tuple[float, ...] | None = None
     """The response tokens' log-probs as the engine sampled them, when it reports them."""
+    images: tuple[np.ndarray, ...] = ()
+    """The images the step's prompt showed (a visual env's observation), as the env drew
+    them."""
+
+
+def split_observation(observation: Any) -> tuple[str, np.ndarray | None]:
+    """``(text, image)`` of an env observation: a text env's ``str`` (no image), or a
+    visual env's ``{"text": str, "image": (H, W, 3) uint8}`` (``docs/env-contract.md``).
+
+    Raises:
+        ValueError: a visual observation whose image is not (H, W, 3) uint8.
+    """
+    if isinstance(observation, Mapping) and "image" in observation:
+        from agentgym.images import check_image
+
+        image = observation["image"]
+        return str(observation.get("text", "")), None if image is None else check_image(image)
+    return str(observation), None
 
 
 @dataclass
@@ -46,6 +64,7 @@ class EnvSlot:
         index: the sub-env's index in the vector env (its trajectory id in the batch).
         group: its group id, as the vector env reports it (``info["group_id"]``).
         observation: the current observation (text).
+        image: the current observation's image (a visual env's), else ``None``.
         info: the current info (one sub-env's dict).
         history: every (observation, action) pair of the trajectory so far, oldest first.
         pending: the prompt of the next turn when the prompt strategy derived it from the
@@ -63,6 +82,7 @@ class EnvSlot:
     group: int
     observation: str
     info: dict[str, Any]
+    image: np.ndarray | None = None
     history: list[tuple[str, str]] = field(default_factory=list)
     pending: BuiltPrompt | None = None
     active: bool = True
@@ -82,7 +102,8 @@ class EnvSlot:
             raise ValueError(f"env {index}'s info has no group_id: the rollout takes group ids "
                              "from the vector env (agentgym.vector.TextVectorEnv)")
         failed = bool(info.get("env_error"))
-        return cls(index=index, group=int(info["group_id"]), observation=str(observation),
+        text, image = split_observation(observation)
+        return cls(index=index, group=int(info["group_id"]), observation=text, image=image,
                    info=info, active=not failed, truncated=failed, env_error=failed)
 
     def end(self, *, truncated: bool) -> None:
@@ -155,6 +176,7 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
         next_anchors=tuple(s.next_anchor for s in steps),
         budget_cut=np.array([slot.budget_cut for slot in owners], dtype=bool),
         behaviour_log_probs=behaviour,
+        images=(tuple(s.images for s in steps) if any(s.images for s in steps) else None),
         layout=layout,
         **bootstrap,
     )

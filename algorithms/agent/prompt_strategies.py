@@ -48,7 +48,9 @@ class WindowPrompts:
     def prompt(self, slot: EnvSlot) -> BuiltPrompt:
         info = slot.info
         return self.builder.build(str(info.get("task", "")), slot.history, slot.observation,
-                                  tuple(info.get("admissible_actions", ()) or ()))
+                                  tuple(info.get("admissible_actions", ()) or ()),
+                                  images=() if slot.image is None else (slot.image,),
+                                  info=info)
 
     def advance(self, slot: EnvSlot, prompt: BuiltPrompt, response: Sequence[int],
                 finished: bool) -> None:
@@ -74,6 +76,9 @@ class TranscriptPrompts:
             if config.response_prefix else ()
 
     def prompt(self, slot: EnvSlot) -> BuiltPrompt:
+        if slot.image is not None:
+            raise ValueError("the transcript layout does not take images (a visual env): use "
+                             "--prompt.layout window")
         pending, slot.pending = slot.pending, None
         return pending if pending is not None else self.first.prompt(slot)
 

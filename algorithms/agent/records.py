@@ -25,8 +25,18 @@ The first line is a header, every further line one trajectory (the format
 
 ``prompt`` is the prompt as the model saw it (chat template included, special tokens
 kept); gzip shares its repeated instructions across steps, so no prefix table is needed.
+
+Images (a visual env): a step whose prompt showed images has ``"images"``, a list of PNG
+file names relative to its split's folder, the images as the env drew them, written
+before the record file beside it::
+
+    records/train/iter_000003/t1_s0_0.png    trajectory 1, step 0, image 0
+    {"step": 0, ..., "images": ["iter_000003/t1_s0_0.png"]}
+
+Steps without images have no ``images`` key (text envs' records are unchanged).
 ``anchor`` is ``null`` when it equals the observation (GiGPO's default anchor), else its
-text. Advantages and step groups are those of the update; they are ``null`` on
+text; bytes in it (a visual env's image anchor) are written as their length and the start
+of their SHA-256, ``<27648 bytes sha256:3f2a9c0e1b7d>``. Advantages and step groups are those of the update; they are ``null`` on
 trajectories the update left out (``trained`` false: GiGPO and GRPO drop episodes that
 ended on an env error), on iterations whose update was skipped, and in evaluation
 records. ``episode_advantage`` / ``step_advantage`` are GiGPO's two terms (GRPO: the
@@ -44,6 +54,7 @@ from typing import Any
 
 import numpy as np
 
+from agentgym.images import png_bytes
 from algorithms.agent.step_batch import StepBatch
 from algorithms.runs.atomic import write_atomic
 
@@ -80,6 +91,28 @@ def recorded_trajectories(batch: StepBatch, group_ids: np.ndarray, limit: int) -
     if not chosen:
         chosen = sorted(by_group[min(by_group)])[:limit]
     return chosen
+
+
+def anchor_text(anchor: Any) -> str:
+    """``str(anchor)``, with every ``bytes`` in it (alone or inside a tuple) written as
+    ``<N bytes sha256:XXXXXXXXXXXX>`` (an image's bytes would be tens of kilobytes)."""
+    import hashlib
+
+    def short(part: Any) -> Any:
+        if isinstance(part, bytes):
+            return _Short(f"<{len(part)} bytes sha256:{hashlib.sha256(part).hexdigest()[:12]}>")
+        if isinstance(part, tuple):
+            return tuple(short(item) for item in part)
+        return part
+
+    return str(short(anchor))
+
+
+class _Short(str):
+    """A string whose ``repr`` is itself (inside a tuple's ``str``)."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 def _float_or_none(values: np.ndarray | None, row: int | None) -> float | None:
@@ -144,7 +177,7 @@ def trajectory_records(batch: StepBatch, tokenizer: Any, *, iteration: int, spli
                 "valid_action": bool(batch.valid_action[row]),
                 "env_reward": float(batch.env_rewards[row]),
                 "reward": float(batch.rewards[row]),
-                "anchor": None if anchor == observation else str(anchor),
+                "anchor": None if anchor == observation else anchor_text(anchor),
                 "prompt_cut": bool(batch.prompt_cut[row]),
                 "advantage": _float_or_none(None if signals is None else signals.advantages,
                                             t_row),
@@ -154,6 +187,8 @@ def trajectory_records(batch: StepBatch, tokenizer: Any, *, iteration: int, spli
                 "step_group_size": None if group is None else len(members[group]),
                 "step_group_members": None if group is None else members[group],
             })
+            if batch.images is not None and batch.images[row]:
+                steps[-1]["images"] = list(batch.images[row])  # arrays: write_records
         records.append({
             "kind": "trajectory", "iteration": iteration, "split": split,
             "group": int(batch.group_ids[first]), "traj_id": traj,
@@ -175,9 +210,15 @@ def trajectory_records(batch: StepBatch, tokenizer: Any, *, iteration: int, spli
 
 
 def write_records(path: Path, records: list[dict[str, Any]], header: dict[str, Any]) -> Path:
-    """Write ``header`` and ``records`` as gzip JSON lines to ``path``, atomically."""
+    """Write ``header`` and ``records`` as gzip JSON lines to ``path``, atomically.
+
+    A step's ``images`` given as (H, W, 3) uint8 arrays (:func:`trajectory_records`) are
+    written first, as PNG files in the folder named like the record file without its
+    suffixes, and the record names them (module docstring); ``records`` is not changed.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    records = [_with_image_files(record, path) for record in records]
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as archive:
         head = {"kind": "header", "format": FORMAT, **header,
@@ -188,6 +229,30 @@ def write_records(path: Path, records: list[dict[str, Any]], header: dict[str, A
             archive.write((json.dumps(record) + "\n").encode("utf-8"))
     write_atomic(path, buffer.getvalue())
     return path
+
+
+def _with_image_files(record: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``record`` with its steps' image arrays written beside ``path`` and named."""
+    if not any(isinstance(image, np.ndarray) for step in record.get("steps", ())
+               for image in step.get("images", ())):
+        return record
+    folder = path.name.split(".")[0]
+    steps = []
+    for step in record["steps"]:
+        step = dict(step)
+        names = []
+        for number, image in enumerate(step.get("images", ())):
+            if isinstance(image, np.ndarray):
+                name = f"{folder}/t{record['traj_id']}_s{step['step']}_{number}.png"
+                (path.parent / folder).mkdir(exist_ok=True)
+                # written before the record that names them; not fsynced one by one
+                (path.parent / name).write_bytes(png_bytes(image))
+                image = name
+            names.append(image)
+        if "images" in step:
+            step["images"] = names
+        steps.append(step)
+    return {**record, "steps": steps}
 
 
 def write_run_records(run_dir: Path, config: Any, split: str, iteration: int,

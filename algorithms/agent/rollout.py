@@ -78,7 +78,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from algorithms.agent.env_slot import EnvSlot, StepRecord, assemble
+from agentgym.vector.observations import observation_rows
+from algorithms.agent.env_slot import EnvSlot, StepRecord, assemble, split_observation
 from algorithms.agent.parsing import parse_action
 from algorithms.agent.prompt_strategies import PromptStrategy, prompt_strategy
 from algorithms.agent.prompts import BuiltPrompt, PromptBuilder, PromptTooLongError
@@ -121,6 +122,9 @@ class RolloutSettings:
             limit or an env error (PPO's GAE bootstraps from its value; see the module
             docstring).
         stop: stop strings passed to the engine (a response ends right after the first).
+        vision: a vision-language policy's
+            :class:`~algorithms.engines.vision.VisionProcessor` (prompts with a visual
+            env's images), or ``None`` (a text policy).
     """
 
     group_size: int
@@ -131,6 +135,7 @@ class RolloutSettings:
     prompt: PromptConfig
     keep_bootstrap_prompts: bool
     stop: tuple[str, ...] = ()
+    vision: Any = None
 
 
 class NoStepsError(RuntimeError):
@@ -216,13 +221,15 @@ def collect_rollout(
         options = {"task_ids": [str(t) for t in group_task_ids for _ in range(group_size)]}
     observations, infos = vec_env.reset(seed=seed + group_offset, options=options)
     slots = [EnvSlot.after_reset(i, observation, row) for i, (observation, row)
-             in enumerate(zip(observations, info_rows(infos, num_envs), strict=True))]
+             in enumerate(zip(observation_rows(observations, num_envs),
+                              info_rows(infos, num_envs), strict=True))]
     tally = _Tally(first_error=next((str(s.info["env_error"]) for s in slots if s.env_error),
                                     ""))
     if all(slot.env_error for slot in slots):
         raise NoStepsError(f"every env failed to reset; the first error: {tally.first_error}")
     _check_groups(slots)
-    strategy = prompt_strategy(PromptBuilder(tokenizer, settings.prompt), settings.prompt)
+    strategy = prompt_strategy(PromptBuilder(tokenizer, settings.prompt, settings.vision),
+                               settings.prompt)
     for turn in range(settings.max_steps):
         live: list[tuple[EnvSlot, BuiltPrompt]] = []
         for slot in slots:
@@ -259,10 +266,13 @@ def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
           *, seed: int, turn: int) -> None:
     """One turn: sample a response for every live slot, step the vector env (an empty
     action for the others), and take each outcome into its slot."""
+    # images go to the engine only when a prompt shows one (text engines never see them)
+    images = ({"images": [prompt.images for _, prompt in live]}
+              if any(prompt.images for _, prompt in live) else {})
     responses = engine.generate([prompt.token_ids for _, prompt in live],
                                 temperature=settings.temperature,
                                 max_new_tokens=settings.max_new_tokens, seed=seed,
-                                stop=settings.stop)
+                                stop=settings.stop, **images)
     # A response the engine could not produce ends its trajectory as an env error.
     failed = {position: response.error for position, response in enumerate(responses)
               if isinstance(response, FailedGeneration)}
@@ -281,6 +291,7 @@ def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
     next_observations, rewards, terminated, truncated, next_infos = vec_env.step(
         tuple(actions))
     next_rows = info_rows(next_infos, int(vec_env.num_envs))
+    next_observations = observation_rows(next_observations, int(vec_env.num_envs))
     for position, (slot, prompt) in enumerate(live):
         index = slot.index
         error = failed.get(position) or next_rows[index].get("env_error")
@@ -306,9 +317,10 @@ def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
             task_type=str(slot.info.get("task_type", "") or ""), action=answer.action,
             text=texts[position], prompt_cut=prompt.was_cut, observation=slot.observation,
             task=str(slot.info.get("task", "")),
-            log_probs=getattr(responses[position], "log_probs", None)))
+            log_probs=getattr(responses[position], "log_probs", None), images=prompt.images))
         slot.history.append((slot.observation, answer.action))
-        slot.observation, slot.info = str(next_observations[index]), next_rows[index]
+        slot.observation, slot.image = split_observation(next_observations[index])
+        slot.info = next_rows[index]
         finished = bool(terminated[index]) or bool(truncated[index])
         if finished:
             slot.truncated = not bool(terminated[index])

@@ -22,16 +22,17 @@ from algorithms.runs.seeds import iteration_seed
 
 
 def rollout_settings(config: TrainConfig, *, temperature: float, group_size: int,
-                     bootstrap: bool) -> RolloutSettings:
+                     bootstrap: bool, vision: Any = None) -> RolloutSettings:
     """One rollout's settings from ``config`` (steps, tokens, penalty, prompt, stop
     strings) at ``temperature``, ``group_size`` trajectories per task, keeping the
-    prompts that bootstrap truncated trajectories when ``bootstrap``."""
+    prompts that bootstrap truncated trajectories when ``bootstrap``; ``vision``: the
+    policy's :class:`~algorithms.engines.vision.VisionProcessor` (``None``: text)."""
     return RolloutSettings(group_size=group_size, max_steps=config.env.max_steps,
                            temperature=temperature,
                            max_new_tokens=config.generation.max_new_tokens,
                            invalid_action_penalty=config.env.penalty(),
                            prompt=config.prompt, keep_bootstrap_prompts=bootstrap,
-                           stop=config.stop_strings)
+                           stop=config.stop_strings, vision=vision)
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Sampler:
         group_first: the global index of this rank's first group.
         bars: draw progress bars.
         say: prints a message for the user.
+        vision: the policy's :class:`~algorithms.engines.vision.VisionProcessor`, or
+            ``None`` (a text policy).
     """
 
     config: TrainConfig
@@ -60,6 +63,7 @@ class Sampler:
     group_first: int
     bars: bool
     say: Callable[[str], None]
+    vision: Any = None
 
     def sample(self, iteration: int, *, collected: StepBatch | str | None = None,
                before_retry: Callable[[], None] | None = None
@@ -103,7 +107,8 @@ class Sampler:
         """
         settings = rollout_settings(self.config, temperature=self.temperature,
                                     group_size=self.config.env.group_size,
-                                    bootstrap=self.config.bootstrap_truncated)
+                                    bootstrap=self.config.bootstrap_truncated,
+                                    vision=self.vision)
         seed = iteration_seed(self.config.run.seed, iteration, 0, attempt, round_)
         try:
             with progress_bar(self.bars if bars is None else bars,

@@ -115,6 +115,11 @@ class StepBatch:
         policy_version: (N,) int64 policy version each row was sampled with (the number
             of updates behind its weights; :mod:`algorithms.training.overlap`), or
             ``None`` when not recorded.
+        images: N tuples of the (H, W, 3) uint8 images each row's prompt showed (a visual
+            env's observation, as the env drew it; ``()`` where none), or ``None`` when no
+            prompt showed one. The learner encodes them again for every pass
+            (:meth:`~algorithms.engines.vision.VisionProcessor.tensors`: the pixel inputs
+            generation had).
         layout: ``"window"`` (each row's prompt built afresh) or ``"transcript"`` (each
             row's prompt is the trajectory's transcript so far; see the module docstring).
     """
@@ -154,6 +159,7 @@ class StepBatch:
     budget_cut: np.ndarray | None = per_row(default=None)
     behaviour_log_probs: np.ndarray | None = per_row(default=None, repr=False)
     policy_version: np.ndarray | None = per_row(default=None)
+    images: tuple[tuple[np.ndarray, ...], ...] | None = per_row(default=None, repr=False)
     layout: str = "window"
 
     def __len__(self) -> int:

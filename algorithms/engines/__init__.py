@@ -86,10 +86,15 @@ class GenerationEngine(Protocol):
         max_new_tokens: int,
         seed: int,
         stop: Sequence[str] = (),
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> list[tuple[int, ...]]:
         """Sample one response per prompt; return the response token ids (EOS included
         when the model stopped by itself, padding never), or a :class:`FailedGeneration`
         for a response that could not be produced (remote engines only).
+
+        ``images`` (passed only when a prompt shows one: a visual env and a vision-language
+        policy): per prompt, the (H, W, 3) uint8 images its image tokens stand for, in
+        order (:mod:`algorithms.engines.vision`).
 
         A row may be a :class:`Response` (a tuple of the ids carrying the sampled tokens'
         behaviour log-probs, cut with the tokens): the HF, HF-worker and vLLM engines
@@ -178,7 +183,7 @@ def make_engine(config: GenerationConfig, policy: Any, device: Any, *, seed: int
         from algorithms.engines.hf import HFEngine
 
         return HFEngine(policy.model, policy.tokenizer, batch_size=config.batch_size,
-                        top_p=config.top_p)
+                        top_p=config.top_p, vision=getattr(policy, "vision", None))
     if engine == "vllm":
         from algorithms.engines.vllm import VLLMEngine
 

@@ -49,18 +49,28 @@ class HFEngine:
     rows go on; ``generate`` pads the finished one). The response is then cut exactly
     where :func:`~algorithms.engines.stop_length` says, the rule every engine follows.
 
+    Images (a vision-language policy): a prompt may show images (``images=`` of
+    :meth:`generate`); each batch's are encoded by ``vision``
+    (:meth:`~algorithms.engines.vision.VisionProcessor.tensors`, the encoding the learner's
+    scoring repeats) and passed to ``generate`` with the ``mm_token_type_ids`` that mark
+    the prompts' image tokens, from which the model takes its 3-D rotary positions.
+
     Args:
-        model: the causal LM (PEFT-wrapped or not).
+        model: the causal LM (PEFT-wrapped or not), or a vision-language model.
         tokenizer: its tokenizer (pad and EOS tokens set).
         batch_size: prompts per ``generate`` call.
         top_p: nucleus sampling threshold (1.0: off).
+        vision: a vision-language policy's
+            :class:`~algorithms.engines.vision.VisionProcessor`; ``None`` for a text model.
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 64, top_p: float = 1.0):
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 64, top_p: float = 1.0,
+                 vision: Any = None):
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.top_p = top_p
+        self.vision = vision
 
     @property
     def device(self) -> torch.device:
@@ -81,15 +91,26 @@ class HFEngine:
         max_new_tokens: int,
         seed: int,
         stop: Sequence[str] = (),
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> list[Response]:
         """Sample one response per prompt (see :class:`~algorithms.engines.GenerationEngine`).
 
         Each row is a :class:`~algorithms.engines.Response` whose ``log_probs`` are the
         sampled tokens' log-probs under the distribution they were drawn from (0.0 for
         greedy decoding), cut with the tokens (see :class:`_SampledLogProbs`).
+        ``images``: one sequence of (H, W, 3) uint8 images per prompt, the images its
+        image tokens stand for (vision-language models only).
         """
         if not prompts:
             return []
+        if images is not None and any(images):
+            if self.vision is None:
+                raise ValueError("prompts with images need a vision-language model "
+                                 "(HFEngine(vision=...))")
+            if len(images) != len(prompts):
+                raise ValueError(f"{len(images)} image lists for {len(prompts)} prompts")
+        else:
+            images = None
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Response] = [Response()] * len(prompts)
         sample = temperature > 0
@@ -119,13 +140,15 @@ class HFEngine:
                 criteria = _stopping_criteria(self.tokenizer, stop, input_ids.shape[1])
                 recorder = _SampledLogProbs() if sample else None
                 processors = sampling_processors(temperature, self.top_p, recorder)
+                pixels = self._pixel_inputs(input_ids, attention, [images[i] for i in batch]) \
+                    if images is not None else {}
                 with torch.random.fork_rng(devices=devices), _without_model_defaults(lm), \
                         autocast(self.model):
                     torch.manual_seed(seed * 100_003 + batch_number)
                     output = lm.generate(input_ids=input_ids, attention_mask=attention,
                                          generation_config=generation_config,
                                          stopping_criteria=criteria,
-                                         logits_processor=processors)
+                                         logits_processor=processors, **pixels)
                 new_ids = output[:, input_ids.shape[1]:]
                 new_tokens = new_ids.tolist()
                 log_probs = recorder.finish(new_ids).tolist() if recorder is not None else \
@@ -151,6 +174,19 @@ class HFEngine:
             ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
             mask[row, width - len(prompt):] = 1
         return ids.to(device), mask.to(device)
+
+    def _pixel_inputs(self, input_ids: torch.Tensor, attention: torch.Tensor,
+                      images: list[Sequence[Any]]) -> dict[str, torch.Tensor]:
+        """``generate``'s image inputs for a batch (empty when no row shows an image)."""
+        import inspect
+
+        pixels = self.vision.tensors(images, input_ids.device)
+        lm = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        # transformers >= 5.2x takes the image tokens' places; earlier versions find them
+        if pixels and "mm_token_type_ids" in inspect.signature(lm.forward).parameters:
+            places = (input_ids == self.vision.image_token_id) & attention.bool()
+            pixels["mm_token_type_ids"] = places.int()
+        return pixels
 
     def _trim(self, tokens: list[int]) -> tuple[int, ...]:
         eos = self.tokenizer.eos_token_id

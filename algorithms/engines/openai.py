@@ -26,6 +26,17 @@ Token ids, two modes (``generation.openai.token_ids``):
   and an EOS token is appended when the server reports ``finish_reason == "stop"``
   without a stop string.
 
+Images (a visual env): a prompt that shows images goes to the chat endpoint instead
+(``POST {base_url}/chat/completions``), as one user message in the OpenAI chat format: the
+message's text (the prompt's ids between the chat template's user header and its
+generation prompt, decoded) cut at each image, each image a ``{"type": "image_url",
+"image_url": {"url": "data:image/png;base64,..."}}`` part (the image as the env drew it,
+PNG-encoded, :func:`~algorithms.engines.vision.png_data_url`) where the prompt had its
+tokens; the server applies its own chat template and image processing. The answer's
+text is re-tokenized as in text mode (``token_ids`` does not apply). Such a prompt must
+be the chat template around one user message, with no ``prompt.response_prefix`` (the
+chat format cannot start the answer), else the request is refused with that reason.
+
 Requests: one per prompt (each with its own seed, ``(seed * 1_000_003 + i) mod 2**31``),
 at most ``concurrency`` in flight, each limited to ``timeout`` seconds. A seed repeats a
 request exactly only when the server computes it the same way: vLLM batches concurrent
@@ -147,10 +158,11 @@ class OpenAIEngine:
             body["prompt"] = self.tokenizer.decode(list(prompt))
         return body
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """POST with retries; the parsed JSON answer, or :class:`RequestFailedError`."""
+    def _post(self, body: dict[str, Any], endpoint: str = "completions") -> dict[str, Any]:
+        """POST to ``endpoint`` with retries; the parsed JSON answer, or
+        :class:`RequestFailedError`."""
         httpx = self._httpx
-        url = f"{self.base_url}/completions"
+        url = f"{self.base_url}/{endpoint}"
         problem = ""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -171,13 +183,15 @@ class OpenAIEngine:
                 raise RequestFailedError(f"{url}: {problem}")
         raise RequestFailedError(f"{url}: failed {self.retries + 1} times; last: {problem}")
 
-    def response_ids(self, choice: dict[str, Any], stop: Sequence[str]) -> tuple[int, ...]:
-        """The response token ids of one completions ``choice`` (see the module docstring).
+    def response_ids(self, choice: dict[str, Any], stop: Sequence[str], *,
+                     text: bool = False) -> tuple[int, ...]:
+        """The response token ids of one completions ``choice`` (see the module docstring);
+        ``text``: re-tokenize its text whatever ``token_ids`` says (a chat answer).
 
         Raises:
             ValueError: token-id mode and the server sent no ``token_ids``.
         """
-        if self.token_ids:
+        if self.token_ids and not text:
             ids = choice.get("token_ids")
             if ids is None:
                 raise ValueError(
@@ -195,19 +209,106 @@ class OpenAIEngine:
             ids.append(self.tokenizer.eos_token_id)
         return tuple(ids)
 
+    def _chat_wrapper(self) -> tuple[list[int], list[int]]:
+        """The token ids the chat template puts before and after a user message (with the
+        generation prompt), found by templating a message that is one special token."""
+        if getattr(self, "_wrapper", None) is None:
+            from algorithms.engines.vision import VISION_START
+
+            if not getattr(self.tokenizer, "chat_template", None):
+                raise ValueError("prompts with images go to the chat endpoint: the policy's "
+                                 "tokenizer needs a chat template")
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": VISION_START}], tokenize=False,
+                add_generation_prompt=True)
+            ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+            mark = self.tokenizer.convert_tokens_to_ids(VISION_START)
+            if ids.count(mark) != 1:
+                raise ValueError("cannot find the user message in the chat template")
+            at = ids.index(mark)
+            self._wrapper = (ids[:at], ids[at + 1:])
+        return self._wrapper
+
+    def chat_content(self, prompt: Sequence[int], images: Sequence[Any]) -> list[dict[str, Any]]:
+        """The user message of a prompt with images, as OpenAI chat content parts (text
+        and ``image_url`` parts in the prompt's order; module docstring).
+
+        Raises:
+            ValueError: the prompt is not the chat template around one user message (a
+                response prefix, no chat template), or its image count differs.
+        """
+        from algorithms.engines.vision import IMAGE_TOKEN, VISION_END, VISION_START, png_data_url
+
+        head, tail = self._chat_wrapper()
+        ids = list(prompt)
+        if ids[:len(head)] != head or ids[len(ids) - len(tail):] != tail \
+                or len(ids) < len(head) + len(tail):
+            raise ValueError("a prompt with images must be the chat template around one user "
+                             "message, with no prompt.response_prefix (the chat endpoint "
+                             "cannot start the answer)")
+        middle = ids[len(head):len(ids) - len(tail)]
+        start, image, end = (self.tokenizer.convert_tokens_to_ids(token)
+                             for token in (VISION_START, IMAGE_TOKEN, VISION_END))
+        pieces: list[list[int]] = [[]]
+        index = 0
+        while index < len(middle):
+            if middle[index] == start:
+                close = index + 1
+                while close < len(middle) and middle[close] == image:
+                    close += 1
+                if close < len(middle) and middle[close] == end:
+                    pieces.append([])
+                    index = close + 1
+                    continue
+            pieces[-1].append(middle[index])
+            index += 1
+        if len(pieces) - 1 != len(images):
+            raise ValueError(f"the prompt shows {len(pieces) - 1} images, "
+                             f"{len(images)} were given")
+        content: list[dict[str, Any]] = []
+        for number, piece in enumerate(pieces):
+            if number:
+                content.append({"type": "image_url",
+                                "image_url": {"url": png_data_url(images[number - 1])}})
+            text = self.tokenizer.decode(piece, skip_special_tokens=False) if piece else ""
+            if text:
+                content.append({"type": "text", "text": text})
+        return content
+
+    def chat_body(self, prompt: Sequence[int], images: Sequence[Any], *, temperature: float,
+                  max_new_tokens: int, seed: int, stop: Sequence[str]) -> dict[str, Any]:
+        """The JSON body of one chat request (a prompt with images)."""
+        body: dict[str, Any] = {
+            "model": self.model, "max_tokens": max_new_tokens, "temperature": temperature,
+            "top_p": self.top_p if temperature > 0 else 1.0, "n": 1, "seed": seed,
+            "stream": False,
+            "messages": [{"role": "user", "content": self.chat_content(prompt, images)}],
+        }
+        if stop:
+            body["stop"] = list(stop)
+        return body
+
     def _one(self, prompt: Sequence[int], *, temperature: float, max_new_tokens: int,
-             seed: int, stop: Sequence[str]) -> tuple[int, ...] | FailedGeneration:
-        body = self.request_body(prompt, temperature=temperature,
-                                 max_new_tokens=max_new_tokens, seed=seed, stop=stop)
+             seed: int, stop: Sequence[str], images: Sequence[Any] = ()
+             ) -> tuple[int, ...] | FailedGeneration:
+        chat = bool(images)
+        if chat:
+            body = self.chat_body(prompt, images, temperature=temperature,
+                                  max_new_tokens=max_new_tokens, seed=seed, stop=stop)
+        else:
+            body = self.request_body(prompt, temperature=temperature,
+                                     max_new_tokens=max_new_tokens, seed=seed, stop=stop)
         try:
-            answer = self._post(body)
+            answer = self._post(body, "chat/completions" if chat else "completions")
             choice = answer["choices"][0]
+            if chat:  # the answer's text, re-tokenized (module docstring)
+                choice = {**choice, "text": choice["message"]["content"]}
         except RequestFailedError as error:
             return FailedGeneration(str(error))
         except (KeyError, IndexError, TypeError) as error:
             return FailedGeneration(f"malformed completions answer ({error!r}): "
                                     f"{str(answer)[:300]}")
-        return self.response_ids(choice, stop)
+        return self.response_ids(choice, stop, text=chat)
 
     def generate(
         self,
@@ -217,18 +318,32 @@ class OpenAIEngine:
         max_new_tokens: int,
         seed: int,
         stop: Sequence[str] = (),
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> list[tuple[int, ...] | FailedGeneration]:
         """Sample one response per prompt (see :class:`~algorithms.engines.GenerationEngine`);
-        a request that failed for good gives a :class:`~algorithms.engines.FailedGeneration`."""
+        a request that failed for good gives a :class:`~algorithms.engines.FailedGeneration`.
+        A prompt with ``images`` goes to the chat endpoint (module docstring).
+
+        Raises:
+            ValueError: an empty prompt, or a prompt with images that is not the chat
+                template around one user message.
+        """
         if not prompts:
             return []
         if any(len(prompt) == 0 for prompt in prompts):
             raise ValueError("cannot generate from an empty prompt")
+        shown = list(images) if images is not None else [()] * len(prompts)
+        if len(shown) != len(prompts):
+            raise ValueError(f"{len(shown)} image lists for {len(prompts)} prompts")
+        for prompt, row in zip(prompts, shown, strict=True):  # refused before any request
+            if row:
+                self.chat_content(prompt, row)
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(prompts))) as pool:
             futures = [pool.submit(self._one, prompt, temperature=temperature,
                                    max_new_tokens=max_new_tokens,
-                                   seed=(seed * 1_000_003 + index) % (2**31), stop=stop)
-                       for index, prompt in enumerate(prompts)]
+                                   seed=(seed * 1_000_003 + index) % (2**31), stop=stop,
+                                   images=row)
+                       for index, (prompt, row) in enumerate(zip(prompts, shown, strict=True))]
             return [future.result() for future in futures]
 
     def sync_weights(self, model: Any) -> None:

@@ -30,6 +30,15 @@ temperature and top-k/top-p (``vllm/v1/sample/ops/topk_topp_sampler.py``,
 nucleus, the distribution :class:`~algorithms.engines.hf.HFEngine` records too. Its greedy
 path would return the untempered log-softmax, so greedy requests ask for none and get 0.0.
 
+Images (a vision-language policy, :mod:`algorithms.engines.vision`): a prompt that shows
+images goes to vLLM with each image's run of image tokens cut to one
+(``<|vision_start|><|image_pad|><|vision_end|>``) and the images, resized as the policy
+resizes them (verl-agent's rule), as ``multi_modal_data``; vLLM's own copy of the model's
+image processor (given the policy's pixel bounds through ``mm_processor_kwargs``) patches
+them and expands the tokens again. The expanded prompt must have the length of the
+policy's (the same image tokens), else the request is refused: the two processors
+disagree. The engine is built with ``limit_mm_per_prompt`` one image, no video.
+
 Between rollouts :meth:`VLLMEngine.release` puts the engine to sleep (level 1: weights
 offloaded, KV cache dropped; level 2: both dropped), so training gets the GPU memory
 back; ``gpu_memory_utilization`` caps what vLLM takes while awake on a GPU. On the CPU
@@ -49,7 +58,8 @@ max_model_len=..., enforce_eager=..., generation_config="vllm")``;
 [...]}`` prompts; ``RequestOutput.outputs[0].token_ids`` (the EOS token included when the
 model stopped by itself); ``LLM.collective_rpc("reload_weights", kwargs={
 "weights_iterator": ..., "is_checkpoint_format": True})``; ``LLM.sleep(level=...)``,
-``LLM.wake_up(tags=[...])``; ``vllm.platforms.current_platform.is_cpu()``. The CPU worker
+``LLM.wake_up(tags=[...])``; ``LLM.llm_engine.reset_encoder_cache()`` (the cached vision
+encoder outputs, dropped after a weight sync of a vision-language policy); ``vllm.platforms.current_platform.is_cpu()``. The CPU worker
 replaces ``torch.set_num_threads`` by a no-op when it binds its threads, and without
 ``OMP_NUM_THREADS`` in the environment vLLM drops torch to one thread; since the worker
 runs in this process, the engine sets ``OMP_NUM_THREADS`` to torch's current thread count
@@ -213,6 +223,9 @@ class VLLMEngine:
         gguf_file: GGUF file name inside ``model_path``, for GGUF checkpoints.
         weight_names: the HF names :meth:`sync_weights` must receive, exactly (``None``:
             only vLLM's own check of unknown names).
+        vision: a vision-language policy's
+            :class:`~algorithms.engines.vision.VisionProcessor` (prompts with images);
+            ``None`` for a text model.
     """
 
     def __init__(
@@ -230,8 +243,10 @@ class VLLMEngine:
         tokenizer_path: str | None = None,
         gguf_file: str | None = None,
         weight_names: set[str] | None = None,
+        vision: Any = None,
     ):
         self.backend = vllm_backend()
+        self.vision = vision
         vllm = _import_vllm()
         self._vllm = vllm
         model = os.path.join(model_path, gguf_file) if gguf_file else model_path
@@ -247,6 +262,10 @@ class VLLMEngine:
             kwargs["kv_cache_memory_bytes"] = int(cpu_kv_cache_gib * (1 << 30))
         else:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if vision is not None:
+            kwargs["limit_mm_per_prompt"] = {"image": 1, "video": 0}
+            if vision.pixel_bounds():
+                kwargs["mm_processor_kwargs"] = vision.pixel_bounds()
         try:
             self.llm = vllm.LLM(
                 model=model,
@@ -284,7 +303,8 @@ class VLLMEngine:
                    sleep_level=config.vllm.sleep_level, enforce_eager=config.vllm.enforce_eager,
                    seed=seed, max_model_len=max_model_len, top_p=config.top_p,
                    cpu_kv_cache_gib=config.vllm.cpu_kv_cache_gib,
-                   gguf_file=policy.gguf_file, weight_names=vllm_weight_names(policy.model))
+                   gguf_file=policy.gguf_file, weight_names=vllm_weight_names(policy.model),
+                   vision=getattr(policy, "vision", None))
 
     def _wake(self, tags: list[str] | None) -> None:
         self.llm.wake_up(tags=tags)
@@ -311,6 +331,7 @@ class VLLMEngine:
         max_new_tokens: int,
         seed: int,
         stop: Sequence[str] = (),
+        images: Sequence[Sequence[Any]] | None = None,
     ) -> list[Response]:
         """Sample one response per prompt (see :class:`~algorithms.engines.GenerationEngine`).
 
@@ -324,12 +345,18 @@ class VLLMEngine:
         (``include_stop_str_in_output``: the token that completes a stop string is the last
         one returned).
 
+        ``images``: per prompt, the images its image tokens stand for (module docstring).
+
         Raises:
             ValueError: an empty prompt, or a prompt whose length plus ``max_new_tokens``
-                exceeds ``max_model_len``.
+                exceeds ``max_model_len``; images without a vision-language policy.
+            RuntimeError: vLLM expanded a prompt's images to another number of tokens.
         """
         if not prompts:
             return []
+        if images is not None and any(images) and self.vision is None:
+            raise ValueError("prompts with images need a vision-language policy "
+                             "(VLLMEngine(vision=...))")
         for index, prompt in enumerate(prompts):
             if len(prompt) == 0:
                 raise ValueError("cannot generate from an empty prompt")
@@ -347,9 +374,30 @@ class VLLMEngine:
                                  logprobs=0 if temperature > 0 else None)
             for index in range(len(prompts))
         ]
-        requests = [{"prompt_token_ids": [int(t) for t in prompt]} for prompt in prompts]
+        shown = list(images) if images is not None else [()] * len(prompts)
+        requests = [self._request(prompt, row) for prompt, row in zip(prompts, shown,
+                                                                      strict=True)]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
+        for index, (prompt, row, output) in enumerate(zip(prompts, shown, outputs,
+                                                          strict=True)):
+            expanded = getattr(output, "prompt_token_ids", None)
+            if row and expanded is not None and len(expanded) != len(prompt):
+                raise RuntimeError(
+                    f"prompt {index}: vLLM expanded its image to a prompt of "
+                    f"{len(expanded)} tokens, the policy's has {len(prompt)}: vLLM's image "
+                    "processor and the policy's disagree (pixel bounds, processor class)")
         return [_response(output.outputs[0], greedy=temperature <= 0) for output in outputs]
+
+    def _request(self, prompt: Sequence[int], images: Sequence[Any]) -> dict[str, Any]:
+        """One vLLM prompt: token ids, and for a prompt with images the ids with each
+        image's tokens cut to one and the images (module docstring)."""
+        if not images:
+            return {"prompt_token_ids": [int(t) for t in prompt]}
+        from PIL import Image
+
+        return {"prompt_token_ids": self.vision.collapsed(prompt),
+                "multi_modal_data": {"image": [Image.fromarray(self.vision.prepared(image))
+                                               for image in images]}}
 
     def release(self) -> None:
         """Put the engine to sleep (``sleep_level`` > 0) so training can use the memory."""
@@ -399,3 +447,5 @@ class VLLMEngine:
         self.llm.collective_rpc("reload_weights", kwargs={
             "weights_iterator": items, "is_checkpoint_format": True})
         self.llm.reset_prefix_cache()
+        if self.vision is not None:  # images encoded by the old vision tower: stale
+            self.llm.llm_engine.reset_encoder_cache()

@@ -17,9 +17,17 @@ text sent to the env). Optional per step: ``admissible_actions`` (list of string
 as the RL prompt shows them), ``thought`` (the reasoning put inside ``<think>`` when
 ``prompt.think`` is on; default :func:`default_thought`), ``response`` (the whole answer
 exactly as the model should write it, response prefix included; overrides ``action`` and
-``thought`` for the trained text). Other keys (``task_id``, ``success``, ``perturbed``,
+``thought`` for the trained text), ``info`` (an object: the env's own info keys at that
+step, which a prompt template's ``{info[KEY]}`` placeholders read). Other keys
+(``task_id``, ``success``, ``perturbed``,
 ``expert_action``, ...) are kept for reading but not used. A malformed line is refused
 with its line number and what is wrong (:class:`SFTDataError`).
+
+Visual envs: a step may have ``image``, the path of a PNG file (relative to the JSONL
+file's folder) of the image the agent saw with ``observation``; the prompt shows it as the
+RL rollout does (:mod:`algorithms.agent.prompts`), for a vision-language policy. Data
+generated on a visual env (:func:`expert_trajectories`) are written that way, the images
+in the folder ``<file stem>_images/`` beside the file (:func:`write_trajectories`).
 
 **Tokenization** (:func:`build_examples`) reuses the RL stage's
 :class:`~algorithms.agent.prompts.PromptBuilder`, so an SFT sample is exactly what the RL
@@ -42,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from algorithms.agent.env_slot import split_observation
 from algorithms.agent.prompts import PromptBuilder, PromptTooLongError
 from algorithms.agent.task_choice import choose_task_ids
 from algorithms.config import PromptConfig, TaskOrder
@@ -61,6 +70,9 @@ class ExpertStep:
         admissible_actions: the actions the env offered (empty: free-form).
         thought: reasoning for the ``<think>`` block (``None``: :func:`default_thought`).
         response: the whole answer to train on, or ``None`` to render it.
+        image: the (H, W, 3) uint8 image the agent saw (a visual env), or ``None``.
+        info: the env's own info keys when the agent saw ``observation`` (JSON values;
+            the contract keys left out), for a template's ``{info[KEY]}``; ``None``: none.
     """
 
     observation: str
@@ -68,6 +80,8 @@ class ExpertStep:
     admissible_actions: tuple[str, ...] = ()
     thought: str | None = None
     response: str | None = None
+    image: np.ndarray | None = field(default=None, compare=False, repr=False)
+    info: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -84,30 +98,49 @@ class ExpertTrajectory:
     steps: tuple[ExpertStep, ...]
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        """The JSONL object of this trajectory (optional step keys only when set)."""
+    def to_json(self, images: Sequence[str] = ()) -> dict[str, Any]:
+        """The JSONL object of this trajectory (optional step keys only when set);
+        ``images``: the file names of its steps' images, in step order (steps without
+        one skipped), when it has any."""
         steps = []
+        names = iter(images)
         for step in self.steps:
             item: dict[str, Any] = {"observation": step.observation}
+            if step.image is not None:
+                name = next(names, None)
+                if name is None:
+                    raise ValueError("a step's image needs a file name: write images with "
+                                     "write_trajectories")
+                item["image"] = name
             if step.admissible_actions:
                 item["admissible_actions"] = list(step.admissible_actions)
             item["action"] = step.action
-            for key in ("thought", "response"):
+            for key in ("thought", "response", "info"):
                 if getattr(step, key) is not None:
                     item[key] = getattr(step, key)
             steps.append(item)
         return {"task": self.task, "steps": steps, **self.extra}
 
 
-_STEP_KEYS = {"observation", "action", "admissible_actions", "thought", "response"}
+_STEP_KEYS = {"observation", "action", "admissible_actions", "thought", "response", "image",
+              "info"}
 
 
-def parse_trajectory(line: str, number: int) -> ExpertTrajectory:
+def read_png(path: Path) -> np.ndarray:
+    """A PNG file as an (H, W, 3) uint8 array (its alpha, if any, dropped)."""
+    from PIL import Image
+
+    with Image.open(path) as picture:
+        return np.asarray(picture.convert("RGB"))
+
+
+def parse_trajectory(line: str, number: int, base: Path | None = None) -> ExpertTrajectory:
     """One JSONL line as a trajectory.
 
     Args:
         line: the line's text.
         number: its 1-based line number (for the message).
+        base: the folder steps' ``image`` paths are relative to (default: the current one).
 
     Raises:
         SFTDataError: ``line N: <what is wrong>``.
@@ -138,16 +171,27 @@ def parse_trajectory(line: str, number: int) -> ExpertTrajectory:
         actions = step.get("admissible_actions", [])
         if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
             raise fail(f"{where}.admissible_actions must be a list of strings")
-        for key in ("thought", "response"):
+        for key in ("thought", "response", "image"):
             if key in step and not isinstance(step[key], str):
                 raise fail(f"{where}.{key} must be a string")
+        if "info" in step and not isinstance(step["info"], dict):
+            raise fail(f"{where}.info must be an object (the env's own info keys)")
         unknown = set(step) - _STEP_KEYS
         if unknown:
             raise fail(f"{where} has unknown keys {sorted(unknown)} (allowed: "
                        f"{sorted(_STEP_KEYS)})")
+        image = None
+        if "image" in step:
+            path = (base or Path()) / step["image"]
+            try:
+                image = read_png(path)
+            except (OSError, ValueError) as error:
+                raise fail(f"{where}.image {path}: cannot read it as an image "
+                           f"({error})") from None
         parsed.append(ExpertStep(observation=step["observation"], action=step["action"],
                                  admissible_actions=tuple(actions),
-                                 thought=step.get("thought"), response=step.get("response")))
+                                 thought=step.get("thought"), response=step.get("response"),
+                                 image=image, info=step.get("info")))
     extra = {k: v for k, v in record.items() if k not in ("task", "steps")}
     return ExpertTrajectory(task=task, steps=tuple(parsed), extra=extra)
 
@@ -167,7 +211,7 @@ def read_trajectories(path: str | Path) -> list[ExpertTrajectory]:
             if not line.strip():
                 continue
             try:
-                trajectories.append(parse_trajectory(line, number))
+                trajectories.append(parse_trajectory(line, number, path.parent))
             except SFTDataError as error:
                 raise SFTDataError(f"{path} {error}") from None
     if not trajectories:
@@ -176,11 +220,24 @@ def read_trajectories(path: str | Path) -> list[ExpertTrajectory]:
 
 
 def write_trajectories(path: str | Path, trajectories: Iterable[ExpertTrajectory]) -> int:
-    """Write trajectories as JSONL (one per line); return how many."""
+    """Write trajectories as JSONL (one per line); return how many. Steps' images go to
+    PNG files ``<stem>_images/<trajectory>_<step>.png`` beside the file, which the lines
+    name (relative to the file's folder)."""
+    from agentgym.images import png_bytes
+
+    path = Path(path)
     count = 0
-    with Path(path).open("w", encoding="utf-8") as out:
+    with path.open("w", encoding="utf-8") as out:
         for trajectory in trajectories:
-            out.write(json.dumps(trajectory.to_json(), ensure_ascii=False) + "\n")
+            names = []
+            for index, step in enumerate(trajectory.steps):
+                if step.image is None:
+                    continue
+                name = f"{path.stem}_images/{count:06d}_{index:03d}.png"
+                (path.parent / name).parent.mkdir(parents=True, exist_ok=True)
+                (path.parent / name).write_bytes(png_bytes(step.image))
+                names.append(name)
+            out.write(json.dumps(trajectory.to_json(names), ensure_ascii=False) + "\n")
             count += 1
     return count
 
@@ -192,7 +249,8 @@ class NoExpertError(SFTDataError):
 
 def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, *,
                         perturb: float = 0.0, seed: int = 0, task_order: TaskOrder = "first",
-                        progress: Any = None) -> list[ExpertTrajectory]:
+                        progress: Any = None,
+                        info_keys: Sequence[str] = ()) -> list[ExpertTrajectory]:
     """Play ``episodes`` episodes with the env's declared expert and record them.
 
     The env's tasks are played in order (cycled when ``episodes`` exceeds them), the
@@ -214,6 +272,8 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, 
         seed: seed of the perturbations.
         task_order: ``"first"`` or ``"spread"``.
         progress: optional tqdm-like bar, advanced once per episode.
+        info_keys: info keys to keep in each step's ``info`` (those a prompt template's
+            ``{info[KEY]}`` placeholders read, :func:`algorithms.templates.info_keys`).
 
     Returns:
         The trajectories; ``extra`` holds ``task_id``, ``success``, ``perturbed`` (step
@@ -231,7 +291,8 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, 
         trajectories = []
         for episode in range(episodes):
             task_id = task_ids[episode % len(task_ids)]
-            trajectories.append(_expert_episode(env, env_id, task_id, perturb, rng))
+            trajectories.append(_expert_episode(env, env_id, task_id, perturb, rng,
+                                                tuple(info_keys)))
             if progress is not None:
                 progress.update(1)
         return trajectories
@@ -240,7 +301,7 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], episodes: int, 
 
 
 def _expert_episode(env: Any, env_id: str, task_id: str, perturb: float,
-                    rng: np.random.Generator) -> ExpertTrajectory:
+                    rng: np.random.Generator, info_keys: tuple[str, ...]) -> ExpertTrajectory:
     observation, info = env.reset(options={"task_id": task_id})
     steps: list[ExpertStep] = []
     perturbed: list[int] = []
@@ -260,8 +321,10 @@ def _expert_episode(env: Any, env_id: str, task_id: str, perturb: float,
         if others and perturb > 0 and rng.random() < perturb:
             action = others[int(rng.integers(len(others)))]
             perturbed.append(len(steps))
-        steps.append(ExpertStep(observation=str(observation), action=action,
-                                admissible_actions=admissible))
+        text, image = split_observation(observation)
+        steps.append(ExpertStep(observation=text, action=action,
+                                admissible_actions=admissible, image=image,
+                                info=kept_info(info, info_keys)))
         observation, _, terminated, truncated, info = env.step(action)
         success = bool(info.get("success", False))
         if terminated or truncated:
@@ -272,6 +335,30 @@ def _expert_episode(env: Any, env_id: str, task_id: str, perturb: float,
     return ExpertTrajectory(task=str(info.get("task", "")), steps=tuple(steps),
                             extra={"task_id": task_id, "success": success,
                                    "perturbed": perturbed, "source": f"{env_id} expert"})
+
+
+def kept_info(info: dict[str, Any], keys: Sequence[str]) -> dict[str, Any] | None:
+    """``info``'s values at ``keys`` as JSON values (:func:`agentgym.openenv.codec.to_json`);
+    ``None`` when ``keys`` is empty.
+
+    Raises:
+        SFTDataError: a key the info lacks, or a value with no JSON form.
+    """
+    if not keys:
+        return None
+    from agentgym.openenv.codec import to_json
+
+    kept: dict[str, Any] = {}
+    for key in keys:
+        if key not in info:
+            raise SFTDataError(f"the prompt template reads {{info[{key}]}}, but the env's info "
+                               f"has no key {key!r} (its keys: {sorted(map(str, info))})")
+        try:
+            kept[key] = to_json(info[key])
+        except TypeError as error:
+            raise SFTDataError(f"info[{key!r}] cannot be kept with the SFT data: {error}") \
+                from None
+    return kept
 
 
 # ---------------------------------------------------------------------- responses
@@ -305,10 +392,12 @@ class SFTExample:
     Attributes:
         input_ids: (L,) the token ids.
         loss_mask: (L,) 1 on the response tokens that the loss covers, else 0.
+        images: the (H, W, 3) uint8 images the prompt shows (a visual env's step).
     """
 
     input_ids: tuple[int, ...]
     loss_mask: tuple[int, ...]
+    images: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def response_tokens(self) -> int:
@@ -357,8 +446,8 @@ def response_ids(tokenizer: Any, answer: str, prompt: PromptConfig,
 
 
 def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
-                   prompt: PromptConfig, *, stop: Sequence[str], max_new_tokens: int
-                   ) -> tuple[list[SFTExample], ExampleStats]:
+                   prompt: PromptConfig, *, stop: Sequence[str], max_new_tokens: int,
+                   vision: Any = None) -> tuple[list[SFTExample], ExampleStats]:
     """Tokenize trajectories in the RL stage's prompt layout (module docstring).
 
     Args:
@@ -367,6 +456,9 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
         prompt: the RL stage's prompt settings (layout, template, chat template, prefix).
         stop: the stop strings in effect (``TrainConfig.stop_strings``).
         max_new_tokens: longest response.
+        vision: a vision-language policy's
+            :class:`~algorithms.engines.vision.VisionProcessor`: steps with an image show
+            it in their prompts, as the RL rollout's do (``None``: a text policy).
 
     Returns:
         ``(examples, stats)``: one example per step (``window``) or per trajectory
@@ -374,9 +466,10 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
 
     Raises:
         SFTDataError: an answer that does not start with the response prefix (naming the
-            trajectory and step).
+            trajectory and step), or steps with images in the transcript layout or for a
+            text policy.
     """
-    builder = PromptBuilder(tokenizer, prompt)
+    builder = PromptBuilder(tokenizer, prompt, vision)
     stats = ExampleStats()
     examples: list[SFTExample] = []
     transcript = prompt.layout == "transcript"
@@ -392,6 +485,11 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
                                       prompt, stop, max_new_tokens)
             except ValueError as error:
                 raise SFTDataError(f"trajectory {number} step {index}: {error}") from None
+            if step.image is not None and (transcript or vision is None):
+                raise SFTDataError(
+                    f"trajectory {number} step {index} has an image: " + (
+                        "the transcript layout does not take images" if transcript else
+                        "the policy is a text model (give a vision-language model)"))
             if transcript and index > 0:
                 env_text = list(builder.encode_text(step.observation))
                 if prompt.max_observation_tokens is not None and \
@@ -405,7 +503,9 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
             else:
                 try:
                     built = builder.build(trajectory.task, history, step.observation,
-                                          step.admissible_actions)
+                                          step.admissible_actions,
+                                          images=() if step.image is None else (step.image,),
+                                          info=step.info)
                 except PromptTooLongError:  # the RL rollout ends such a trajectory
                     stats.steps_dropped += len(trajectory.steps) - index
                     break
@@ -419,7 +519,8 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
             mask += [0] * len(context) + [1] * len(answer[0])
             history.append((step.observation, step.action))
             if not transcript:
-                examples.append(SFTExample(tuple(ids), tuple(mask)))
+                examples.append(SFTExample(tuple(ids), tuple(mask),
+                                           images=() if step.image is None else (step.image,)))
         if transcript and any(mask):
             examples.append(SFTExample(tuple(ids), tuple(mask)))
     return examples, stats

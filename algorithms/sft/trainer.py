@@ -66,10 +66,12 @@ from algorithms.sft.data import (
     read_trajectories,
     write_trajectories,
 )
+from algorithms.templates import template_info_keys
 from algorithms.training.build import load_run_policy
 from algorithms.training.learner import Learner
 from algorithms.training.policy import model_identity, split_model
 from algorithms.training.trainer import Trainer
+from algorithms.training.vision_model import vision_hidden_states
 from algorithms.training.warm_start import apply_init_checkpoint, base_fingerprint
 
 DATA_FILE = "sft_data.jsonl"
@@ -77,7 +79,8 @@ DATA_FILE = "sft_data.jsonl"
 
 
 def response_nll(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 loss_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
+                 loss_mask: torch.Tensor, vision: dict[str, torch.Tensor] | None = None
+                 ) -> tuple[torch.Tensor, int]:
     """Summed negative log-likelihood of the masked tokens, and their count.
 
     Token ``t`` is predicted from the hidden state at ``t - 1``; only positions with
@@ -85,20 +88,29 @@ def response_nll(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tens
     vocabulary-sized logits). Position ids follow the attention mask.
 
     Args:
-        model: causal LM (PEFT-wrapped or not).
+        model: causal LM (PEFT-wrapped or not), or a vision-language model.
         input_ids: (B, L) right-padded sequences.
         attention_mask: (B, L) 1 on real tokens.
         loss_mask: (B, L) 1 on the tokens to predict (never column 0).
+        vision: ``pixel_values`` and ``image_grid_thw`` of the rows' prompt images
+            (:meth:`~algorithms.engines.vision.VisionProcessor.tensors`), or ``None``; the
+            image tokens of the context (``loss_mask`` 0) are the images.
 
     Returns:
         ``(nll_sum, tokens)``: a scalar float32 tensor and the number of masked tokens.
     """
     backbone, lm_head = split_model(model)
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     targets = loss_mask[:, 1:].bool()
     with autocast(model):  # the policy's compute dtype (algorithms.precision)
-        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
-                          position_ids=positions, use_cache=False).last_hidden_state
+        if vision:
+            hidden = vision_hidden_states(backbone, input_ids, attention_mask,
+                                          context=loss_mask == 0,
+                                          pixel_values=vision["pixel_values"],
+                                          image_grid_thw=vision["image_grid_thw"])
+        else:
+            positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+            hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
+                              position_ids=positions, use_cache=False).last_hidden_state
         logits = lm_head(hidden[:, :-1][targets]).float()
     nll = torch.nn.functional.cross_entropy(logits, input_ids[:, 1:][targets], reduction="sum")
     return nll, int(targets.sum())
@@ -208,12 +220,13 @@ class SFTTrainer(Trainer):
                 trajectories = expert_trajectories(
                     config.env.env_id, config.env.kwargs(), config.sft.episodes,
                     perturb=config.sft.perturb, seed=config.run.seed,
-                    task_order=config.env.task_order, progress=bar)
+                    task_order=config.env.task_order, progress=bar,
+                    info_keys=template_info_keys(config.prompt))
             where = self.run_dir / DATA_FILE
             write_trajectories(where, trajectories)
         examples, stats = build_examples(
             trajectories, self.policy.tokenizer, config.prompt, stop=config.stop_strings,
-            max_new_tokens=config.generation.max_new_tokens)
+            max_new_tokens=config.generation.max_new_tokens, vision=self.policy.vision)
         if not examples:
             raise SFTDataError(f"{where}: no step fits the prompt settings")
         successes = [t.extra["success"] for t in trajectories if "success" in t.extra]
@@ -240,11 +253,13 @@ class SFTTrainer(Trainer):
         pad_id = int(self.policy.tokenizer.pad_token_id)
         nll_total = 0.0
         for start in range(0, len(chosen), sft.micro_batch_size):
-            ids, attention, mask = collate(chosen[start:start + sft.micro_batch_size],
-                                           pad_id, self.device)
+            micro = chosen[start:start + sft.micro_batch_size]
+            ids, attention, mask = collate(micro, pad_id, self.device)
+            vision = (self.policy.vision.tensors([e.images for e in micro], self.device)
+                      if self.policy.vision is not None else None)
             if self.release_memory:  # the pass grows from live memory, not a fragmented heap
                 release_freed_memory()
-            nll, _ = response_nll(model, ids, attention, mask)
+            nll, _ = response_nll(model, ids, attention, mask, vision or None)
             if self.release_memory:  # and so does the backward pass
                 release_freed_memory()
             (nll / max(tokens, 1)).backward()
@@ -319,7 +334,7 @@ class SFTTrainer(Trainer):
         task_ids = held_out_task_ids(config)
         chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))
         settings = rollout_settings(config, temperature=config.generation.eval_temperature,
-                                    group_size=1, bootstrap=False)
+                                    group_size=1, bootstrap=False, vision=self.policy.vision)
         batches, offsets = [], []
         with progress_bar(self.bars, total=len(task_ids), leave=False,
                           desc="evaluation (episodes)") as bar:
@@ -369,6 +384,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     make.add_argument("--task-order", choices=TASK_ORDERS, default="first",
                       help="play the env's first tasks, or tasks spread over its list")
     make.add_argument("--out", required=True, help="the JSONL file to write")
+    make.add_argument("--info-keys", default="",
+                      help="comma-separated info keys to keep per step, for a prompt "
+                           "template's {info[KEY]} placeholders (e.g. Formula)")
     check = commands.add_parser("check", help="validate a JSONL file")
     check.add_argument("path")
     args = parser.parse_args(argv)
@@ -387,9 +405,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             kwargs["max_steps"] = args.max_steps
         if not 0 <= args.perturb <= 1 or args.episodes < 1:
             raise ValueError("--perturb must be in [0, 1] and --episodes >= 1")
-        trajectories = expert_trajectories(args.env_id, kwargs, args.episodes,
-                                           perturb=args.perturb, seed=args.seed,
-                                           task_order=args.task_order)
+        trajectories = expert_trajectories(
+            args.env_id, kwargs, args.episodes, perturb=args.perturb, seed=args.seed,
+            task_order=args.task_order,
+            info_keys=[key for key in args.info_keys.split(",") if key])
         write_trajectories(args.out, trajectories)
         success = np.mean([t.extra["success"] for t in trajectories])
         steps = sum(len(t.steps) for t in trajectories)

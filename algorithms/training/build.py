@@ -137,6 +137,11 @@ def make_run_engine(config: TrainConfig, policy: Policy, device: torch.device,
     if config.run.max_staleness > 0 and resolve_engine(config.generation, policy) == "hf":
         from algorithms.engines.hf_worker import HFWorkerEngine
 
+        if getattr(policy, "vision", None) is not None:
+            raise ValueError("run.max_staleness > 0 samples with the HF engine in a worker "
+                             "process, which does not take images: train a vision-language "
+                             "policy with --run.max-staleness 0 (or the vllm engine)")
+
         return HFWorkerEngine(policy.model, policy.tokenizer,
                               batch_size=config.generation.batch_size,
                               top_p=config.generation.top_p,

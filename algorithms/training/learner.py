@@ -336,7 +336,7 @@ class Learner:
         # algorithms.runs.distributed)
         scale = float(self.ranks.world_size)
         for micro, rows, real in micro_batches(batch, view, mini, learner.micro_batch_size,
-                                               self.ranks, self.device):
+                                               self.ranks, self.device, self.models.vision):
             mask = rows["response_mask"].float()
             weight, stats_weight = micro_weights(int(mask.sum().item()), mini_tokens, real,
                                                  learner)

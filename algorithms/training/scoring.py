@@ -163,7 +163,8 @@ def score_batch(models: LearnerModels, batch: StepBatch, config: TrainConfig, *,
     try:
         view = batch_view(batch)
         samples = np.arange(num_samples(batch))
-        for index, rows, real in micro_batches(batch, view, samples, micro, ranks, device):
+        for index, rows, real in micro_batches(batch, view, samples, micro, ranks, device,
+                                               models.vision):
             r = rows["response_ids"].shape[1]
             scored = None
             if need_policy_pass:

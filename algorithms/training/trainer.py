@@ -187,7 +187,7 @@ class Trainer:
             # sampled at the temperature the learner scores at (Learner.temperature)
             self.sampler = Sampler(config, self.vec_env, self.engine, self.policy.tokenizer,
                                    self.learner.temperature, ranks, self.group_first,
-                                   self.bars, self._say)
+                                   self.bars, self._say, vision=self.policy.vision)
             if config.run.max_staleness > 0:
                 check_overlap_engine(self.engine, self.policy)
                 score_block = None
@@ -282,7 +282,7 @@ class Trainer:
         results (:func:`algorithms.agent.evaluation.evaluate`)."""
         config = self.config
         settings = rollout_settings(config, temperature=config.generation.eval_temperature,
-                                    group_size=1, bootstrap=False)
+                                    group_size=1, bootstrap=False, vision=self.policy.vision)
         if self.overlap is not None:  # the engine, free of rollouts, with these weights
             self.overlap.engine_ready(iteration)
         return evaluate(config, self.engine, self.policy.tokenizer, settings,

@@ -104,30 +104,42 @@ def apply_init_checkpoint(policy: Policy, config: ModelConfig, *, seed: int = 0)
             f"not this run's model {policy.source} ({current[:19]}); pass that run's "
             "--model.name-or-path / --model.gguf-file / --model.dtype")
     weights = load_checkpoint(path, map_location="cpu", optimizer=False)["learner"]["model"]
-    lora = (meta.get("model") or {}).get("lora")
+    saved_model = meta.get("model") or {}
+    lora = saved_model.get("lora")
     try:
         if lora is not None:
+            targets = list(lora["target_modules"])
             adapters = ModelConfig(lora_rank=int(lora["rank"]), lora_alpha=lora["alpha"],
-                                   lora_target_modules=tuple(lora["target_modules"]))
-            wrapped = attach_lora(model, adapters)
+                                   lora_target_modules=tuple(targets))
+            # a vision-language model's adapters were placed by a pattern (its language
+            # model only, vision_model.language_lora_targets), saved as its one entry
+            pattern = targets[0] if len(targets) == 1 and not targets[0].isidentifier() \
+                else None
+            wrapped = attach_lora(model, adapters, targets=pattern)
             _load_exactly(wrapped, weights, trained_only=True)
             model = wrapped.merge_and_unload()
         else:
-            _load_exactly(model, weights, trained_only=False)
+            # a full fine-tune with frozen weights (a vision tower) stored only the trained
+            # ones; the frozen ones are this base model's, checked by the fingerprint
+            _load_exactly(model, weights,
+                          trained_only=saved_model.get("frozen_fingerprint") is not None)
     except (ValueError, RuntimeError) as error:
         raise CheckpointError(f"--model.init-checkpoint {path} does not fit this run's "
                               f"model: {error}") from None
     for parameter in model.parameters():
         parameter.requires_grad_(True)
+    vision = getattr(policy, "vision", None)
     return wrap_model(model, policy.tokenizer, config,
                       source=f"{policy.source}{STARTED_FROM}{resolve_checkpoint(path)}",
-                      path=policy.path, gguf_file=policy.gguf_file, seed=seed)
+                      path=policy.path, gguf_file=policy.gguf_file, seed=seed,
+                      image_processor=None if vision is None else vision.image_processor)
 
 
 def _load_exactly(model: nn.Module, weights: dict[str, torch.Tensor], *,
                   trained_only: bool) -> None:
     """Load ``weights`` into ``model``: every name must exist, and they must cover the
-    adapters (``trained_only``) or every parameter."""
+    adapters (``trained_only``: a LoRA checkpoint, or a full fine-tune that left some
+    weights frozen, which are the base model's own) or every parameter."""
     names = {name for name, _ in model.named_parameters()}
     unknown = sorted(set(weights) - names)
     if unknown:

@@ -16,7 +16,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
+from gymnasium.utils.env_checker import check_env, data_equivalence
 from gymnasium.vector.utils import batch_space
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,6 +25,7 @@ import agentgym
 from agentgym.core import INFO_KEYS, TextEnv, TextSpace
 from agentgym.registration import ENTRY_POINTS
 from agentgym.scripted import ScriptedTextEnv
+from agentgym.visual import VisualEnv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEAVY_MODULES = (
@@ -148,12 +149,13 @@ def test_contract_info_keys_at_reset_and_step(registered_env):
     env = registered_env.unwrapped
     assert isinstance(env, TextEnv)
     observation, info = env.reset(seed=0)
-    assert isinstance(observation, str)
+    _check_observation(env, observation)
     _check_info(info)
     assert info["valid_action"] is True
     action = info["admissible_actions"][0] if info["admissible_actions"] else "look"
     observation, reward, terminated, truncated, info = env.step(action)
-    assert isinstance(observation, str) and math.isfinite(reward)
+    _check_observation(env, observation)
+    assert math.isfinite(reward)
     assert isinstance(terminated, bool) and isinstance(truncated, bool)
     _check_info(info)
 
@@ -162,7 +164,7 @@ def test_equal_seeds_give_equal_tasks(registered_env):
     env = registered_env.unwrapped
     first = env.reset(seed=123)
     second = env.reset(seed=123)
-    assert first[0] == second[0]
+    assert data_equivalence(first[0], second[0])
     assert first[1]["task_id"] == second[1]["task_id"]
     task_id = env.task_ids[-1]
     assert env.reset(options={"task_id": task_id})[1]["task_id"] == task_id
@@ -191,11 +193,22 @@ def test_fuzzed_actions_never_raise(registered_env, steps):
     env.reset(seed=0)
     for action in steps:
         observation, reward, terminated, truncated, info = env.step(action)
-        assert isinstance(observation, str)
+        _check_observation(env, observation)
         assert math.isfinite(reward)
         _check_info(info)
         if not isinstance(action, str) and not (terminated or truncated):
             assert info["valid_action"] is False
+
+
+def _check_observation(env: TextEnv, observation: object) -> None:
+    """A text env observes a ``str``; a visual env a dict of text and an RGB frame."""
+    assert env.observation_space.contains(observation)
+    if isinstance(env, VisualEnv):
+        assert set(observation) == {"text", "image"} and isinstance(observation["text"], str)
+        image = observation["image"]
+        assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+    else:
+        assert isinstance(observation, str)
 
 
 def _check_info(info: dict) -> None:

@@ -1,4 +1,5 @@
-"""The experts envs declare (``TextEnv.expert_action``): KeyDoor, ALFWorld, WebShop."""
+"""The experts envs declare (``TextEnv.expert_action``): KeyDoor, ALFWorld, WebShop, visual
+Sokoban, EZPoints."""
 
 from __future__ import annotations
 
@@ -64,3 +65,30 @@ def test_webshop_expert_is_the_oracle_and_buys_the_target():
         assert actions == oracle_actions
         assert success == (score == 1.0)
     assert env.expert_action() is None  # bought: the episode is over
+
+
+def test_visual_sokoban_expert_is_the_text_envs_bfs():
+    from agentgym.sokoban import SokobanEnv
+    from agentgym.sokoban.visual import SokobanVisualEnv
+
+    visual, text = SokobanVisualEnv(), SokobanEnv()
+    for task_id in list(visual.task_ids)[:30]:
+        actions, success = play_expert(visual, task_id)
+        assert success and (actions, success) == play_expert(text, task_id)
+    assert visual.expert_action() is None  # solved
+
+
+def test_ezpoints_expert_wins_every_deal_in_four_steps():
+    pytest.importorskip("PIL", reason="the gym-cards envs draw with Pillow (the vision extra)")
+    from agentgym.gym_cards.env import EZPointsEnv
+    from agentgym.gym_cards.rules import action_text
+
+    env = EZPointsEnv(num_tasks=500)
+    for task_id in env.task_ids:
+        actions, success = play_expert(env, task_id)
+        assert success and len(actions) == 4 and actions[-1] == action_text("=")
+        assert all(action in env.admissible_actions() for action in actions)
+    assert env.expert_action() is None  # the episode is over
+    env.reset(options={"task_id": "ezpoints-1"})  # 4 and 3
+    env.step(action_text("*"))
+    assert env.expert_action() is None  # a formula that starts with "*" never scores

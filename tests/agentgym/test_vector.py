@@ -447,3 +447,63 @@ def test_make_vec_async_with_shared_memory_is_a_clear_error():
     cannot be written at all; and the buffer takes 4 bytes x 1 Mi characters per env."""
     with pytest.raises(TypeError, match="shared_memory"):
         gym.make_vec("AgentGym/Scripted-v0", num_envs=2, vectorization_mode="async")
+
+
+# ---------------------------------------------------------------------- visual envs
+@pytest.mark.parametrize("env_id", ["AgentGym/SokobanVisual-v0", "AgentGym/EZPoints-v0"])
+def test_visual_observations_batch_as_stock_sync_vector_env_batches_them(env_id):
+    """A Dict observation batches as Gymnasium batches it (a dict of a (n, H, W, 3) image
+    array and a tuple of texts), inside ``observation_space``, equal to the stock
+    vectorizer's; ``observation_rows`` gives back each env's own observation."""
+    from agentgym.vector import observation_rows
+
+    n = 3
+    make = functools.partial(gym.make, env_id)
+    ours = TextVectorEnv([make] * n)
+    stock = SyncVectorEnv([make] * n, autoreset_mode=AutoresetMode.DISABLED)
+    single = gym.make(env_id)
+    rng = np.random.default_rng(0)
+    try:
+        batches = [(ours.reset(seed=5)[0], stock.reset(seed=5)[0])]
+        actions = single.unwrapped.admissible_actions()
+        for _ in range(3):
+            chosen = [str(rng.choice(actions)) for _ in range(n)]
+            batches.append((ours.step(chosen)[0], stock.step(chosen)[0]))
+        for mine, theirs in batches:
+            assert set(mine) == {"image", "text"} and ours.observation_space.contains(mine)
+            assert mine["image"].shape == (n, *single.observation_space["image"].shape)
+            assert mine["text"] == theirs["text"]
+            np.testing.assert_array_equal(mine["image"], theirs["image"])
+        # the rows are the envs' own observations, each env as played alone
+        rows = observation_rows(batches[0][0], n)
+        for index, row in enumerate(rows):
+            alone, _ = single.reset(seed=5 + index)
+            assert row["text"] == alone["text"]
+            np.testing.assert_array_equal(row["image"], alone["image"])
+        again = ours.step([actions[0]] * n)[0]  # a new array each call
+        assert again["image"] is not batches[-1][0]["image"]
+    finally:
+        ours.close()
+        stock.close()
+        single.close()
+
+
+def test_a_failed_visual_reset_observes_empty_text_and_a_black_frame():
+    from agentgym.vector import observation_rows
+
+    with make_vector_env("AgentGym/SokobanVisual-v0", 2) as venv:
+        observations, infos = venv.reset(options={"task_ids": ["no-such-room", None]})
+        assert infos["env_error"][0] and not infos["_env_error"][1]
+        rows = observation_rows(observations, 2)
+        assert rows[0]["text"] == "" and not rows[0]["image"].any()
+        assert rows[0]["image"].shape == rows[1]["image"].shape and rows[1]["image"].any()
+
+
+def test_observation_rows_refuses_a_batch_of_the_wrong_size():
+    from agentgym.vector import observation_rows
+
+    assert observation_rows(("a", "b"), 2) == ["a", "b"]
+    with pytest.raises(ValueError, match="3 items for 2 envs"):
+        observation_rows(("a", "b", "c"), 2)
+    with pytest.raises(ValueError, match="'image' holds 1 items for 2 envs"):
+        observation_rows({"image": np.zeros((1, 2, 2, 3), np.uint8), "text": ("a", "b")}, 2)

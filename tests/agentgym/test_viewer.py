@@ -81,6 +81,53 @@ def test_api_serves_the_runs_records_and_metrics(runs, server):
     assert error.value.code == 400
 
 
+@pytest.fixture(scope="module")
+def visual_run(tmp_path_factory) -> Path:
+    """A recorded run of the tiny vision-language model on the visual grid."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("PIL")
+    from algorithms.training.trainer import Trainer
+    from tests.algorithms.visual_env import make_vision_policy, visual_config
+
+    root = tmp_path_factory.mktemp("visual") / "vlm"
+    trainer = Trainer(visual_config(iterations=1, eval_every=1), policy=make_vision_policy(),
+                      run_dir=root)
+    trainer.run()
+    return root
+
+
+def test_api_serves_each_steps_image(visual_run):
+    import io
+
+    from PIL import Image
+
+    server = make_server([visual_run], port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for split in ("train", "eval"):
+            records = _get(f"{url}/api/records?run=0&split={split}&iteration=1")
+            steps = [step for record in records for step in record["steps"]]
+            assert steps and all(len(step["images"]) == 1 for step in steps)
+            name = steps[-1]["images"][0]
+            assert name.startswith("iter_000001/t") and name.endswith("_0.png")
+            with urllib.request.urlopen(f"{url}/api/image?run=0&split={split}&name={name}",
+                                        timeout=30) as response:
+                assert response.headers["Content-Type"] == "image/png"
+                picture = Image.open(io.BytesIO(response.read()))
+            assert picture.size == (24, 24)  # the grid as the env drew it (3 x 8 pixels)
+            assert (visual_run / "records" / split / name).is_file()
+        for bad in ("../config.json", "iter_000001/../../config.json", "iter_1/x.png",
+                    "iter_000001/missing.png"):
+            with pytest.raises(urllib.error.HTTPError) as error:
+                urllib.request.urlopen(f"{url}/api/image?run=0&split=train&name={bad}",
+                                       timeout=30)
+            assert error.value.code == 400
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_the_command_refuses_a_folder_without_a_run(tmp_path):
     result = subprocess.run([sys.executable, "-m", "agentgym.viewer", str(tmp_path)],
                             cwd=REPO, capture_output=True, text=True, timeout=60)
@@ -167,6 +214,31 @@ def test_click_through_to_a_step_shows_the_record(runs, page, shots):
         assert f"traj {traj} step {index}" in group
     assert page.locator(".group").count() == len({r["group"] for r in records})
     page.screenshot(path=str(shots / "step.png"), full_page=True)
+
+
+@pytest.mark.browser
+def test_a_visual_step_shows_its_image(visual_run, browser, shots):
+    server = make_server([visual_run], port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page = _open(browser, f"http://127.0.0.1:{server.server_address[1]}")
+        records = read_records(visual_run / "records" / "train" / "iter_000001.jsonl.gz")
+        page.click("#tab-rollouts")
+        page.click('[data-testid="iteration-train-1"]')
+        record = records[0]
+        step = record["steps"][0]
+        page.click(f'.step[data-traj="{record["traj_id"]}"][data-step="{step["step"]}"]')
+        image = page.locator("img.observation-image")
+        image.wait_for()
+        page.wait_for_function(
+            "() => document.querySelector('img.observation-image').naturalWidth > 0")
+        assert image.get_attribute("alt") == step["images"][0]
+        assert image.evaluate("node => node.naturalWidth") == 24
+        page.screenshot(path=str(shots / "visual-step.png"), full_page=True)
+        page.close()
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.browser

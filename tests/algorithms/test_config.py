@@ -28,6 +28,11 @@ def test_only_ppo_bootstraps_truncated_episodes():
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_presets_are_valid_and_round_trip(name):
+    import gymnasium as gym
+
+    import agentgym  # noqa: F401  (registers the ids)
+
+    assert PRESETS[name].env.env_id in gym.registry
     config = PRESETS[name].validate()
     assert config.preset == name and name in PRESET_HELP
     data = json.loads(json.dumps(config.to_dict()))
@@ -45,6 +50,79 @@ def test_gpu_presets_follow_the_paper():
     search = PRESETS["searchqa-3b"]
     assert (search.env.group_size, search.env.max_steps, search.env.penalty()) == (5, 4, 0.01)
     assert search.env.env_id == "AgentGym/SearchQA-v0"
+
+
+def test_vision_language_presets_follow_run_sokoban_sh_and_run_ezpoints_sh():
+    sokoban, cards = PRESETS["sokoban-vl-3b"], PRESETS["ezpoints-vl-3b"]
+    for preset in (sokoban, cards):
+        assert preset.algo == "gigpo" and preset.model.kind == "vision"
+        assert preset.model.name_or_path == "Qwen/Qwen2.5-VL-3B-Instruct"
+        assert preset.model.lora_rank == 0 and preset.model.train_vision_tower
+        assert preset.model.gradient_checkpointing
+        assert (preset.model.image_min_pixels, preset.model.image_max_pixels) == (
+            256 * 256, 2048 * 2048)
+        assert preset.learner.normalize == "mean" and preset.learner.lr == 1e-6
+        assert (preset.learner.kl_coef, preset.learner.kl_estimator) == (0.01, "k3")
+        assert preset.learner.gamma == 0.95 and preset.learner.step_weight == 1.0
+        assert (preset.prompt.max_prompt_tokens, preset.generation.max_new_tokens) == (
+            1024, 512)
+        assert preset.prompt.history_window == 0 and preset.env.group_size == 8
+        assert preset.generation.vllm.gpu_memory_utilization == 0.6
+        assert (preset.generation.temperature, preset.generation.eval_temperature) == (
+            1.0, 0.4)
+        assert preset.run.eval_every == 5 and preset.env.eval_episodes == 128
+        assert preset.run.eval_before_train and preset.learner.micro_batch_size == 8
+    assert sokoban.env.env_id == "AgentGym/SokobanVisual-v0"
+    assert (sokoban.env.num_groups, sokoban.env.max_steps) == (32, 15)
+    assert (sokoban.learner.mini_batch_size, sokoban.run.iterations) == (64, 150)
+    assert sokoban.prompt.image_position == "observation" and sokoban.prompt.think
+    assert cards.env.env_id == "AgentGym/EZPoints-v0"
+    assert (cards.env.num_groups, cards.env.max_steps) == (16, 8)
+    assert (cards.learner.mini_batch_size, cards.run.iterations) == (128, 100)
+    assert cards.prompt.image_position == "start" and cards.prompt.action_tag == ""
+    assert not cards.prompt.think and cards.stop_strings == ()
+
+
+@pytest.mark.parametrize("name", ["sokoban-vl-3b", "ezpoints-vl-3b"])
+def test_vision_language_presets_build_their_envs_and_speak_their_action_protocol(name):
+    """The presets' kwargs build the real envs (training seeds from 0, held-out ones from
+    2^16, as verl-agent's validation draws), with the script's step limit and the frame as
+    the anchor; an answer in the preset's format, parsed as the rollout parses it, is a valid
+    action of the env, and one the env cannot read is invalid."""
+    import gymnasium as gym
+
+    import agentgym  # noqa: F401  (registers the ids)
+    from algorithms.agent.parsing import parse_action
+
+    config = PRESETS[name].validate()
+    train = gym.make(config.env.env_id, **config.env.kwargs()).unwrapped
+    held_out = gym.make(config.env.env_id, **config.env.eval_kwargs()).unwrapped
+    try:
+        assert train.max_steps == held_out.max_steps == config.env.max_steps
+        assert train.anchor_mode == held_out.anchor_mode == "observation"
+        assert train.task_ids.seed_of(train.task_ids[0]) == 0
+        assert held_out.task_ids.seed_of(held_out.task_ids[0]) == 2**16
+        observation, info = train.reset(options={"task_id": train.task_ids[3]})
+        assert info["anchor"][0] == "image" and observation["image"].dtype.name == "uint8"
+        prompt = config.prompt
+        if name == "sokoban-vl-3b":
+            answer = "<think>The box is above me.</think><action>up</action>"
+        else:  # the JSON answer verl-agent's EZPoints prompt asks for, the expert's word
+            word = json.loads(train.expert_action())["action"]
+            answer = f'{{\n  "thoughts": "I see two cards.",\n  "action": "{word}"\n}}'
+        parsed = parse_action(answer, think=prompt.think, action_tag=prompt.action_tag,
+                              style=prompt.env_style)
+        assert parsed.format_ok
+        info = train.step(parsed.action)[4]
+        assert info["valid_action"]
+        if name == "ezpoints-vl-3b":
+            assert info["Formula"] == [int(word)]
+        garbage = parse_action("I am not sure.", think=prompt.think,
+                               action_tag=prompt.action_tag, style=prompt.env_style)
+        assert not (garbage.format_ok and train.step(garbage.action)[4]["valid_action"])
+    finally:
+        train.close()
+        held_out.close()
 
 
 def test_hgpo_presets_follow_recipe_hgpos_1_5b_scripts():

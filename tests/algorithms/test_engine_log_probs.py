@@ -163,3 +163,111 @@ def test_hf_log_probs_under_top_p_are_those_of_the_truncated_law():
     assert 0.5 <= mass < 0.99 and kept[row[0]]
     scored = _scored(policy.model, [prompt], [row], 0.7)[0][0]
     assert row.log_probs[0] == pytest.approx(scored - mass.log().item(), abs=TOLERANCE)
+
+
+# --- vision-language models ----------------------------------------------------------
+
+VLM_KINDS = ("qwen2_5_vl", "qwen3_vl")
+
+
+def _grid_image(seed: int, height: int, width: int):
+    import numpy as np
+
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+@pytest.mark.parametrize("kind", VLM_KINDS)
+def test_hf_vlm_log_probs_equal_the_learners_scores_with_the_same_pixels(kind):
+    """Prompts with images of different sizes and a text-only prompt, in two generate
+    batches: the engine's recorded log-probs equal the scorer's on the same pixel inputs
+    (re-encoded from the images), responses with sampled image tokens included."""
+    from tests.algorithms.visual_env import make_vision_policy
+
+    policy = make_vision_policy(kind=kind, seed=3)
+    vision, tokenizer = policy.vision, policy.tokenizer
+    images = [(_grid_image(0, 24, 24),), (_grid_image(1, 300, 90),), (),
+              (_grid_image(2, 40, 64),)]
+    counts = [vision.token_counts(vision.encode(row))[0] if row else 0 for row in images]
+    assert len(set(counts) - {0}) > 1  # images of different token counts
+    prompts = [tokenizer(("Now you see: " + vision.placeholder(count) if count else "look")
+                         + " up down", add_special_tokens=False)["input_ids"]
+               for count in counts]
+    engine = HFEngine(policy.model, tokenizer, batch_size=3, vision=vision)
+    rows = engine.generate(prompts, temperature=1.0, max_new_tokens=16, seed=7,
+                           images=images)
+    assert all(len(row.log_probs) == len(row) for row in rows)
+    width = max(len(p) for p in prompts)
+    length = max(len(r) for r in rows)
+    prompt_ids = torch.zeros((len(prompts), width), dtype=torch.long)
+    prompt_mask = torch.zeros_like(prompt_ids)
+    response_ids = torch.zeros((len(prompts), length), dtype=torch.long)
+    response_mask = torch.zeros_like(response_ids)
+    for row, (prompt, response) in enumerate(zip(prompts, rows, strict=True)):
+        prompt_ids[row, width - len(prompt):] = torch.tensor(prompt)
+        prompt_mask[row, width - len(prompt):] = 1
+        response_ids[row, : len(response)] = torch.tensor(list(response))
+        response_mask[row, : len(response)] = 1
+    with torch.no_grad():
+        scored = score_responses(policy.model, prompt_ids, prompt_mask, response_ids,
+                                 response_mask, vision=vision.tensors(images, "cpu"))
+    gap = max(abs(a - b) for row, response in enumerate(rows)
+              for a, b in zip(response.log_probs, scored.log_probs[row].tolist(), strict=False))
+    assert gap < TOLERANCE
+    # the pixels matter: other images give other log-probs
+    other = [tuple(_grid_image(9, *image.shape[:2]) for image in row) for row in images]
+    with torch.no_grad():
+        moved = score_responses(policy.model, prompt_ids, prompt_mask, response_ids,
+                                response_mask, vision=vision.tensors(other, "cpu"))
+    changed = (moved.log_probs - scored.log_probs).abs() * response_mask
+    assert changed[[0, 1, 3]].max() > 1e-4 and changed[2].max() == 0
+
+
+@pytest.mark.parametrize(("kind", "lora", "tower", "dtype"),
+                         [("qwen2_5_vl", False, False, "float32"),
+                          ("qwen2_5_vl", True, True, "float32"),
+                          ("qwen3_vl", True, False, "float32"),
+                          ("qwen2_5_vl", True, False, "bfloat16"),
+                          ("qwen3_vl", False, True, "bfloat16")])
+def test_vlm_rollout_batch_scores_on_policy(kind, lora, tower, dtype):
+    """The visual grid rolled out by the HF engine, then scored as the learner scores it
+    (its micro-batches re-encode the stored images): the old log-probs equal the
+    behaviour log-probs the engine recorded, on every response token. Also under CPU
+    mixed precision (bfloat16 compute; with LoRA the frozen tower's and language model's
+    linear weights stored in bfloat16)."""
+    import numpy as np
+
+    from agentgym.vector import make_vector_env
+    from algorithms.agent.rollout import RolloutSettings, collect_rollout
+    from algorithms.config import PromptConfig
+    from algorithms.runs.distributed import SINGLE
+    from algorithms.training.micro_batches import micro_batches
+    from algorithms.training.policy import Scorer
+    from tests.algorithms.visual_env import ENV_ID, make_vision_policy
+
+    config = ModelConfig(lora_rank=2 if lora else 0, lora_alpha=4, train_vision_tower=tower,
+                         dtype=dtype)
+    policy = make_vision_policy(kind=kind, seed=1, model_config=config)
+    if lora:
+        with torch.no_grad():
+            for name, parameter in policy.model.named_parameters():
+                if "lora_B" in name:
+                    parameter.fill_(0.1)
+    vec_env = make_vector_env(ENV_ID, 4, group_size=2, max_steps=3)
+    settings = RolloutSettings(group_size=2, max_steps=3, temperature=1.0, max_new_tokens=10,
+                               invalid_action_penalty=0.1, prompt=PromptConfig(think=False),
+                               keep_bootstrap_prompts=False, vision=policy.vision)
+    engine = HFEngine(policy.model, policy.tokenizer, batch_size=3, vision=policy.vision)
+    batch = collect_rollout(vec_env, engine, policy.tokenizer, settings, group_task_ids=None,
+                            seed=3)
+    vec_env.close()
+    assert batch.images is not None and all(len(row) == 1 for row in batch.images)
+    scorer = Scorer(policy.model)
+    old = np.zeros(batch.response_ids.shape, dtype=np.float32)
+    with torch.no_grad():
+        for index, rows, _ in micro_batches(batch, None, np.arange(len(batch)), 5, SINGLE,
+                                            torch.device("cpu"), policy.vision):
+            assert rows["image_grid_thw"].shape[0] == len(index)
+            log_probs, _, _ = scorer(rows, temperature=1.0)
+            old[index, :log_probs.shape[1]] = log_probs.numpy()
+    mask = batch.response_mask.astype(bool)
+    assert np.abs(old[mask] - batch.behaviour_log_probs[mask]).max() < TOLERANCE

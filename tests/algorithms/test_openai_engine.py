@@ -144,3 +144,70 @@ def test_training_with_the_openai_engine_is_refused_evaluation_is_not():
     with pytest.raises(ValueError, match="needs generation.openai.base_url"):
         replace(config, generation={"openai": {"base_url": None}}, run={"eval_only": True}).validate()
     assert GenerationConfig().openai.token_ids
+
+
+# --- images: the chat endpoint ---------------------------------------------------------
+
+class ChatServer(Server):
+    """Also answers ``/chat/completions`` (with a chat message, no token ids)."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/chat/completions"):
+            body = json.loads(request.content)
+            self.bodies.append(body)
+            # the standard API strips the stop string; vLLM names it in stop_reason
+            message = {"role": "assistant", "content": "<action> up "}
+            return httpx.Response(200, json={"choices": [
+                {"index": 0, "message": message, "finish_reason": "stop",
+                 "stop_reason": "</action>"}]})
+        return super().__call__(request)
+
+
+def test_prompts_with_images_go_to_the_chat_endpoint_as_png_data_urls():
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from algorithms.agent.prompts import PromptBuilder
+    from algorithms.config import PromptConfig
+    from benchmarks.tiny_vlm import tiny_image_processor, vlm_tokenizer
+    from tests.algorithms.visual_env import MOVES, TASK, vocabulary_texts
+
+    tokenizer = vlm_tokenizer(vocabulary_texts())
+    from algorithms.engines.vision import VisionProcessor
+
+    vision = VisionProcessor(tiny_image_processor(), tokenizer)
+    image = np.random.default_rng(0).integers(0, 256, (24, 30, 3), dtype=np.uint8)
+    builder = PromptBuilder(tokenizer, PromptConfig(think=False), vision)
+    with_image = builder.build(TASK, [], "You moved.", tuple(MOVES), images=[image])
+    plain = builder.build(TASK, [], "You moved.", tuple(MOVES))
+    server = ChatServer()
+    engine = OpenAIEngine(URL, None, tokenizer, transport=httpx.MockTransport(server),
+                          backoff=0.0, concurrency=1)
+    out = engine.generate([with_image.token_ids, plain.token_ids], temperature=0.4,
+                          max_new_tokens=16, seed=1, stop=["</action>"],
+                          images=[with_image.images, ()])
+    expected = tuple(tokenizer("<action> up </action>", add_special_tokens=False)["input_ids"])
+    assert out[0] == expected and out[1] == (7, 8, 9)
+    chat = next(body for body in server.bodies if "messages" in body)
+    completion = next(body for body in server.bodies if "prompt" in body)
+    assert completion["prompt"] == list(plain.token_ids)
+    (message,) = chat["messages"]
+    assert message["role"] == "user" and chat["stop"] == ["</action>"]
+    kinds = [part["type"] for part in message["content"]]
+    assert kinds == ["text", "image_url", "text"]
+    assert message["content"][0]["text"].endswith("Now you see:")
+    assert message["content"][2]["text"].startswith("You moved.")
+    assert "<|im_start|>" not in json.dumps(message)  # the server templates the chat
+    url = message["content"][1]["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+    decoded = np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))))
+    assert np.array_equal(decoded, image)  # the image as the env drew it
+    # a response prefix cannot be said in the chat format: refused before any request
+    prefixed = PromptBuilder(tokenizer, PromptConfig(think=False, response_prefix="<action>"),
+                             vision).build(TASK, [], "You moved.", (), images=[image])
+    with pytest.raises(ValueError, match="no prompt.response_prefix"):
+        engine.generate([prefixed.token_ids], temperature=0.4, max_new_tokens=4, seed=0,
+                        images=[prefixed.images])

@@ -186,3 +186,28 @@ def test_template_is_checked_by_config_validation_before_any_model_loads(tmp_pat
         replace(TrainConfig(), prompt={"template": str(path)}).validate()
     with pytest.raises(ValueError, match="prompt.template: .*No such file"):
         replace(TrainConfig(), prompt={"template": str(tmp_path / "none.txt")}).validate()
+
+
+def test_template_info_placeholders_read_the_envs_info(tmp_path):
+    """``{info[KEY]}`` writes the current info's value; a list is its items joined
+    (verl-agent's EZPoints prompt writes the formula so); ``{{``/``}}`` stay literal."""
+    from algorithms.templates import info_keys, info_text
+
+    path = tmp_path / "template.txt"
+    path.write_text("Formula: '{info[Formula]}' of {info[Cards]}, {info[7]} {{x}}",
+                    encoding="utf-8")
+    builder = PromptBuilder(_CharTokenizer(), PromptConfig(template=str(path)))
+    info = {"Formula": [4, "+"], "Cards": ("H4", "C8"), "7": 0.5, "task": "t"}
+    built = builder.build("t", [], "o", (), info=info)
+    assert "Formula: '4+' of H4C8, 0.5 {x}" in built.text
+    assert "Formula: '' of" in builder.build("t", [], "o", (),
+                                             info={**info, "Formula": []}).text
+    assert info_keys(load_template(path)) == ("Formula", "Cards", "7")
+    assert (info_text([]), info_text(12), info_text("ab")) == ("", "12", "ab")
+    with pytest.raises(ValueError, match=r"reads \{info\[Formula\]\}, but the env's info has "
+                                         r"no key 'Formula' \(its keys: \['task'\]\)"):
+        builder.build("t", [], "o", (), info={"task": "t"})
+    for bad in ("{info[]}", "{info[a][b]}", "{infos[a]}"):
+        path.write_text(bad, encoding="utf-8")
+        with pytest.raises(ValueError, match="unknown placeholder"):
+            load_template(path)

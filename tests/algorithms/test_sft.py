@@ -104,6 +104,8 @@ def test_jsonl_round_trip(tmp_path):
      r"line 2: steps\[0\].admissible_actions must be a list of strings"),
     ('{"task": "t", "steps": [{"observation": "o", "action": "a", "thought": 3}]}',
      r"line 2: steps\[0\].thought must be a string"),
+    ('{"task": "t", "steps": [{"observation": "o", "action": "a", "info": [1]}]}',
+     r"line 2: steps\[0\].info must be an object"),
     ('{"task": "t", "steps": [{"observation": "o", "action": "a", "reward": 1}]}',
      r"line 2: steps\[0\] has unknown keys \['reward'\]"),
 ])
@@ -168,6 +170,40 @@ def test_expert_episodes_play_the_first_tasks_or_tasks_spread_over_the_list():
 def test_an_env_without_expert_is_refused_in_one_line():
     with pytest.raises(NoExpertError, match="AgentGym/Scripted-v0 declares no expert.*--sft.data"):
         expert_trajectories("AgentGym/Scripted-v0", {}, 1)
+
+
+def test_info_a_template_reads_is_kept_with_the_steps_and_fills_the_sft_prompts(
+        tmp_path, words):
+    """A template's ``{info[KEY]}`` reads the env's info in the RL prompt; generated SFT
+    steps keep those keys (``info`` in the JSONL), so the SFT prompt is the same."""
+    from algorithms.sft.data import kept_info
+
+    assert kept_info({"room": "hall"}, ()) is None
+    with pytest.raises(SFTDataError, match=r"reads \{info\[floor\]\}, but the env's info has "
+                                           "no key 'floor'"):
+        kept_info({"room": "hall"}, ("floor",))
+    trajectories = expert_trajectories(KEYDOOR, KEYDOOR_KWARGS, 3, info_keys=("room",))
+    rooms = [step.info["room"] for t in trajectories for step in t.steps]
+    assert rooms and all(isinstance(room, str) for room in rooms)
+    path = tmp_path / "data.jsonl"
+    write_trajectories(path, trajectories)
+    assert '"info": {"room": ' in path.read_text(encoding="utf-8")
+    assert read_trajectories(path) == trajectories
+    assert main(["make-data", "--env-id", KEYDOOR, "--env-kwargs", json.dumps(KEYDOOR_KWARGS),
+                 "--episodes", "2", "--info-keys", "room,has_key", "--out", str(path)]) == 0
+    assert set(read_trajectories(path)[0].steps[0].info) == {"room", "has_key"}
+    template = tmp_path / "template.txt"
+    template.write_text("{task} You are in the {info[room]} . {observation}", encoding="utf-8")
+    prompt = replace(PRESETS["cpu-demo"], prompt={"template": str(template)}).prompt
+    policy = tiny(" ".join([words, *rooms]))  # the rooms' names as words of their own
+    examples, _ = build_examples(trajectories, policy.tokenizer, prompt,
+                                 stop=("</action>",), max_new_tokens=8)
+    texts = [policy.tokenizer.decode(list(e.input_ids)) for e in examples]
+    assert all(f"You are in the {room} " in text for text, room in
+               zip(texts, rooms, strict=True))
+    with pytest.raises(ValueError, match=r"reads \{info\[room\]\}"):  # data without it
+        build_examples(expert_trajectories(KEYDOOR, KEYDOOR_KWARGS, 1), policy.tokenizer,
+                       prompt, stop=("</action>",), max_new_tokens=8)
 
 
 # ---------------------------------------------------------------------- tokenization

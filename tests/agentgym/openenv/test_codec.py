@@ -63,3 +63,30 @@ def test_info_to_json_keeps_every_key_and_is_json():
 def test_info_to_json_requires_the_contract_keys():
     with pytest.raises(KeyError, match="anchor"):
         info_to_json({key: None for key in INFO_KEYS if key != "anchor"})
+
+
+VISUAL_IDS = ("AgentGym/SokobanVisual-v0", "AgentGym/EZPoints-v0", "AgentGym/NumberLine-v0",
+              "AgentGym/Blackjack-v0")
+
+
+@pytest.mark.parametrize("env_id", VISUAL_IDS)
+def test_visual_envs_are_refused_in_one_line_before_they_are_built(env_id):
+    from agentgym.openenv.codec import check_text_env, observation_text
+
+    with pytest.raises(ValueError, match=rf"serves text observations only: {env_id} observes "
+                                         "a dict of text and an image") as error:
+        check_text_env(env_id)
+    assert "\n" not in str(error.value)
+    observation, _ = gym.make(env_id).reset(seed=0)
+    with pytest.raises(ValueError, match="serves text observations only"):
+        observation_text(env_id, observation)
+
+
+def test_text_envs_pass_the_text_check():
+    from agentgym.openenv.codec import check_text_env, observation_text
+
+    for env_id in ("AgentGym/Sokoban-v0", "AgentGym/KeyDoor-v0", "AgentGym/Scripted-v0"):
+        check_text_env(env_id)
+        observation, _ = gym.make(env_id).reset(seed=0)
+        assert observation_text(env_id, observation) == observation
+    check_text_env("NoSuchEnv-v0")  # unknown ids are gym.make's to report

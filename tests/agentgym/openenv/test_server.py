@@ -211,6 +211,15 @@ def test_create_app_fails_early_on_bad_env_kwargs():
         server_module.create_app("AgentGym/Scripted-v0", max_sessions=0)
 
 
+@pytest.mark.parametrize("check_env", [True, False])
+def test_a_visual_env_is_refused_in_one_line(check_env):
+    for env_id in ("AgentGym/SokobanVisual-v0", "AgentGym/EZPoints-v0"):
+        with pytest.raises(ValueError, match=f"serves text observations only: {env_id}"):
+            server_module.create_app(env_id, check_env=check_env)
+        with pytest.raises(ValueError, match="serves text observations only"):
+            server_module.AgentGymEnvironment(env_id)
+
+
 def test_remote_text_env_is_gym_shaped(scripted_server):
     from agentgym.openenv import RemoteTextEnv
 

@@ -1,0 +1,191 @@
+"""The ``sokoban-vl-3b`` path on one GPU with random weights of Qwen2.5-VL-3B-Instruct's shape:
+seconds per phase and peak GPU memory, full fine-tune and LoRA, no download.
+
+Run from the repository root on a CUDA machine (about 5 to 10 minutes on an H100/H200)::
+
+    python -m benchmarks.gpu_vlm                       # both modes, 2 iterations each
+    python -m benchmarks.gpu_vlm --modes lora --iterations 1
+    python -m benchmarks.gpu_vlm --shape tiny --device cpu   # a dry run of the same steps
+
+What runs: the ``sokoban-vl-3b`` preset (GiGPO, bfloat16 weights on the GPU, gradient
+checkpointing, KL 0.01 against a frozen reference, mini-batches of 64 steps in
+micro-batches of 8, prompts up to 1024 tokens, the image where verl-agent's Sokoban
+prompt shows it, no history, verl-agent's resize to 256 x 256 pixels) through
+:class:`~algorithms.training.trainer.Trainer`, with these changes, so that it fits in
+minutes: the HF engine (not vLLM), ``--groups`` x ``--group-size`` trajectories of
+``--max-steps`` steps (default 2 x 4, 3 steps) and answers of ``--max-new-tokens`` (64).
+Modes: ``full`` -- the preset's full fine-tune, vision tower trained
+(``model.train_vision_tower``); ``lora`` -- LoRA rank 64 (alpha 128) on the language model,
+tower frozen, the KL reference the base model with the adapters off.
+
+The model: :func:`benchmarks.tiny_vlm.qwen2_5_vl_3b_config` (36 layers of 2048, a
+32-block vision tower of 1280: 3.75 B weights, vocabulary 151,936), randomly initialised
+on the device, with a word-level tokenizer of the env's words padded with filler words
+to the full vocabulary (random weights write random tokens: every answer runs to the
+token limit and every episode to the step limit, which is what a time and memory
+measurement wants). The image processor is Qwen2.5-VL's own settings (patch 14, merge 2,
+3,136 to 12,845,056 pixels): a 256 x 256 frame is 81 image tokens.
+
+The env: ``AgentGym/SokobanVisual-v0``, the preset's (``--env`` names any other visual env,
+or ``module:id``). Per mode it prints a table of seconds and peak GPU
+memory (torch's peak allocated, reset at each phase) for setup, rollout, log-probs,
+advantages, update and checkpoint, and the iterations' metrics; the last line reads
+``gpu vlm: ok``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.vlm_smoke import PHASES, PhaseMeter, env_texts, measured_run, registered_env_id
+
+VISUAL_SOKOBAN = "AgentGym/SokobanVisual-v0"
+LORA = {"lora_rank": 64, "lora_alpha": 128}
+
+
+def random_policy(shape: str, texts: list[str], mode: str, device: torch.device,
+                  model_config: Any) -> Any:
+    """A random vision-language policy of ``shape`` (``3b``: Qwen2.5-VL-3B's; ``tiny``)
+    in the preset's dtype on ``device``, wrapped as ``model_config`` says."""
+    from algorithms.training.policy import resolve_dtype, wrap_model
+    from benchmarks.tiny_vlm import (
+        qwen2_5_vl_3b_config,
+        tiny_image_processor,
+        tiny_vlm_config,
+        vlm_tokenizer,
+    )
+
+    if shape == "3b":
+        config = qwen2_5_vl_3b_config()
+        filler = [f"w{i}" for i in range(config.text_config.vocab_size)]
+        tokenizer = vlm_tokenizer([*texts, " ".join(filler)])
+        extra = len(tokenizer) - config.text_config.vocab_size
+        if extra > 0:
+            raise ValueError(f"the env's words overflow the vocabulary by {extra}")
+        ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
+            ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+            ("vision_start_token_id", "<|vision_start|>"),
+            ("vision_end_token_id", "<|vision_end|>"))}
+        for name, value in ids.items():
+            setattr(config, name, value)
+        config.text_config.eos_token_id = tokenizer.eos_token_id
+        config.text_config.pad_token_id = tokenizer.pad_token_id
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+            Qwen2VLImageProcessorPil,
+        )
+
+        image_processor = Qwen2VLImageProcessorPil(min_pixels=3136, max_pixels=12845056)
+    else:
+        tokenizer = vlm_tokenizer(texts)
+        config = tiny_vlm_config("qwen2_5_vl", tokenizer)
+        image_processor = tiny_image_processor()
+    from transformers import AutoModelForImageTextToText
+
+    dtype = resolve_dtype(model_config.dtype, device)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), \
+            torch.device(device):
+        torch.manual_seed(0)
+        model = AutoModelForImageTextToText.from_config(config, dtype=dtype)
+    return wrap_model(model, tokenizer, model_config, source=f"random {shape} ({mode})",
+                      path=f"random-{shape}", gguf_file=None, seed=0,
+                      image_processor=image_processor)
+
+
+def run_config(args: argparse.Namespace, mode: str, workdir: Path) -> Any:
+    """The ``sokoban-vl-3b`` preset with the benchmark's changes (module docstring)."""
+    from algorithms.config import PRESETS, replace
+
+    model = {"name_or_path": None, "kind": "vision"}
+    if mode == "lora":
+        model.update(LORA, train_vision_tower=False)
+    return replace(
+        PRESETS["sokoban-vl-3b"], model=model,
+        generation={"engine": "hf", "max_new_tokens": args.max_new_tokens},
+        env={"env_id": args.env_id, "num_groups": args.groups, "group_size": args.group_size,
+             "max_steps": args.max_steps, "eval_env_kwargs": "{}"},
+        run={"iterations": args.iterations, "eval_every": 0, "eval_before_train": False,
+             "save_every": args.iterations, "device": args.device, "tensorboard": False,
+             "progress": False, "output_dir": str(workdir), "record_trajectories": 4})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default=None, help="visual env id or module:id "
+                        "(default: AgentGym/SokobanVisual-v0 if registered, else the grid)")
+    parser.add_argument("--shape", default="3b", choices=("3b", "tiny"))
+    parser.add_argument("--modes", nargs="+", default=["full", "lora"],
+                        choices=("full", "lora"))
+    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--groups", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-steps", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--workdir", default=None)
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("gpu vlm: no CUDA GPU here (--device cpu --shape tiny runs a dry run)")
+        return 2
+    args.env_id = registered_env_id(args.env or VISUAL_SOKOBAN)
+    from algorithms.runs.console import quiet_dependency_bars
+
+    quiet_dependency_bars()
+    device = torch.device(args.device)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="gpu-vlm-"))
+    texts = env_texts(args.env_id, {})
+    if device.type == "cuda":
+        print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    print(f"env {args.env_id}; {args.groups} groups x {args.group_size}, {args.max_steps} "
+          f"steps, {args.max_new_tokens} new tokens, {args.iterations} iterations; "
+          f"shape {args.shape}")
+    failed = False
+    for mode in args.modes:
+        config = run_config(args, mode, workdir)
+        meter = PhaseMeter(args.device)
+        began = time.perf_counter()
+        with meter.phase("setup"):
+            policy = random_policy(args.shape, texts, mode, device, config.model)
+        weights = sum(p.numel() for p in policy.model.parameters())
+        trained = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
+        try:
+            trainer = measured_run(config, workdir / mode, meter, setup_phase="setup",
+                                   policy=policy)
+        except (RuntimeError, ValueError) as error:  # out of memory, among others
+            print(f"{mode}: FAILED: {type(error).__name__}: {error}")
+            failed = True
+            continue
+        metrics = [json.loads(line) for line in
+                   (workdir / mode / "metrics.jsonl").read_text().splitlines()]
+        print(f"\n{mode}: {weights / 1e9:.2f} B weights, {trained / 1e6:.1f} M trained, "
+              f"{time.perf_counter() - began:.0f} s in all")
+        unit = "peak GPU GiB" if device.type == "cuda" else "peak RSS GiB"
+        print(f"{'phase':<11} {'seconds':>8} {unit:>13}")
+        for phase in PHASES:
+            if phase in meter.seconds:
+                print(f"{phase:<11} {meter.seconds[phase]:>8.1f} "
+                      f"{meter.peak_mb[phase] / 1024:>13.1f}")
+        for row in metrics:
+            print(f"iteration {row['iteration']}: steps {row.get('rollout/steps')}, "
+                  f"rollout {row.get('throughput/rollout_tokens_per_s', float('nan')):.0f} "
+                  f"tokens/s, update {row.get('throughput/update_tokens_per_s', float('nan')):.0f} "
+                  f"tokens/s, grad norm {row.get('update/grad_norm', float('nan')):.3g}")
+        del trainer, policy
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if failed:
+        print("gpu vlm: FAILED")
+        return 1
+    print(f"gpu vlm: ok ({', '.join(args.modes)}; shape {args.shape}; {args.device})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
