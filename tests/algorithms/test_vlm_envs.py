@@ -41,10 +41,9 @@ def _common(model: Path, env_id: str, out: Path) -> list[str]:
 @pytest.fixture(scope="module", params=sorted(FRAMES))
 def sft_run(request, tmp_path_factory):
     """``--algo sft`` on the env's expert: (env id, model folder, common flags, run dir)."""
+    import algorithms.precision as precision
     from benchmarks.tiny_vlm import save_tiny_vlm
     from benchmarks.vlm_smoke import env_texts
-
-    import algorithms.precision as precision
 
     env_id = request.param
     root = tmp_path_factory.mktemp(env_id.split("/")[-1])
