@@ -175,6 +175,7 @@ def create_app(
     """
     if max_sessions < 1:
         raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
+    check_text_env(env_id)  # a visual env is refused whether or not one is built here
     if check_env:
         probe = AgentGymEnvironment(env_id, env_kwargs)
         try:
