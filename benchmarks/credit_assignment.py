@@ -588,6 +588,11 @@ GraphGPO's gamma 0.1; HGPO's history length follows the preset's history window,
 SMOLLM2_BASELINE = "grpo"
 """The method every other is compared with (paired tests, Holm-corrected)."""
 
+SMOLLM2_LEARNING_RISE = 0.3
+"""The preregistered learning condition: a task's comparisons are read as evidence about
+credit assignment only if the baseline's mean rise (:func:`learning_rise`) is at least
+this."""
+
 SMOLLM2_SEEDS = tuple(range(10))
 """Seeds of the study (each method runs each seed from the same start)."""
 
@@ -686,8 +691,17 @@ def smollm2_figures(rows: list[dict[str, float]]) -> dict[str, Any]:
     figures["advantage_share"] = float(np.sum(figures["advantage_seconds"]) / seconds.sum())
     later = figures["train_success"][1:]
     figures["train_success_2_to_n"] = float(np.mean(later)) if later else float("nan")
+    figures["rise"] = learning_rise(figures["train_success"])
     figures["heldout_success"] = evals[-1][1] if evals else float("nan")
     return figures
+
+
+def learning_rise(train_success: list[float]) -> float:
+    """The preregistration's rise of one run: its mean training success over the last two
+    iterations minus that of iteration 1 (sampled before any update)."""
+    if len(train_success) < 3:
+        return float("nan")
+    return float(np.mean(train_success[-2:]) - train_success[0])
 
 
 def holm_adjusted(p_values: dict[str, float]) -> dict[str, float]:
@@ -705,8 +719,10 @@ def holm_adjusted(p_values: dict[str, float]) -> dict[str, float]:
 def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
     """Per method: each measure's mean, 95% bootstrap interval and every seed; the
     estimator's time share and the step-group figures (means over seeds and iterations);
-    per measure the paired permutation tests of each method against
-    :data:`SMOLLM2_BASELINE` with Holm's correction over them."""
+    the mean rise (:func:`learning_rise`) and the preregistered learning condition
+    (:data:`SMOLLM2_LEARNING_RISE`, read on the baseline's rise); per measure the paired
+    permutation tests of each method against :data:`SMOLLM2_BASELINE` with Holm's
+    correction over them."""
     measures = ("train_success_2_to_n", "heldout_success")
     table: dict[str, Any] = {}
     for method, seeds in runs.items():
@@ -716,6 +732,8 @@ def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any
             mean, low, high = bootstrap_ci(values)
             row[measure] = {"mean": mean, "ci95": [low, high], "per_seed": values}
         row["advantage_share"] = float(np.mean([f["advantage_share"] for f in seeds.values()]))
+        row["rise"] = float(np.mean([learning_rise(f["train_success"])
+                                     for f in seeds.values()]))
         for key in ("format_error_rate", "step_only_share", "step_nonzero_share",
                     "step_group_size_mean"):
             values = [v for f in seeds.values() for v in f.get(key, [])]
@@ -736,7 +754,12 @@ def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any
             tests[measure] = {f"{m} vs {SMOLLM2_BASELINE}": {
                 "seeds": t["seeds"], "mean_difference": t["mean_difference"],
                 "p_value": t["p_value"], "p_holm": adjusted[m]} for m, t in family.items()}
-    return {"methods": table, "paired_tests": tests}
+    learning = None
+    if SMOLLM2_BASELINE in table:
+        rise = table[SMOLLM2_BASELINE]["rise"]
+        learning = {"baseline_rise": rise, "threshold": SMOLLM2_LEARNING_RISE,
+                    "informative": bool(rise >= SMOLLM2_LEARNING_RISE)}
+    return {"methods": table, "paired_tests": tests, "learning_condition": learning}
 
 
 def smollm2_plot(runs: dict[str, dict[int, dict[str, Any]]], prefix: str, caption: str,
@@ -862,8 +885,14 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     for method, row in summary["methods"].items():
         print(f"  {method:9s} training success it. 2..N "
               f"{row['train_success_2_to_n']['mean']:.3f} held-out "
-              f"{row['heldout_success']['mean']:.3f}  estimator share "
-              f"{row['advantage_share']:.4f}")
+              f"{row['heldout_success']['mean']:.3f}  rise {row['rise']:.3f}  estimator "
+              f"share {row['advantage_share']:.4f}")
+    if summary["learning_condition"] is not None:
+        condition = summary["learning_condition"]
+        print(f"  learning condition: {SMOLLM2_BASELINE}'s rise {condition['baseline_rise']:.3f}"
+              f" {'>=' if condition['informative'] else '<'} {condition['threshold']}: the "
+              f"comparisons are {'' if condition['informative'] else 'un'}informative "
+              "(docs/credit-assignment.md, preregistration)")
     for measure, family in summary["paired_tests"].items():
         for label, test in family.items():
             print(f"  {measure}: {label}: {test['mean_difference']:+.3f}, p {test['p_value']:.3f}"

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 
+import numpy as np
 import pytest
 
 pytest.importorskip("torch")
@@ -314,6 +315,30 @@ def test_the_pretrained_lm_studys_figures_of_a_run():
     figures = smollm2_figures(rows)
     assert figures["iterations"] == [1, 2, 3] and figures["train_success"] == [0.0, 0.5, 1.0]
     assert figures["train_success_2_to_n"] == 0.75 and figures["heldout_success"] == 0.75
+    assert figures["rise"] == 0.75  # mean of iterations 2-3 minus iteration 1
     assert figures["advantage_share"] == pytest.approx(0.005)
     assert figures["step_group_share"] == {"1": [0.25] * 3, "2-3": [0.75] * 3}
     assert "step_nonzero_share" not in figures  # not logged: not reported
+
+
+def test_the_learning_condition_reads_the_baselines_mean_rise():
+    """The preregistered gate: GRPO's rise (last two iterations' mean training success
+    minus iteration 1's), averaged over seeds, against 0.3 (hand-computed cases)."""
+    from benchmarks.credit_assignment import learning_rise, smollm2_summary
+
+    assert learning_rise([0.125, 0.0, 0.5, 0.25, 0.125, 0.5]) == pytest.approx(0.1875)
+    assert np.isnan(learning_rise([0.0, 1.0]))
+
+    def run(curve):
+        return {"train_success": curve, "train_success_2_to_n": float(np.mean(curve[1:])),
+                "heldout_success": 0.5, "advantage_share": 0.0}
+
+    learns = {0: run([0.0, 0.25, 0.5, 0.5]), 1: run([0.25, 0.5, 0.5, 0.75])}  # 0.5, 0.375
+    flat = {0: run([0.0, 0.0, 0.25, 0.25]), 1: run([0.25, 0.25, 0.5, 0.25])}  # 0.25, 0.125
+    summary = smollm2_summary({"gigpo": flat, "grpo": learns})
+    assert summary["learning_condition"] == {"baseline_rise": pytest.approx(0.4375),
+                                             "threshold": 0.3, "informative": True}
+    assert summary["methods"]["gigpo"]["rise"] == pytest.approx(0.1875)
+    summary = smollm2_summary({"gigpo": learns, "grpo": flat})
+    assert summary["learning_condition"]["informative"] is False
+    assert summary["learning_condition"]["baseline_rise"] == pytest.approx(0.1875)
