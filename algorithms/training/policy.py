@@ -389,7 +389,10 @@ def wrap_model(model: Any, tokenizer: Any, config: ModelConfig, *, source: str,
     compute = resolve_dtype(config.dtype, device)
     mixed = mixed_precision(compute, device)
     if mixed:  # float32, but for a LoRA run's frozen linear weights (algorithms.precision)
-        model.float()
+        # torch's cast, not transformers': a model just converted from GGUF is flagged
+        # ``is_quantized`` though its weights are dequantized floats, and
+        # ``PreTrainedModel.float`` refuses any model so flagged
+        nn.Module.float(model)
         if lora:
             store_frozen_linears(model, compute)
     kernel = attention_kernel(config.attn_implementation, compute, device)

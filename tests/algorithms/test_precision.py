@@ -207,3 +207,23 @@ def test_the_run_log_says_which_precision():
     assert describe(mixed.model).startswith("bfloat16 compute, mixed precision")
     assert describe(make_policy(model_config=ModelConfig(dtype="float32")).model) == \
         "float32 weights and compute"
+
+
+def test_a_model_flagged_quantized_is_cast_by_torch():
+    """transformers flags a model converted from GGUF ``is_quantized`` (its weights are
+    dequantized floats) and its ``.float()`` refuses such a model: mixed precision casts
+    with torch's ``Module.float`` (the first ``python train.py`` on a fresh machine, which
+    converts the default GGUF model, failed on this)."""
+    from algorithms.training.policy import wrap_model
+    from tests.algorithms.tiny import make_model, make_tokenizer
+
+    tokenizer = make_tokenizer()
+    model = make_model(len(tokenizer), seed=0).to(torch.bfloat16)
+    model.is_quantized = True
+    with pytest.raises(ValueError, match="quantized"):
+        model.float()
+    policy = wrap_model(model, tokenizer, ModelConfig(dtype="bfloat16", **LORA),
+                        source="test", path="tiny", gguf_file=None)
+    assert set(_linear_weights(policy.model).values()) == {torch.bfloat16}
+    assert all(p.dtype == torch.float32 for n, p in policy.model.named_parameters()
+               if "lora_" in n or "norm" in n or "embed_tokens" in n)
