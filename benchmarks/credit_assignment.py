@@ -494,6 +494,22 @@ def _band(ax, x, curves, label):
         ax.fill_between(x, np.nanmin(data, axis=0), np.nanmax(data, axis=0), alpha=0.15)
 
 
+def step_group_bars(ax: Any, method: str, ordered: list[dict[str, Any]]) -> None:
+    """Stack, per iteration, the mean share of steps in each step-group size bin over
+    the runs ``ordered`` (their ``step_group_share``; GiGPO's Fig. 3) on ``ax``."""
+    bins = sorted(ordered[0]["step_group_share"],
+                  key=lambda b: int(b.split("-")[0].rstrip("+")))
+    iters = ordered[0]["iterations"]
+    bottom = np.zeros(len(iters))
+    for label in bins:
+        share = np.mean([f["step_group_share"][label] for f in ordered], axis=0)
+        ax.bar(iters, share, bottom=bottom, label=f"size {label}")
+        bottom += share
+    ax.set_title(method, fontsize=10)
+    ax.set_xlabel("iteration")
+    ax.set_ylim(0, 1)
+
+
 def plot(runs: dict[str, Any], prefix: str, caption: str, folder: Path = RESULTS
          ) -> list[Path]:
     """PNGs per task: held-out success vs iterations and training time, rollout curves,
@@ -538,18 +554,7 @@ def plot(runs: dict[str, Any], prefix: str, caption: str, folder: Path = RESULTS
                                      squeeze=False)
             for ax, method in zip(axes[0], anchors, strict=True):
                 seeds = methods[method]
-                ordered = [seeds[s] for s in sorted(seeds)]
-                bins = list(ordered[0]["step_group_share"])
-                bins.sort(key=lambda b: int(b.split("-")[0].rstrip("+")))
-                iters = ordered[0]["iterations"]
-                bottom = np.zeros(len(iters))
-                for label in bins:
-                    share = np.mean([f["step_group_share"][label] for f in ordered], axis=0)
-                    ax.bar(iters, share, bottom=bottom, label=f"size {label}")
-                    bottom += share
-                ax.set_title(method, fontsize=10)
-                ax.set_xlabel("iteration")
-                ax.set_ylim(0, 1)
+                step_group_bars(ax, method, [seeds[s] for s in sorted(seeds)])
             axes[0][0].set_ylabel("share of steps")
             axes[0][-1].legend(fontsize=7)
             fig.suptitle(f"{task}: step-group sizes ({caption})", fontsize=10)
@@ -798,18 +803,7 @@ def smollm2_plot(runs: dict[str, dict[int, dict[str, Any]]], prefix: str, captio
         fig, axes = plt.subplots(1, len(grouped), figsize=(4 * len(grouped), 3.6),
                                  squeeze=False)
         for ax, method in zip(axes[0], grouped, strict=True):
-            ordered = [runs[method][s] for s in sorted(runs[method])]
-            bins = sorted(ordered[0]["step_group_share"],
-                          key=lambda b: int(b.split("-")[0].rstrip("+")))
-            iters = ordered[0]["iterations"]
-            bottom = np.zeros(len(iters))
-            for label in bins:
-                share = np.mean([f["step_group_share"][label] for f in ordered], axis=0)
-                ax.bar(iters, share, bottom=bottom, label=f"size {label}")
-                bottom += share
-            ax.set_title(method, fontsize=10)
-            ax.set_xlabel("iteration")
-            ax.set_ylim(0, 1)
+            step_group_bars(ax, method, [runs[method][s] for s in sorted(runs[method])])
         axes[0][0].set_ylabel("share of steps")
         axes[0][-1].legend(fontsize=7)
         fig.suptitle(f"step-group sizes ({caption})", fontsize=10)
