@@ -36,6 +36,8 @@ advantages, update and checkpoint, and the iterations' metrics; the last line re
 from __future__ import annotations
 
 import argparse
+import gc
+import itertools
 import json
 import sys
 import tempfile
@@ -49,6 +51,20 @@ from benchmarks.vlm_smoke import PHASES, PhaseMeter, env_texts, measured_run, re
 
 VISUAL_SOKOBAN = "AgentGym/SokobanVisual-v0"
 LORA = {"lora_rank": 64, "lora_alpha": 128}
+
+
+def padded_tokenizer(texts: list[str], vocab_size: int) -> Any:
+    """:func:`~benchmarks.tiny_vlm.vlm_tokenizer` of ``texts`` padded with filler words to
+    ``vocab_size`` tokens (a random model of a real shape needs its full vocabulary)."""
+    from benchmarks.tiny_vlm import vlm_tokenizer
+
+    base = vlm_tokenizer(texts)
+    room = vocab_size - len(base)
+    if room < 0:
+        raise ValueError(f"the env's words overflow the vocabulary by {-room}")
+    known = set(base.get_vocab())
+    filler = (word for word in (f"w{i}" for i in itertools.count()) if word not in known)
+    return vlm_tokenizer([*texts, " ".join(itertools.islice(filler, room))])
 
 
 def random_policy(shape: str, texts: list[str], mode: str, device: torch.device,
@@ -65,11 +81,7 @@ def random_policy(shape: str, texts: list[str], mode: str, device: torch.device,
 
     if shape == "3b":
         config = qwen2_5_vl_3b_config()
-        filler = [f"w{i}" for i in range(config.text_config.vocab_size)]
-        tokenizer = vlm_tokenizer([*texts, " ".join(filler)])
-        extra = len(tokenizer) - config.text_config.vocab_size
-        if extra > 0:
-            raise ValueError(f"the env's words overflow the vocabulary by {extra}")
+        tokenizer = padded_tokenizer(texts, config.text_config.vocab_size)
         ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
             ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
             ("vision_start_token_id", "<|vision_start|>"),
@@ -178,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"tokens/s, update {row.get('throughput/update_tokens_per_s', float('nan')):.0f} "
                   f"tokens/s, grad norm {row.get('update/grad_norm', float('nan')):.3g}")
         del trainer, policy
+        gc.collect()  # the trainer's reference cycles hold the last mode's weights
         if device.type == "cuda":
             torch.cuda.empty_cache()
     if failed:
