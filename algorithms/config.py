@@ -107,9 +107,11 @@ class ModelConfig:
 
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """Compute dtype. ``auto``: bfloat16 on a GPU; on a CPU bfloat16 where it has bfloat16
-    instructions (AVX512-BF16, AMX, Arm BF16), else float32. On a CPU, bfloat16 is mixed
-    precision: frozen linear weights in bfloat16, trained weights, optimizer state,
-    embeddings and logits in float32 (:mod:`algorithms.precision`)."""
+    instructions (AVX512-BF16, AMX, Arm BF16), else float32. bfloat16 is mixed precision,
+    on a CPU and a GPU alike: frozen linear weights in bfloat16, trained weights, optimizer
+    state, embeddings and logits in float32 (:mod:`algorithms.precision`; under torchrun
+    on GPUs, FSDP2's own mixed precision over float32 weights). ``float16``: the whole
+    model in float16."""
 
     attn_implementation: Literal["auto", "eager", "sdpa"] = "auto"
     """transformers' attention kernel. ``auto``: ``eager`` under CPU mixed precision (its

@@ -4,7 +4,7 @@
 to bfloat16 where the CPU has bfloat16 instructions (:func:`cpu_has_bf16`), else to
 float32: without them bfloat16 is emulated and slower than float32.
 
-On a CPU, bfloat16 is *mixed* precision (:func:`mixed_precision`):
+bfloat16 is *mixed* precision (:func:`mixed_precision`), on a CPU and on a GPU alike:
 
 - the weights of the linear layers that do not train (a LoRA run's base model, the full
   fine-tune's KL reference) are stored in bfloat16 (:func:`store_frozen_linears`): they
@@ -23,15 +23,21 @@ On a CPU, bfloat16 is *mixed* precision (:func:`mixed_precision`):
   is rounded to 8 significant bits (steps of 0.125 at 16), so generation and scoring,
   whose hidden states differ by rounding, would round logits to neighbouring values.
 
-Generation and scoring run the same computation in the same dtypes, and with eager
-attention (:func:`attention_kernel`) they agree: measured on SmolLM2-135M with a trained
-LoRA adapter, a sampled token's log-prob under the HF engine (KV-cached decoding) and
-under the scorer (one forward pass) differ by at most 1.6e-5 nats (mean 8.3e-6; float32:
-2.5e-5), against up to 0.10 (mean 0.018) with SDPA's bfloat16 CPU kernels, whose one-row
-(decoding) and many-row (scoring) paths round differently (docs/precision.md).
+Generation and scoring run the same computation in the same dtypes, and on a CPU with
+eager attention (:func:`attention_kernel`) they agree: measured on SmolLM2-135M with a
+trained LoRA adapter, a sampled token's log-prob under the HF engine (KV-cached decoding)
+and under the scorer (one forward pass) differ by at most 1.6e-5 nats (mean 8.3e-6;
+float32: 2.5e-5), against up to 0.10 (mean 0.018) with SDPA's bfloat16 CPU kernels, whose
+one-row (decoding) and many-row (scoring) paths round differently (docs/precision.md).
 
-On a GPU ``bfloat16`` keeps its earlier meaning: the whole model in bfloat16 (FSDP2 under
-torchrun keeps float32 master weights itself).
+On a GPU the float32 trained weights are what verl's FSDP actor keeps (its actor loads in
+float32 and FSDP computes in bfloat16), and they matter: the GPU presets fine-tune every
+weight at lr 1e-6, and AdamW's steps of about 1e-6 are far below a bfloat16 weight's
+rounding step (about 1e-4 at 0.02), so weights stored in bfloat16 barely move (measured:
+5 AdamW steps at lr 1e-6 changed 1.9% of a 512 x 512 bfloat16 matrix of scale 0.02). Under
+torchrun on GPUs FSDP2 keeps float32 master weights itself (``model.dtype`` auto loads
+float32 there) and this module's mixed precision is not used. ``float16`` is never mixed:
+the whole model in float16.
 """
 
 from __future__ import annotations
@@ -93,8 +99,8 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 def mixed_precision(compute: torch.dtype, device: torch.device) -> bool:
     """Whether models computing in ``compute`` on ``device`` keep trained weights in
-    float32 and compute under autocast: bfloat16 on a CPU (module docstring)."""
-    return device.type == "cpu" and compute == torch.bfloat16
+    float32 and compute under autocast: bfloat16 on a CPU or a GPU (module docstring)."""
+    return compute == torch.bfloat16 and device.type in ("cpu", "cuda")
 
 
 def load_dtype(compute: torch.dtype, device: torch.device) -> torch.dtype:
@@ -132,12 +138,13 @@ class Float32Head(nn.Linear):
 def attention_kernel(setting: str, compute: torch.dtype, device: torch.device) -> str | None:
     """The attention implementation to set for ``ModelConfig.attn_implementation``
     ``setting`` (``None``: keep the model's own). ``auto`` is ``eager`` under
-    :func:`mixed_precision`: measured on SmolLM2-135M in bfloat16 (docs/precision.md),
-    SDPA's CPU kernels gave a sampled token a log-prob that differs between generation
-    (KV-cached, one query row) and scoring (all rows) by 0.018 nats on average and up to
-    0.10, eager attention by at most 1.6e-5; and eager's backward pass was the faster."""
+    :func:`mixed_precision` on a CPU: measured on SmolLM2-135M in bfloat16
+    (docs/precision.md), SDPA's CPU kernels gave a sampled token a log-prob that differs
+    between generation (KV-cached, one query row) and scoring (all rows) by 0.018 nats on
+    average and up to 0.10, eager attention by at most 1.6e-5; and eager's backward pass
+    was the faster. On a GPU ``auto`` keeps the model's own (SDPA's fused kernels)."""
     if setting == "auto":
-        return "eager" if mixed_precision(compute, device) else None
+        return "eager" if device.type == "cpu" and mixed_precision(compute, device) else None
     return setting
 
 

@@ -18,7 +18,9 @@ For a lent GPU machine (one call of at most 10 minutes; ``docs/gpu.md``). Per pr
   (16 x 8 trajectories, 50 steps, 512-token answers) would take more than a call allows;
 - one iteration in a fresh process (the ``time/<phase>`` of its metrics: rollout,
   log-probs, advantages, update, weight sync), peak GPU memory by ``nvidia-smi`` (every
-  process) and ``torch.cuda.max_memory_allocated`` (the run's own);
+  process) and ``torch.cuda.max_memory_allocated`` (the run's own), and the share of
+  the trained weights' elements that the update changed, with their storage dtypes
+  (at lr 1e-6, weights stored in bfloat16 keep most of theirs: :mod:`algorithms.precision`);
 - the estimator alone at the scripts' batch: :meth:`Learner.advantages` with the preset's
   config on ALFWorld-shaped synthetic batches of 16 groups x 8 trajectories of up to 50
   steps (:func:`benchmarks.recipe_parity.make_rollout`), the median of ``--repeats``.
@@ -87,14 +89,35 @@ def run_iteration(job: dict[str, Any]) -> dict[str, Any]:
     began = time.perf_counter()
     trainer.setup()
     setup = time.perf_counter() - began
+    trained = {name: p.detach().to("cpu", copy=True)
+               for name, p in trainer.policy.model.named_parameters() if p.requires_grad}
     trainer.run()
+    moved = weights_moved(trained, trainer.policy.model)
     row = next(r for r in read_metrics(Path(job["run_dir"]) / "metrics.jsonl")
                if "time/iteration" in r)
     cuda = job["device"] == "cuda" and torch.cuda.is_available()
     return {"setup_seconds": setup, "iteration_seconds": row["time/iteration"],
             **{f"{p}_seconds": row.get(f"time/{p}", 0.0) for p in PHASES},
             "rows": row.get("update/rows", row.get("rollout/steps")),
-            "torch_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}
+            "torch_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
+            **moved}
+
+
+def weights_moved(before: dict[str, Any], model: Any) -> dict[str, Any]:
+    """How much of ``model``'s trained weights an update changed: the share of their
+    elements that differ from ``before`` (name -> CPU copy) and their storage dtypes. At
+    the presets' lr 1e-6 weights stored in bfloat16 round most steps away
+    (:mod:`algorithms.precision`); float32 weights move."""
+    changed = total = 0
+    dtypes = set()
+    for name, parameter in model.named_parameters():
+        if name in before:
+            now = parameter.detach().to("cpu")
+            changed += int((now != before[name]).sum())
+            total += now.numel()
+            dtypes.add(str(parameter.dtype).removeprefix("torch."))
+    return {"trained_weights_changed": changed / max(total, 1),
+            "trained_dtypes": sorted(dtypes)}
 
 
 def estimator_seconds(preset: str, seeds: range, groups: int) -> dict[str, float]:
@@ -163,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
               f"advantages {timed['advantages_seconds'] / timed['iteration_seconds']:.2%} of "
               f"it; at the scripts' batch ({scale['rows_mean']:.0f} rows) the estimator "
               f"took {scale['median_seconds'] * 1e3:.1f} ms; GPU memory peak "
-              f"{memory.peak} MiB (nvidia-smi), {timed['torch_peak_mib']} MiB (torch)",
-              flush=True)
+              f"{memory.peak} MiB (nvidia-smi), {timed['torch_peak_mib']} MiB (torch); the "
+              f"update changed {timed['trained_weights_changed']:.1%} of the trained weights "
+              f"({'/'.join(timed['trained_dtypes'])})", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "frontier_gpu.json"
     path.write_text(json.dumps({

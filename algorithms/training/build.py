@@ -88,10 +88,11 @@ def load_run_policy(config: TrainConfig, device: torch.device, ranks: Ranks,
 
 
 def run_model_config(config: TrainConfig, device: torch.device, ranks: Ranks) -> Any:
-    """``config.model`` as this process loads it: under torchrun on GPUs, ``dtype="auto"``
-    means float32 master weights (FSDP2 computes in bfloat16)."""
+    """``config.model`` as this process loads it: under torchrun on GPUs, ``dtype`` auto or
+    bfloat16 means float32 master weights (FSDP2 computes in bfloat16, its own mixed
+    precision in place of :mod:`algorithms.precision`'s)."""
     model = config.model
-    if ranks.distributed and device.type == "cuda" and model.dtype == "auto":
+    if ranks.distributed and device.type == "cuda" and model.dtype in ("auto", "bfloat16"):
         return dataclasses.replace(model, dtype="float32")
     return model
 

@@ -114,6 +114,39 @@ def test_full_fine_tune_keeps_float32_weights_and_a_bf16_reference():
     assert not any(p.requires_grad for p in reference.parameters())
 
 
+def test_bf16_is_mixed_precision_on_a_gpu_too_with_its_own_attention():
+    """On a GPU bfloat16 keeps float32 trained weights (verl's FSDP actor does; the presets'
+    lr 1e-6 steps would be rounded away in bfloat16) and SDPA's fused kernels."""
+    cuda = torch.device("cuda")
+    assert precision.mixed_precision(torch.bfloat16, cuda)
+    assert precision.load_dtype(torch.bfloat16, cuda) == torch.float32
+    assert not precision.mixed_precision(torch.float16, cuda)
+    assert precision.load_dtype(torch.float16, cuda) == torch.float16
+    assert not precision.mixed_precision(torch.float32, cuda)
+    assert precision.attention_kernel("auto", torch.bfloat16, cuda) is None
+    assert precision.attention_kernel("auto", torch.bfloat16, CPU) == "eager"
+    assert precision.attention_kernel("auto", torch.float32, CPU) is None
+
+
+def test_adamw_steps_at_lr_1e6_are_lost_on_bf16_weights_and_kept_on_float32():
+    """Why trained weights stay float32: five AdamW steps at the GPU presets' lr move
+    almost no weight stored in bfloat16 (steps ~1e-6 against a rounding step ~1e-4 at
+    0.02), and every weight stored in float32."""
+    def moved(dtype: torch.dtype) -> float:
+        generator = torch.Generator().manual_seed(0)
+        weight = torch.nn.Parameter((torch.randn(256, 256, generator=generator) * 0.02)
+                                    .to(dtype))
+        start = weight.detach().clone()
+        optimizer = torch.optim.AdamW([weight], lr=1e-6, weight_decay=0.01)
+        for _ in range(5):
+            weight.grad = torch.randn(256, 256, generator=generator).to(dtype)
+            optimizer.step()
+        return (weight.detach() != start).float().mean().item()
+
+    assert moved(torch.bfloat16) < 0.05
+    assert moved(torch.float32) > 0.99
+
+
 def test_explicit_attention_kernel_wins_over_auto():
     policy = make_policy(model_config=ModelConfig(dtype="bfloat16", attn_implementation="sdpa"))
     assert policy.model.config._attn_implementation == "sdpa"
@@ -227,3 +260,19 @@ def test_a_model_flagged_quantized_is_cast_by_torch():
     assert set(_linear_weights(policy.model).values()) == {torch.bfloat16}
     assert all(p.dtype == torch.float32 for n, p in policy.model.named_parameters()
                if "lora_" in n or "norm" in n or "embed_tokens" in n)
+
+
+@pytest.mark.parametrize("dtype, loaded", [("auto", "float32"), ("bfloat16", "float32"),
+                                           ("float16", "float16"), ("float32", "float32")])
+def test_torchrun_on_gpus_loads_float32_master_weights_for_fsdp2(dtype, loaded):
+    """Under torchrun on GPUs FSDP2's own mixed precision computes in bfloat16 over float32
+    weights, so bfloat16 (or auto) loads float32; a single process keeps the dtype."""
+    from algorithms.config import TrainConfig, replace
+    from algorithms.runs.distributed import Ranks
+    from algorithms.training.build import run_model_config
+
+    config = replace(TrainConfig(), model={"dtype": dtype})
+    cuda = torch.device("cuda")
+    assert run_model_config(config, cuda, Ranks(0, 2)).dtype == loaded
+    assert run_model_config(config, cuda, Ranks(0, 1)).dtype == dtype
+    assert run_model_config(config, CPU, Ranks(0, 2)).dtype == dtype
