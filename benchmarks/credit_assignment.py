@@ -622,12 +622,13 @@ absent for GRPO (no step term)."""
 
 
 def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
-                   model: str | None = None, task: str = "cpu-demo"):
+                   model: str | None = None, task: str = "cpu-demo",
+                   group_size: int | None = None):
     """The TrainConfig of one run of the pretrained-LM study: :data:`SMOLLM2_PRESET` with
     the method's ``--algo``, ``task``'s env (:data:`SMOLLM2_TASKS`), ``iterations``, a
     held-out evaluation after the last iteration, no TensorBoard or trajectory records
     (``model``: another HF model or path in the default's place, e.g. a test's tiny
-    one)."""
+    one; ``group_size``: trajectories per group in place of the preset's)."""
     from algorithms.config import PRESETS, replace, with_algo
 
     config = with_algo(PRESETS[SMOLLM2_PRESET], SMOLLM2_METHODS[method])
@@ -638,6 +639,8 @@ def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
         env["env_kwargs"] = json.dumps(spec["env_kwargs"])
     if "max_steps" in spec:
         env["max_steps"] = spec["max_steps"]
+    if group_size is not None:
+        env["group_size"] = group_size
     changes: dict[str, Any] = {
         "env": env,
         "run": {"seed": seed, "iterations": iterations, "eval_every": iterations,
@@ -664,7 +667,8 @@ def run_smollm2(job: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(1)
     run_dir = Path(job["run_dir"])
     config = smollm2_config(job["method"], job["seed"], job["iterations"],
-                            job["eval_episodes"], job.get("model"), job["task"])
+                            job["eval_episodes"], job.get("model"), job["task"],
+                            job.get("group_size"))
     resume = run_dir.exists() and latest_checkpoint(run_dir) is not None
     config = replace(config, run={"resume": resume, "overwrite": not resume})
     began, cpu = time.perf_counter(), time.process_time()
@@ -830,7 +834,8 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     eval_episodes = args.eval_episodes or SMOLLM2_EVAL_EPISODES
     task = args.lm_task
     name = "smollm2" + ("" if task == "cpu-demo" else f"_{task}") + \
-        (f"_{args.tag}" if args.tag else "")
+        (f"_g{args.group_size}" if args.group_size else "") + \
+        (f"_{args.tag}" if args.tag else "")  # its own folder: finished runs are reused
     workdir = Path(args.workdir or f"runs/credit_assignment/{name}")
     results = Path(args.results_dir)
     results.mkdir(parents=True, exist_ok=True)
@@ -849,7 +854,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
             jobs.append({"method": method, "seed": seed, "run_dir": str(run_dir),
                          "iterations": iterations, "eval_episodes": eval_episodes,
                          "model": args.model, "keep_checkpoints": args.keep_checkpoints,
-                         "task": task})
+                         "task": task, "group_size": args.group_size})
     began = time.perf_counter()
     run_jobs(jobs, args.jobs, run_smollm2)
     runs: dict[str, dict[int, dict[str, Any]]] = {}
@@ -858,7 +863,8 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
         figures.update(json.loads((run_dir / "done.json").read_text(encoding="utf-8")))
         runs.setdefault(method, {})[seed] = figures
     summary = smollm2_summary(runs)
-    config = smollm2_config(methods[0], seeds[0], iterations, eval_episodes, args.model, task)
+    config = smollm2_config(methods[0], seeds[0], iterations, eval_episodes, args.model, task,
+                            args.group_size)
     caption = (f"{name}: {SMOLLM2_PRESET} recipe, task {task}, seeds {list(seeds)}, "
                f"{iterations} iterations")
     pngs = smollm2_plot(runs, f"credit_assignment_{name}", caption, results)
@@ -965,7 +971,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="where the JSON and PNGs go (default benchmarks/results)")
     ablation = parser.add_argument_group("ablations")
     ablation.add_argument("--omega", type=float, default=1.0, help="GiGPO step weight")
-    ablation.add_argument("--group-size", type=int, default=None)
+    ablation.add_argument("--group-size", type=int, default=None,
+                          help="trajectories per group (with --policy smollm2 too)")
     ablation.add_argument("--horizon", type=int, default=None, help="max steps per episode")
     ablation.add_argument("--start-success", type=float, nargs=2, default=(0.10, 0.30),
                           metavar=("LOW", "HIGH"), help="target warm-start success range")

@@ -342,3 +342,15 @@ def test_the_learning_condition_reads_the_baselines_mean_rise():
     summary = smollm2_summary({"gigpo": learns, "grpo": flat})
     assert summary["learning_condition"]["informative"] is False
     assert summary["learning_condition"]["baseline_rise"] == pytest.approx(0.1875)
+
+
+def test_the_pretrained_lm_studys_group_size_changes_only_the_groups():
+    from benchmarks.credit_assignment import smollm2_config
+
+    demo = smollm2_config("grpo", 3, 8, 16).to_dict()
+    wide = smollm2_config("grpo", 3, 8, 16, group_size=16).validate().to_dict()
+    assert wide["env"]["group_size"] == 16 != demo["env"]["group_size"]
+    assert {k: v for k, v in wide["env"].items() if k != "group_size"} == \
+        {k: v for k, v in demo["env"].items() if k != "group_size"}
+    assert {k: v for k, v in wide.items() if k != "env"} == \
+        {k: v for k, v in demo.items() if k != "env"}
