@@ -818,10 +818,53 @@ def smollm2_plot(runs: dict[str, dict[int, dict[str, Any]]], prefix: str, captio
     return written
 
 
+def _method_order(method: str) -> int:
+    """A method's place in :data:`SMOLLM2_METHODS` (the JSON and the tables list methods
+    in that order)."""
+    return list(SMOLLM2_METHODS).index(method)
+
+
+def recorded_runs(path: Path, iterations: int, eval_episodes: int, model: str | None,
+                  task: str, group_size: int | None) -> dict[str, dict[int, dict[str, Any]]]:
+    """The finished runs an earlier invocation wrote to the study's JSON ``path``, as
+    method -> seed -> figures, so that a study carries on where its run folders are gone
+    (another machine, a fresh clone: the JSON is committed, ``runs/`` is not). Read only
+    if the JSON's resolved config is the one these arguments give now (the same recipe,
+    task, budget and held-out set); otherwise nothing is read and the JSON is kept
+    beside as ``<name>.replaced.json`` (``.replaced-2.json``, ... if that exists) before
+    this invocation writes its own."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        first_method, first_seed = next(iter(data["methods"])), int(data["seeds"][0])
+        recorded = {m: {int(s): f for s, f in by_seed.items()}
+                    for m, by_seed in data["runs"].items() if m in SMOLLM2_METHODS}
+        now = json.loads(json.dumps(smollm2_config(
+            first_method, first_seed, iterations, eval_episodes, model, task,
+            group_size).to_dict()))  # as the JSON holds it (tuples become lists)
+        same = data["config"] == now and first_method in SMOLLM2_METHODS
+    except (ValueError, KeyError, TypeError, StopIteration, IndexError) as error:
+        same, why = False, f"unreadable ({type(error).__name__}: {error})"
+    else:
+        why = "of another configuration"
+    if same:
+        return recorded
+    kept, n = path.with_name(path.stem + ".replaced.json"), 1
+    while kept.exists():  # never over an earlier one
+        n += 1
+        kept = path.with_name(f"{path.stem}.replaced-{n}.json")
+    path.replace(kept)
+    print(f"  {path.name} holds runs {why}: not read; moved to {kept.name}", flush=True)
+    return {}
+
+
 def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     """The pretrained-LM study (``--policy smollm2``): every method x seed from the
-    preset's start, ``--jobs`` one-thread runs at a time, finished runs read (not rerun),
-    interrupted ones resumed; then the JSON (every run's figures, the summary) and PNGs."""
+    preset's start, ``--jobs`` one-thread runs at a time, seed by seed; finished runs are
+    read (not rerun) from their folders or from the study's JSON (:func:`recorded_runs`),
+    interrupted ones resumed; then the JSON (every run's figures, this invocation's and
+    the earlier ones', the summary over all of them) and PNGs."""
     from algorithms.config import PRESETS
 
     methods = args.methods or list(SMOLLM2_METHODS)
@@ -844,24 +887,37 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
           f"{args.model or 'SmolLM2-135M-Instruct (default)'}, methods {methods}, seeds "
           f"{list(seeds)}, {iterations} iterations, {args.jobs} one-thread runs at a time; "
           f"load at start {load[0]:.2f}", flush=True)
+    out = results / f"credit_assignment_{name}.json"
+    recorded = recorded_runs(out, iterations, eval_episodes, args.model, task, args.group_size)
     planned, jobs = [], []
-    for method in methods:
-        for seed in seeds:
+    for seed in seeds:  # seed-major: a study cut by the clock leaves whole seeds
+        for method in methods:
             run_dir = workdir / method / f"seed{seed}"
             planned.append((method, seed, run_dir))
-            if (run_dir / "done.json").exists() and not args.rerun:
+            if not args.rerun and ((run_dir / "done.json").exists()
+                                   or seed in recorded.get(method, {})):
                 continue
             jobs.append({"method": method, "seed": seed, "run_dir": str(run_dir),
                          "iterations": iterations, "eval_episodes": eval_episodes,
                          "model": args.model, "keep_checkpoints": args.keep_checkpoints,
                          "task": task, "group_size": args.group_size})
+    taken = sum(1 for m, s, d in planned if not args.rerun and not (d / "done.json").exists()
+                and s in recorded.get(m, {}))
+    if taken:
+        print(f"  {taken} of the {len(planned)} runs read from {out} (their run folders are "
+              "not here); --rerun runs them again", flush=True)
     began = time.perf_counter()
     run_jobs(jobs, args.jobs, run_smollm2)
-    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    runs: dict[str, dict[int, dict[str, Any]]] = {
+        m: dict(by_seed) for m, by_seed in recorded.items()}  # runs of earlier invocations
     for method, seed, run_dir in planned:
-        figures = smollm2_figures(read_run(run_dir))
-        figures.update(json.loads((run_dir / "done.json").read_text(encoding="utf-8")))
-        runs.setdefault(method, {})[seed] = figures
+        if (run_dir / "done.json").exists():
+            figures = smollm2_figures(read_run(run_dir))
+            figures.update(json.loads((run_dir / "done.json").read_text(encoding="utf-8")))
+            runs.setdefault(method, {})[seed] = figures
+    runs = {m: dict(sorted(runs[m].items())) for m in sorted(runs, key=_method_order)}
+    methods = list(runs)
+    seeds = tuple(sorted({s for by_seed in runs.values() for s in by_seed}))
     summary = smollm2_summary(runs)
     config = smollm2_config(methods[0], seeds[0], iterations, eval_episodes, args.model, task,
                             args.group_size)
@@ -880,7 +936,6 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
         "plots": [p.name for p in pngs],
         "command": "python -m benchmarks.credit_assignment " + " ".join(argv or []),
     }
-    out = results / f"credit_assignment_{name}.json"
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     for method, row in summary["methods"].items():
         print(f"  {method:9s} training success it. 2..N "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -354,3 +355,82 @@ def test_the_pretrained_lm_studys_group_size_changes_only_the_groups():
         {k: v for k, v in demo["env"].items() if k != "group_size"}
     assert {k: v for k, v in wide.items() if k != "env"} == \
         {k: v for k, v in demo.items() if k != "env"}
+
+
+def _fake_runs(order):
+    """A stand-in for the study's ``run_jobs``: each job's run folder gets a finished
+    ``metrics.jsonl`` (training success ``seed / 10`` at iterations 2..N) and ``done.json``;
+    ``order`` records the (method, seed) order of the jobs."""
+
+    def run_jobs(jobs, workers, worker=None):
+        for job in jobs:
+            order.append((job["method"], job["seed"]))
+            run_dir = Path(job["run_dir"])
+            run_dir.mkdir(parents=True)
+            rows = [{"iteration": i, "rollout/success": 0.0 if i == 1 else job["seed"] / 10,
+                     "time/advantages": 0.01, "time/iteration": 10.0}
+                    for i in range(1, job["iterations"] + 1)]
+            rows.append({"iteration": job["iterations"], "eval/success": 0.5})
+            (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            (run_dir / "done.json").write_text(json.dumps({"seconds": 1.0}))
+
+    return run_jobs
+
+
+def test_the_pretrained_lm_study_carries_on_from_its_json_where_run_folders_are_gone(
+        tmp_path, monkeypatch, capsys):
+    """The committed JSON is the study's record across machines: a later invocation reads
+    the runs it holds (no rerun), adds its own, and summarises them all; a JSON of another
+    configuration is not read but kept beside, never lost. Jobs go seed by seed."""
+    import benchmarks.credit_assignment as study
+
+    order: list = []
+    monkeypatch.setattr(study, "run_jobs", _fake_runs(order))
+    results = tmp_path / "results"
+    base = ["--policy", "smollm2", "--iterations", "3", "--results-dir", str(results),
+            "--tag", "t"]
+    assert main([*base, "--methods", "gigpo", "grpo", "--seeds", "1", "2",
+                 "--workdir", str(tmp_path / "a")]) == 0
+    assert order == [("gigpo", 1), ("grpo", 1), ("gigpo", 2), ("grpo", 2)]  # seed-major
+    path = results / "credit_assignment_smollm2_t.json"
+    first = json.loads(path.read_text())
+    assert first["runs"]["grpo"]["2"]["train_success"] == [0.0, 0.2, 0.2]
+
+    # another machine: no run folders, the JSON committed; seeds 1-2 read, seed 3 run
+    order.clear()
+    assert main([*base, "--methods", "grpo", "gigpo", "--seeds", "1", "2", "3",
+                 "--workdir", str(tmp_path / "b")]) == 0
+    assert order == [("grpo", 3), ("gigpo", 3)]
+    assert "4 of the 6 runs read from" in capsys.readouterr().out
+    data = json.loads(path.read_text())
+    assert list(data["runs"]) == ["gigpo", "grpo"] and data["seeds"] == [1, 2, 3]
+    assert data["runs"]["gigpo"]["1"] == first["runs"]["gigpo"]["1"]
+    assert data["summary"]["methods"]["grpo"]["seeds"] == [1, 2, 3]
+
+    # a subset keeps the other runs the JSON holds
+    order.clear()
+    assert main([*base, "--methods", "hgpo", "--seeds", "1",
+                 "--workdir", str(tmp_path / "c")]) == 0
+    assert order == [("hgpo", 1)]
+    data = json.loads(path.read_text())
+    assert list(data["runs"]) == ["gigpo", "grpo", "hgpo"]
+    assert sorted(data["runs"]["grpo"]) == ["1", "2", "3"]
+
+    # another budget: the JSON of 3 iterations is not read, and is kept beside
+    order.clear()
+    assert main([*base, "--iterations", "4", "--methods", "grpo", "--seeds", "1",
+                 "--workdir", str(tmp_path / "d")]) == 0
+    assert order == [("grpo", 1)]
+    assert "of another configuration: not read" in capsys.readouterr().out
+    kept = json.loads((results / "credit_assignment_smollm2_t.replaced.json").read_text())
+    assert kept["runs"] == data["runs"]
+    assert list(json.loads(path.read_text())["runs"]) == ["grpo"]
+
+    # an unreadable JSON: said, kept, not read
+    path.write_text("{not json")
+    order.clear()
+    assert main([*base, "--iterations", "4", "--methods", "grpo", "--seeds", "1",
+                 "--workdir", str(tmp_path / "e")]) == 0
+    assert order == [("grpo", 1)] and "unreadable" in capsys.readouterr().out
+    assert (results / "credit_assignment_smollm2_t.replaced-2.json").read_text() == "{not json"
+    assert json.loads((results / "credit_assignment_smollm2_t.replaced.json").read_text()) == kept
