@@ -623,12 +623,13 @@ absent for GRPO (no step term)."""
 
 def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
                    model: str | None = None, task: str = "cpu-demo",
-                   group_size: int | None = None):
+                   group_size: int | None = None, lr: float | None = None):
     """The TrainConfig of one run of the pretrained-LM study: :data:`SMOLLM2_PRESET` with
     the method's ``--algo``, ``task``'s env (:data:`SMOLLM2_TASKS`), ``iterations``, a
     held-out evaluation after the last iteration, no TensorBoard or trajectory records
     (``model``: another HF model or path in the default's place, e.g. a test's tiny
-    one; ``group_size``: trajectories per group in place of the preset's)."""
+    one; ``group_size``: trajectories per group in place of the preset's; ``lr``: the
+    learning rate in place of the preset's)."""
     from algorithms.config import PRESETS, replace, with_algo
 
     config = with_algo(PRESETS[SMOLLM2_PRESET], SMOLLM2_METHODS[method])
@@ -648,6 +649,8 @@ def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
                 "tensorboard": False, "progress": False, "record_trajectories": 0}}
     if model is not None:
         changes["model"] = {"name_or_path": model}
+    if lr is not None:
+        changes["learner"] = {"lr": lr}
     return replace(config, **changes)
 
 
@@ -668,7 +671,7 @@ def run_smollm2(job: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(job["run_dir"])
     config = smollm2_config(job["method"], job["seed"], job["iterations"],
                             job["eval_episodes"], job.get("model"), job["task"],
-                            job.get("group_size"))
+                            job.get("group_size"), job.get("lr"))
     resume = run_dir.exists() and latest_checkpoint(run_dir) is not None
     config = replace(config, run={"resume": resume, "overwrite": not resume})
     began, cpu = time.perf_counter(), time.process_time()
@@ -825,7 +828,8 @@ def _method_order(method: str) -> int:
 
 
 def recorded_runs(path: Path, iterations: int, eval_episodes: int, model: str | None,
-                  task: str, group_size: int | None) -> dict[str, dict[int, dict[str, Any]]]:
+                  task: str, group_size: int | None,
+                  lr: float | None) -> dict[str, dict[int, dict[str, Any]]]:
     """The finished runs an earlier invocation wrote to the study's JSON ``path``, as
     method -> seed -> figures, so that a study carries on where its run folders are gone
     (another machine, a fresh clone: the JSON is committed, ``runs/`` is not). Read only
@@ -842,7 +846,7 @@ def recorded_runs(path: Path, iterations: int, eval_episodes: int, model: str | 
                     for m, by_seed in data["runs"].items() if m in SMOLLM2_METHODS}
         now = json.loads(json.dumps(smollm2_config(
             first_method, first_seed, iterations, eval_episodes, model, task,
-            group_size).to_dict()))  # as the JSON holds it (tuples become lists)
+            group_size, lr).to_dict()))  # as the JSON holds it (tuples become lists)
         same = data["config"] == now and first_method in SMOLLM2_METHODS
     except (ValueError, KeyError, TypeError, StopIteration, IndexError) as error:
         same, why = False, f"unreadable ({type(error).__name__}: {error})"
@@ -878,6 +882,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     task = args.lm_task
     name = "smollm2" + ("" if task == "cpu-demo" else f"_{task}") + \
         (f"_g{args.group_size}" if args.group_size else "") + \
+        (f"_lr{args.lm_lr:g}" if args.lm_lr else "") + \
         (f"_{args.tag}" if args.tag else "")  # its own folder: finished runs are reused
     workdir = Path(args.workdir or f"runs/credit_assignment/{name}")
     results = Path(args.results_dir)
@@ -888,7 +893,8 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
           f"{list(seeds)}, {iterations} iterations, {args.jobs} one-thread runs at a time; "
           f"load at start {load[0]:.2f}", flush=True)
     out = results / f"credit_assignment_{name}.json"
-    recorded = recorded_runs(out, iterations, eval_episodes, args.model, task, args.group_size)
+    recorded = recorded_runs(out, iterations, eval_episodes, args.model, task, args.group_size,
+                             args.lm_lr)
     planned, jobs = [], []
     for seed in seeds:  # seed-major: a study cut by the clock leaves whole seeds
         for method in methods:
@@ -900,7 +906,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
             jobs.append({"method": method, "seed": seed, "run_dir": str(run_dir),
                          "iterations": iterations, "eval_episodes": eval_episodes,
                          "model": args.model, "keep_checkpoints": args.keep_checkpoints,
-                         "task": task, "group_size": args.group_size})
+                         "task": task, "group_size": args.group_size, "lr": args.lm_lr})
     taken = sum(1 for m, s, d in planned if not args.rerun and not (d / "done.json").exists()
                 and s in recorded.get(m, {}))
     if taken:
@@ -920,7 +926,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     seeds = tuple(sorted({s for by_seed in runs.values() for s in by_seed}))
     summary = smollm2_summary(runs)
     config = smollm2_config(methods[0], seeds[0], iterations, eval_episodes, args.model, task,
-                            args.group_size)
+                            args.group_size, args.lm_lr)
     caption = (f"{name}: {SMOLLM2_PRESET} recipe, task {task}, seeds {list(seeds)}, "
                f"{iterations} iterations")
     pngs = smollm2_plot(runs, f"credit_assignment_{name}", caption, results)
@@ -1067,6 +1073,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"{SMOLLM2_EVAL_EPISODES})")
     lm.add_argument("--lm-task", choices=list(SMOLLM2_TASKS), default="cpu-demo",
                     help="the task (default: the cpu-demo's own house)")
+    lm.add_argument("--lm-lr", type=float, default=None,
+                    help="the runs' learning rate in place of the preset's (outputs' suffix "
+                         "_lr<value>)")
     lm.add_argument("--keep-checkpoints", action="store_true",
                     help="keep each finished run's checkpoint (59 MB; deleted by default)")
     args = parser.parse_args(argv)

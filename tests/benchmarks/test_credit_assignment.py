@@ -357,6 +357,18 @@ def test_the_pretrained_lm_studys_group_size_changes_only_the_groups():
         {k: v for k, v in demo.items() if k != "env"}
 
 
+def test_the_pretrained_lm_studys_lr_changes_only_the_lr():
+    from benchmarks.credit_assignment import smollm2_config
+
+    demo = smollm2_config("grpo", 3, 8, 16).to_dict()
+    fast = smollm2_config("grpo", 3, 8, 16, lr=2e-3).validate().to_dict()
+    assert fast["learner"]["lr"] == 2e-3 != demo["learner"]["lr"]
+    assert {k: v for k, v in fast["learner"].items() if k != "lr"} == \
+        {k: v for k, v in demo["learner"].items() if k != "lr"}
+    assert {k: v for k, v in fast.items() if k != "learner"} == \
+        {k: v for k, v in demo.items() if k != "learner"}
+
+
 def _fake_runs(order):
     """A stand-in for the study's ``run_jobs``: each job's run folder gets a finished
     ``metrics.jsonl`` (training success ``seed / 10`` at iterations 2..N) and ``done.json``;
@@ -425,6 +437,13 @@ def test_the_pretrained_lm_study_carries_on_from_its_json_where_run_folders_are_
     kept = json.loads((results / "credit_assignment_smollm2_t.replaced.json").read_text())
     assert kept["runs"] == data["runs"]
     assert list(json.loads(path.read_text())["runs"]) == ["grpo"]
+
+    # another lr: its own JSON, whose config holds the lr the runs used
+    order.clear()
+    assert main([*base, "--lm-lr", "0.002", "--methods", "grpo", "--seeds", "1",
+                 "--workdir", str(tmp_path / "f")]) == 0
+    fast = json.loads((results / "credit_assignment_smollm2_lr0.002_t.json").read_text())
+    assert fast["config"]["learner"]["lr"] == 0.002 and order == [("grpo", 1)]
 
     # an unreadable JSON: said, kept, not read
     path.write_text("{not json")
