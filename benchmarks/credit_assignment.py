@@ -590,6 +590,11 @@ SMOLLM2_METHODS: dict[str, str] = {"gigpo": "gigpo", "grpo": "grpo", "hgpo": "hg
 """Method -> ``--algo`` (each with :func:`~algorithms.config.with_algo`'s settings:
 GraphGPO's gamma 0.1; HGPO's history length follows the preset's history window, 1)."""
 
+SMOLLM2_SFT: dict[str, Any] = {"episodes": 64, "lr": 5e-4, "batch_size": 16,
+                               "micro_batch_size": 8}
+"""The SFT warm start of ``--lm-sft-steps`` (the rest is :class:`~algorithms.config.SFTConfig`'s):
+64 expert episodes of the training tasks, batches of 16 steps at the preset's RL lr."""
+
 SMOLLM2_BASELINE = "grpo"
 """The method every other is compared with (paired tests, Holm-corrected)."""
 
@@ -623,13 +628,17 @@ absent for GRPO (no step term)."""
 
 def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
                    model: str | None = None, task: str = "cpu-demo",
-                   group_size: int | None = None, lr: float | None = None):
+                   group_size: int | None = None, lr: float | None = None,
+                   sft_steps: int | None = None, sft_perturb: float = 0.0):
     """The TrainConfig of one run of the pretrained-LM study: :data:`SMOLLM2_PRESET` with
     the method's ``--algo``, ``task``'s env (:data:`SMOLLM2_TASKS`), ``iterations``, a
     held-out evaluation after the last iteration, no TensorBoard or trajectory records
     (``model``: another HF model or path in the default's place, e.g. a test's tiny
     one; ``group_size``: trajectories per group in place of the preset's; ``lr``: the
-    learning rate in place of the preset's)."""
+    learning rate in place of the preset's; ``sft_steps``: an SFT warm start of that many
+    optimizer steps before the RL run (``--sft.warm-start``: :data:`SMOLLM2_SFT`, with
+    ``sft_perturb`` of the expert's steps replaced by random ones), seeded like the run,
+    so that every method of a seed starts from the same warm start)."""
     from algorithms.config import PRESETS, replace, with_algo
 
     config = with_algo(PRESETS[SMOLLM2_PRESET], SMOLLM2_METHODS[method])
@@ -651,6 +660,9 @@ def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
         changes["model"] = {"name_or_path": model}
     if lr is not None:
         changes["learner"] = {"lr": lr}
+    if sft_steps:
+        changes["sft"] = {**SMOLLM2_SFT, "warm_start": True, "max_steps": sft_steps,
+                          "perturb": sft_perturb}
     return replace(config, **changes)
 
 
@@ -671,7 +683,8 @@ def run_smollm2(job: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(job["run_dir"])
     config = smollm2_config(job["method"], job["seed"], job["iterations"],
                             job["eval_episodes"], job.get("model"), job["task"],
-                            job.get("group_size"), job.get("lr"))
+                            job.get("group_size"), job.get("lr"), job.get("sft_steps"),
+                            job.get("sft_perturb", 0.0))
     resume = run_dir.exists() and latest_checkpoint(run_dir) is not None
     config = replace(config, run={"resume": resume, "overwrite": not resume})
     began, cpu = time.perf_counter(), time.process_time()
@@ -828,8 +841,9 @@ def _method_order(method: str) -> int:
 
 
 def recorded_runs(path: Path, iterations: int, eval_episodes: int, model: str | None,
-                  task: str, group_size: int | None,
-                  lr: float | None) -> dict[str, dict[int, dict[str, Any]]]:
+                  task: str, group_size: int | None, lr: float | None,
+                  sft_steps: int | None = None,
+                  sft_perturb: float = 0.0) -> dict[str, dict[int, dict[str, Any]]]:
     """The finished runs an earlier invocation wrote to the study's JSON ``path``, as
     method -> seed -> figures, so that a study carries on where its run folders are gone
     (another machine, a fresh clone: the JSON is committed, ``runs/`` is not). Read only
@@ -846,7 +860,7 @@ def recorded_runs(path: Path, iterations: int, eval_episodes: int, model: str | 
                     for m, by_seed in data["runs"].items() if m in SMOLLM2_METHODS}
         now = json.loads(json.dumps(smollm2_config(
             first_method, first_seed, iterations, eval_episodes, model, task,
-            group_size, lr).to_dict()))  # as the JSON holds it (tuples become lists)
+            group_size, lr, sft_steps, sft_perturb).to_dict()))  # as the JSON holds it (tuples become lists)
         same = data["config"] == now and first_method in SMOLLM2_METHODS
     except (ValueError, KeyError, TypeError, StopIteration, IndexError) as error:
         same, why = False, f"unreadable ({type(error).__name__}: {error})"
@@ -883,6 +897,8 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     name = "smollm2" + ("" if task == "cpu-demo" else f"_{task}") + \
         (f"_g{args.group_size}" if args.group_size else "") + \
         (f"_lr{args.lm_lr:g}" if args.lm_lr else "") + \
+        (f"_sft{args.lm_sft_steps}" if args.lm_sft_steps else "") + \
+        (f"p{args.lm_sft_perturb:g}" if args.lm_sft_steps and args.lm_sft_perturb else "") + \
         (f"_{args.tag}" if args.tag else "")  # its own folder: finished runs are reused
     workdir = Path(args.workdir or f"runs/credit_assignment/{name}")
     results = Path(args.results_dir)
@@ -894,7 +910,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
           f"load at start {load[0]:.2f}", flush=True)
     out = results / f"credit_assignment_{name}.json"
     recorded = recorded_runs(out, iterations, eval_episodes, args.model, task, args.group_size,
-                             args.lm_lr)
+                             args.lm_lr, args.lm_sft_steps, args.lm_sft_perturb)
     planned, jobs = [], []
     for seed in seeds:  # seed-major: a study cut by the clock leaves whole seeds
         for method in methods:
@@ -906,7 +922,8 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
             jobs.append({"method": method, "seed": seed, "run_dir": str(run_dir),
                          "iterations": iterations, "eval_episodes": eval_episodes,
                          "model": args.model, "keep_checkpoints": args.keep_checkpoints,
-                         "task": task, "group_size": args.group_size, "lr": args.lm_lr})
+                         "task": task, "group_size": args.group_size, "lr": args.lm_lr,
+                         "sft_steps": args.lm_sft_steps, "sft_perturb": args.lm_sft_perturb})
     taken = sum(1 for m, s, d in planned if not args.rerun and not (d / "done.json").exists()
                 and s in recorded.get(m, {}))
     if taken:
@@ -926,7 +943,8 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     seeds = tuple(sorted({s for by_seed in runs.values() for s in by_seed}))
     summary = smollm2_summary(runs)
     config = smollm2_config(methods[0], seeds[0], iterations, eval_episodes, args.model, task,
-                            args.group_size, args.lm_lr)
+                            args.group_size, args.lm_lr, args.lm_sft_steps,
+                            args.lm_sft_perturb)
     caption = (f"{name}: {SMOLLM2_PRESET} recipe, task {task}, seeds {list(seeds)}, "
                f"{iterations} iterations")
     pngs = smollm2_plot(runs, f"credit_assignment_{name}", caption, results)
@@ -1076,6 +1094,12 @@ def main(argv: list[str] | None = None) -> int:
     lm.add_argument("--lm-lr", type=float, default=None,
                     help="the runs' learning rate in place of the preset's (outputs' suffix "
                          "_lr<value>)")
+    lm.add_argument("--lm-sft-steps", type=int, default=None,
+                    help="an SFT warm start of this many optimizer steps on the env's expert "
+                         "before each run (--sft.warm-start; outputs' suffix _sft<steps>)")
+    lm.add_argument("--lm-sft-perturb", type=float, default=0.0,
+                    help="with --lm-sft-steps: the share of the expert's steps replaced by "
+                         "a random action (suffix p<share>)")
     lm.add_argument("--keep-checkpoints", action="store_true",
                     help="keep each finished run's checkpoint (59 MB; deleted by default)")
     args = parser.parse_args(argv)

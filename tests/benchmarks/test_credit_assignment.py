@@ -369,6 +369,18 @@ def test_the_pretrained_lm_studys_lr_changes_only_the_lr():
         {k: v for k, v in demo.items() if k != "learner"}
 
 
+def test_the_pretrained_lm_studys_warm_start_changes_only_the_sft_section():
+    from benchmarks.credit_assignment import SMOLLM2_SFT, smollm2_config
+
+    demo = smollm2_config("grpo", 3, 8, 16).to_dict()
+    assert demo["sft"]["warm_start"] is False
+    warm = smollm2_config("grpo", 3, 8, 16, sft_steps=2, sft_perturb=0.5).validate()
+    assert warm.sft.warm_start and warm.sft.max_steps == 2 and warm.sft.perturb == 0.5
+    assert {k: getattr(warm.sft, k) for k in SMOLLM2_SFT} == SMOLLM2_SFT
+    assert {k: v for k, v in warm.to_dict().items() if k != "sft"} == \
+        {k: v for k, v in demo.items() if k != "sft"}
+
+
 def _fake_runs(order):
     """A stand-in for the study's ``run_jobs``: each job's run folder gets a finished
     ``metrics.jsonl`` (training success ``seed / 10`` at iterations 2..N) and ``done.json``;
@@ -444,6 +456,13 @@ def test_the_pretrained_lm_study_carries_on_from_its_json_where_run_folders_are_
                  "--workdir", str(tmp_path / "f")]) == 0
     fast = json.loads((results / "credit_assignment_smollm2_lr0.002_t.json").read_text())
     assert fast["config"]["learner"]["lr"] == 0.002 and order == [("grpo", 1)]
+
+    # a warm start: its own JSON
+    order.clear()
+    assert main([*base, "--lm-sft-steps", "2", "--lm-sft-perturb", "0.5", "--methods", "grpo",
+                 "--seeds", "1", "--workdir", str(tmp_path / "g")]) == 0
+    warm = json.loads((results / "credit_assignment_smollm2_sft2p0.5_t.json").read_text())
+    assert warm["config"]["sft"]["warm_start"] and warm["config"]["sft"]["max_steps"] == 2
 
     # an unreadable JSON: said, kept, not read
     path.write_text("{not json")
