@@ -927,6 +927,14 @@ class TrainConfig:
         """Whether GAE bootstraps truncated episodes, so rollouts keep their next prompt."""
         return self.use_critic and self.learner.bootstrap_truncated
 
+    @property
+    def sft_stage_first(self) -> bool:
+        """Whether this RL run starts with its SFT stage (``sft.warm_start``, an RL
+        ``algo``, no ``model.init_checkpoint``, not ``run.eval_only``), which
+        :func:`algorithms.sft.stage.run_stage` trains before the RL trainer is built."""
+        return (self.sft.warm_start and self.algo != "sft" and not self.run.eval_only
+                and self.model.init_checkpoint is None)
+
     def validate(self) -> TrainConfig:
         """Raise :class:`ConfigError` (a ``ValueError``) on inconsistent settings; return
         ``self``."""

@@ -677,6 +677,7 @@ def run_smollm2(job: dict[str, Any]) -> dict[str, Any]:
 
     from algorithms.config import replace
     from algorithms.runs.checkpoint import latest_checkpoint
+    from algorithms.sft.stage import run_stage
     from algorithms.training.trainer import Trainer
 
     torch.set_num_threads(1)
@@ -688,6 +689,7 @@ def run_smollm2(job: dict[str, Any]) -> dict[str, Any]:
     resume = run_dir.exists() and latest_checkpoint(run_dir) is not None
     config = replace(config, run={"resume": resume, "overwrite": not resume})
     began, cpu = time.perf_counter(), time.process_time()
+    config = run_stage(config, run_dir, say=lambda line: None)  # the warm start, if any
     Trainer(config, run_dir=run_dir).run()
     done = {"seconds": time.perf_counter() - began, "cpu_seconds": time.process_time() - cpu,
             "resumed": resume, "load_at_end": os.getloadavg()[0]}

@@ -36,9 +36,9 @@ FINISHED = "finished.json"
 
 
 def needs_stage(config: TrainConfig) -> bool:
-    """Whether ``config`` asks for an SFT stage before its RL run."""
-    return (config.sft.warm_start and config.algo != "sft" and not config.run.eval_only
-            and config.model.init_checkpoint is None)
+    """Whether ``config`` asks for an SFT stage before its RL run
+    (:attr:`~algorithms.config.TrainConfig.sft_stage_first`)."""
+    return config.sft_stage_first
 
 
 def stage_config(config: TrainConfig, run_dir: Path) -> TrainConfig:
@@ -107,7 +107,7 @@ def run_stage(config: TrainConfig, run_dir: Path, *, ranks: Any = None,
     if trainer_factory is None:
         from algorithms.sft.trainer import SFTTrainer
 
-        trainer = SFTTrainer(stage, ranks=ranks)
+        trainer = SFTTrainer(stage) if ranks is None else SFTTrainer(stage, ranks=ranks)
     else:
         trainer = trainer_factory(stage)
     metrics = trainer.run()

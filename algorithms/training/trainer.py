@@ -44,7 +44,7 @@ from algorithms.agent.metrics import (
 from algorithms.agent.records import trajectory_records, write_run_records
 from algorithms.agent.sampling import Sampler, rollout_settings
 from algorithms.agent.step_batch import StepBatch
-from algorithms.config import TrainConfig
+from algorithms.config import ConfigError, TrainConfig
 from algorithms.engines.hf_worker import trainable_names
 from algorithms.runs import distributed
 from algorithms.runs.console import (
@@ -101,6 +101,12 @@ class Trainer:
                  engine: Any = None, make_vec_env: VecEnvFactory | None = None,
                  run_dir: Path | None = None, ranks: Ranks = SINGLE):
         self.config = config.validate()
+        if config.sft_stage_first:  # silently training without the warm start asked for
+            raise ConfigError(
+                "sft.warm_start: the SFT stage runs before the RL trainer is built; call "
+                "algorithms.sft.stage.run_stage(config, run_dir) first and build the Trainer "
+                "with the config it returns (train.py does), or pass "
+                "--model.init-checkpoint of an SFT run")
         self.ranks = ranks
         self.device = distributed.training_device(ranks, resolve_device(config.run.device))
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)

@@ -116,6 +116,13 @@ def test_when_there_is_no_stage(tmp_path):
         run_stage(config, tmp_path / "run", ranks=SimpleNamespace(distributed=True))
 
 
+def test_a_trainer_built_without_its_stage_is_refused(tmp_path, words):
+    """A Trainer given a config that asks for a warm start it has not run would train
+    from the base model without saying so: it is refused, pointing at run_stage."""
+    with pytest.raises(ConfigError, match="run_stage"):
+        Trainer(rl_config(tmp_path), policy=tiny(words), run_dir=tmp_path / "run")
+
+
 def test_the_stage_settings_are_validated_with_the_rl_run():
     config = replace(PRESETS["cpu-demo"], sft={"warm_start": True, "lr": 0.0})
     with pytest.raises(ConfigError, match="sft.lr"):

@@ -260,6 +260,25 @@ def test_the_pretrained_lm_study_writes_every_run_and_resumes(tmp_path):
     assert data["runs"]["grpo"]["0"]["iterations"] == [1, 2]
 
 
+@pytest.mark.slow
+def test_the_pretrained_lm_studys_runs_start_from_their_warm_start(tmp_path):
+    """--lm-sft-steps: each run trains its SFT stage in <run>/sft and starts RL from it
+    (a Trainer alone would refuse the config: the stage must run first)."""
+    model = _tiny_model_folder(tmp_path / "model")
+    results, workdir = tmp_path / "results", tmp_path / "runs"
+    assert main(["--policy", "smollm2", "--model", model, "--methods", "grpo", "--seeds", "0",
+                 "--iterations", "1", "--eval-episodes", "2", "--lm-sft-steps", "1",
+                 "--lm-sft-perturb", "0.5", "--workdir", str(workdir),
+                 "--results-dir", str(results)]) == 0
+    run_dir = workdir / "grpo" / "seed0"
+    finished = json.loads((run_dir / "sft" / "finished.json").read_text())
+    assert finished["checkpoint"].endswith("iter_000001")
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["model"]["init_checkpoint"] == str(run_dir / "sft")
+    data = json.loads((results / "credit_assignment_smollm2_sft1p0.5.json").read_text())
+    assert data["config"]["sft"]["max_steps"] == 1 and data["runs"]["grpo"]["0"]["iterations"] == [1]
+
+
 def test_holm_adjusts_a_family_of_p_values():
     from benchmarks.credit_assignment import holm_adjusted
 
