@@ -626,19 +626,42 @@ SMOLLM2_KEYS = {"train_success": "rollout/success",
 absent for GRPO (no step term)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class LMVariant:
+    """The pretrained-LM study's changes to the preset's recipe (``None``: the preset's),
+    the same for every method and seed of a study."""
+
+    group_size: int | None = None
+    """Trajectories per group (``--group-size``)."""
+    lr: float | None = None
+    """The learning rate (``--lm-lr``)."""
+    mini_batch: int | None = None
+    """Steps per optimizer step (``--lm-mini-batch``)."""
+    sft_steps: int | None = None
+    """An SFT warm start of that many optimizer steps before each run
+    (``--lm-sft-steps``; ``--sft.warm-start`` with :data:`SMOLLM2_SFT`), seeded like the
+    run, so that every method of a seed starts from the same warm start."""
+    sft_perturb: float = 0.0
+    """The share of the warm start's expert steps replaced by a random action."""
+
+    def suffix(self) -> str:
+        """The study's folder and JSON name suffix: ``_g16``, ``_lr0.002``, ``_mb16``,
+        ``_sft2p0.5`` (empty for the preset's recipe)."""
+        return ((f"_g{self.group_size}" if self.group_size else "")
+                + (f"_lr{self.lr:g}" if self.lr else "")
+                + (f"_mb{self.mini_batch}" if self.mini_batch else "")
+                + (f"_sft{self.sft_steps}" if self.sft_steps else "")
+                + (f"p{self.sft_perturb:g}" if self.sft_steps and self.sft_perturb else ""))
+
+
 def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
                    model: str | None = None, task: str = "cpu-demo",
-                   group_size: int | None = None, lr: float | None = None,
-                   sft_steps: int | None = None, sft_perturb: float = 0.0):
+                   variant: LMVariant = LMVariant()):
     """The TrainConfig of one run of the pretrained-LM study: :data:`SMOLLM2_PRESET` with
     the method's ``--algo``, ``task``'s env (:data:`SMOLLM2_TASKS`), ``iterations``, a
     held-out evaluation after the last iteration, no TensorBoard or trajectory records
     (``model``: another HF model or path in the default's place, e.g. a test's tiny
-    one; ``group_size``: trajectories per group in place of the preset's; ``lr``: the
-    learning rate in place of the preset's; ``sft_steps``: an SFT warm start of that many
-    optimizer steps before the RL run (``--sft.warm-start``: :data:`SMOLLM2_SFT`, with
-    ``sft_perturb`` of the expert's steps replaced by random ones), seeded like the run,
-    so that every method of a seed starts from the same warm start)."""
+    one; ``variant``: the recipe's changes, :class:`LMVariant`)."""
     from algorithms.config import PRESETS, replace, with_algo
 
     config = with_algo(PRESETS[SMOLLM2_PRESET], SMOLLM2_METHODS[method])
@@ -649,8 +672,8 @@ def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
         env["env_kwargs"] = json.dumps(spec["env_kwargs"])
     if "max_steps" in spec:
         env["max_steps"] = spec["max_steps"]
-    if group_size is not None:
-        env["group_size"] = group_size
+    if variant.group_size is not None:
+        env["group_size"] = variant.group_size
     changes: dict[str, Any] = {
         "env": env,
         "run": {"seed": seed, "iterations": iterations, "eval_every": iterations,
@@ -658,11 +681,13 @@ def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
                 "tensorboard": False, "progress": False, "record_trajectories": 0}}
     if model is not None:
         changes["model"] = {"name_or_path": model}
-    if lr is not None:
-        changes["learner"] = {"lr": lr}
-    if sft_steps:
-        changes["sft"] = {**SMOLLM2_SFT, "warm_start": True, "max_steps": sft_steps,
-                          "perturb": sft_perturb}
+    learner = {k: v for k, v in (("lr", variant.lr), ("mini_batch_size", variant.mini_batch))
+               if v is not None}
+    if learner:
+        changes["learner"] = learner
+    if variant.sft_steps:
+        changes["sft"] = {**SMOLLM2_SFT, "warm_start": True, "max_steps": variant.sft_steps,
+                          "perturb": variant.sft_perturb}
     return replace(config, **changes)
 
 
@@ -684,8 +709,7 @@ def run_smollm2(job: dict[str, Any]) -> dict[str, Any]:
     run_dir = Path(job["run_dir"])
     config = smollm2_config(job["method"], job["seed"], job["iterations"],
                             job["eval_episodes"], job.get("model"), job["task"],
-                            job.get("group_size"), job.get("lr"), job.get("sft_steps"),
-                            job.get("sft_perturb", 0.0))
+                            job.get("variant", LMVariant()))
     resume = run_dir.exists() and latest_checkpoint(run_dir) is not None
     config = replace(config, run={"resume": resume, "overwrite": not resume})
     began, cpu = time.perf_counter(), time.process_time()
@@ -843,9 +867,7 @@ def _method_order(method: str) -> int:
 
 
 def recorded_runs(path: Path, iterations: int, eval_episodes: int, model: str | None,
-                  task: str, group_size: int | None, lr: float | None,
-                  sft_steps: int | None = None,
-                  sft_perturb: float = 0.0) -> dict[str, dict[int, dict[str, Any]]]:
+                  task: str, variant: LMVariant) -> dict[str, dict[int, dict[str, Any]]]:
     """The finished runs an earlier invocation wrote to the study's JSON ``path``, as
     method -> seed -> figures, so that a study carries on where its run folders are gone
     (another machine, a fresh clone: the JSON is committed, ``runs/`` is not). Read only
@@ -862,7 +884,7 @@ def recorded_runs(path: Path, iterations: int, eval_episodes: int, model: str | 
                     for m, by_seed in data["runs"].items() if m in SMOLLM2_METHODS}
         now = json.loads(json.dumps(smollm2_config(
             first_method, first_seed, iterations, eval_episodes, model, task,
-            group_size, lr, sft_steps, sft_perturb).to_dict()))  # as the JSON holds it (tuples become lists)
+            variant).to_dict()))  # as the JSON holds it (tuples become lists)
         same = data["config"] == now and first_method in SMOLLM2_METHODS
     except (ValueError, KeyError, TypeError, StopIteration, IndexError) as error:
         same, why = False, f"unreadable ({type(error).__name__}: {error})"
@@ -896,11 +918,10 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     iterations = args.iterations or PRESETS[SMOLLM2_PRESET].run.iterations
     eval_episodes = args.eval_episodes or SMOLLM2_EVAL_EPISODES
     task = args.lm_task
+    variant = LMVariant(args.group_size, args.lm_lr, args.lm_mini_batch, args.lm_sft_steps,
+                        args.lm_sft_perturb)
     name = "smollm2" + ("" if task == "cpu-demo" else f"_{task}") + \
-        (f"_g{args.group_size}" if args.group_size else "") + \
-        (f"_lr{args.lm_lr:g}" if args.lm_lr else "") + \
-        (f"_sft{args.lm_sft_steps}" if args.lm_sft_steps else "") + \
-        (f"p{args.lm_sft_perturb:g}" if args.lm_sft_steps and args.lm_sft_perturb else "") + \
+        variant.suffix() + \
         (f"_{args.tag}" if args.tag else "")  # its own folder: finished runs are reused
     workdir = Path(args.workdir or f"runs/credit_assignment/{name}")
     results = Path(args.results_dir)
@@ -911,8 +932,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
           f"{list(seeds)}, {iterations} iterations, {args.jobs} one-thread runs at a time; "
           f"load at start {load[0]:.2f}", flush=True)
     out = results / f"credit_assignment_{name}.json"
-    recorded = recorded_runs(out, iterations, eval_episodes, args.model, task, args.group_size,
-                             args.lm_lr, args.lm_sft_steps, args.lm_sft_perturb)
+    recorded = recorded_runs(out, iterations, eval_episodes, args.model, task, variant)
     planned, jobs = [], []
     for seed in seeds:  # seed-major: a study cut by the clock leaves whole seeds
         for method in methods:
@@ -924,8 +944,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
             jobs.append({"method": method, "seed": seed, "run_dir": str(run_dir),
                          "iterations": iterations, "eval_episodes": eval_episodes,
                          "model": args.model, "keep_checkpoints": args.keep_checkpoints,
-                         "task": task, "group_size": args.group_size, "lr": args.lm_lr,
-                         "sft_steps": args.lm_sft_steps, "sft_perturb": args.lm_sft_perturb})
+                         "task": task, "variant": variant})
     taken = sum(1 for m, s, d in planned if not args.rerun and not (d / "done.json").exists()
                 and s in recorded.get(m, {}))
     if taken:
@@ -945,8 +964,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     seeds = tuple(sorted({s for by_seed in runs.values() for s in by_seed}))
     summary = smollm2_summary(runs)
     config = smollm2_config(methods[0], seeds[0], iterations, eval_episodes, args.model, task,
-                            args.group_size, args.lm_lr, args.lm_sft_steps,
-                            args.lm_sft_perturb)
+                            variant)
     caption = (f"{name}: {SMOLLM2_PRESET} recipe, task {task}, seeds {list(seeds)}, "
                f"{iterations} iterations")
     pngs = smollm2_plot(runs, f"credit_assignment_{name}", caption, results)
@@ -955,6 +973,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
         f"rank {config.model.lora_rank}", "preset": SMOLLM2_PRESET, "task": task,
         "methods": {m: SMOLLM2_METHODS[m] for m in methods}, "seeds": list(seeds),
         "iterations": iterations, "heldout": {**SMOLLM2_HELD_OUT, "episodes": eval_episodes},
+        "variant": dataclasses.asdict(variant),
         "config": config.to_dict(), "load_at_start": list(load),
         "load_at_end": list(os.getloadavg()), "wall_seconds": time.perf_counter() - began,
         "summary": summary,
@@ -1096,6 +1115,9 @@ def main(argv: list[str] | None = None) -> int:
     lm.add_argument("--lm-lr", type=float, default=None,
                     help="the runs' learning rate in place of the preset's (outputs' suffix "
                          "_lr<value>)")
+    lm.add_argument("--lm-mini-batch", type=int, default=None,
+                    help="steps per optimizer step in place of the preset's 64 (more "
+                         "optimizer steps per iteration; outputs' suffix _mb<steps>)")
     lm.add_argument("--lm-sft-steps", type=int, default=None,
                     help="an SFT warm start of this many optimizer steps on the env's expert "
                          "before each run (--sft.warm-start; outputs' suffix _sft<steps>)")

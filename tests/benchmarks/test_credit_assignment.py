@@ -365,10 +365,10 @@ def test_the_learning_condition_reads_the_baselines_mean_rise():
 
 
 def test_the_pretrained_lm_studys_group_size_changes_only_the_groups():
-    from benchmarks.credit_assignment import smollm2_config
+    from benchmarks.credit_assignment import LMVariant, smollm2_config
 
     demo = smollm2_config("grpo", 3, 8, 16).to_dict()
-    wide = smollm2_config("grpo", 3, 8, 16, group_size=16).validate().to_dict()
+    wide = smollm2_config("grpo", 3, 8, 16, variant=LMVariant(group_size=16)).validate().to_dict()
     assert wide["env"]["group_size"] == 16 != demo["env"]["group_size"]
     assert {k: v for k, v in wide["env"].items() if k != "group_size"} == \
         {k: v for k, v in demo["env"].items() if k != "group_size"}
@@ -376,24 +376,31 @@ def test_the_pretrained_lm_studys_group_size_changes_only_the_groups():
         {k: v for k, v in demo.items() if k != "env"}
 
 
-def test_the_pretrained_lm_studys_lr_changes_only_the_lr():
-    from benchmarks.credit_assignment import smollm2_config
+def test_the_pretrained_lm_studys_lr_and_mini_batch_change_only_the_learner():
+    from benchmarks.credit_assignment import LMVariant, smollm2_config
 
     demo = smollm2_config("grpo", 3, 8, 16).to_dict()
-    fast = smollm2_config("grpo", 3, 8, 16, lr=2e-3).validate().to_dict()
+    fast = smollm2_config("grpo", 3, 8, 16, variant=LMVariant(lr=2e-3)).validate().to_dict()
     assert fast["learner"]["lr"] == 2e-3 != demo["learner"]["lr"]
     assert {k: v for k, v in fast["learner"].items() if k != "lr"} == \
         {k: v for k, v in demo["learner"].items() if k != "lr"}
     assert {k: v for k, v in fast.items() if k != "learner"} == \
         {k: v for k, v in demo.items() if k != "learner"}
+    small = smollm2_config("grpo", 3, 8, 16, variant=LMVariant(mini_batch=16)).validate()
+    assert small.learner.mini_batch_size == 16 != demo["learner"]["mini_batch_size"]
+    assert {k: v for k, v in small.to_dict()["learner"].items() if k != "mini_batch_size"} == \
+        {k: v for k, v in demo["learner"].items() if k != "mini_batch_size"}
+    assert LMVariant(16, 2e-3, 16, 2, 0.5).suffix() == "_g16_lr0.002_mb16_sft2p0.5"
+    assert LMVariant().suffix() == "" and LMVariant(sft_steps=4).suffix() == "_sft4"
 
 
 def test_the_pretrained_lm_studys_warm_start_changes_only_the_sft_section():
-    from benchmarks.credit_assignment import SMOLLM2_SFT, smollm2_config
+    from benchmarks.credit_assignment import SMOLLM2_SFT, LMVariant, smollm2_config
 
     demo = smollm2_config("grpo", 3, 8, 16).to_dict()
     assert demo["sft"]["warm_start"] is False
-    warm = smollm2_config("grpo", 3, 8, 16, sft_steps=2, sft_perturb=0.5).validate()
+    warm = smollm2_config("grpo", 3, 8, 16,
+                          variant=LMVariant(sft_steps=2, sft_perturb=0.5)).validate()
     assert warm.sft.warm_start and warm.sft.max_steps == 2 and warm.sft.perturb == 0.5
     assert {k: getattr(warm.sft, k) for k in SMOLLM2_SFT} == SMOLLM2_SFT
     assert {k: v for k, v in warm.to_dict().items() if k != "sft"} == \
