@@ -637,6 +637,8 @@ class LMVariant:
     """The learning rate (``--lm-lr``)."""
     mini_batch: int | None = None
     """Steps per optimizer step (``--lm-mini-batch``)."""
+    kl: float | None = None
+    """The KL coefficient (``--lm-kl``)."""
     sft_steps: int | None = None
     """An SFT warm start of that many optimizer steps before each run
     (``--lm-sft-steps``; ``--sft.warm-start`` with :data:`SMOLLM2_SFT`), seeded like the
@@ -646,10 +648,11 @@ class LMVariant:
 
     def suffix(self) -> str:
         """The study's folder and JSON name suffix: ``_g16``, ``_lr0.002``, ``_mb16``,
-        ``_sft2p0.5`` (empty for the preset's recipe)."""
+        ``_kl0.01``, ``_sft2p0.5`` (empty for the preset's recipe)."""
         return ((f"_g{self.group_size}" if self.group_size else "")
                 + (f"_lr{self.lr:g}" if self.lr else "")
                 + (f"_mb{self.mini_batch}" if self.mini_batch else "")
+                + (f"_kl{self.kl:g}" if self.kl is not None else "")
                 + (f"_sft{self.sft_steps}" if self.sft_steps else "")
                 + (f"p{self.sft_perturb:g}" if self.sft_steps and self.sft_perturb else ""))
 
@@ -681,8 +684,8 @@ def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
                 "tensorboard": False, "progress": False, "record_trajectories": 0}}
     if model is not None:
         changes["model"] = {"name_or_path": model}
-    learner = {k: v for k, v in (("lr", variant.lr), ("mini_batch_size", variant.mini_batch))
-               if v is not None}
+    learner = {k: v for k, v in (("lr", variant.lr), ("mini_batch_size", variant.mini_batch),
+                                 ("kl_coef", variant.kl)) if v is not None}
     if learner:
         changes["learner"] = learner
     if variant.sft_steps:
@@ -918,8 +921,9 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     iterations = args.iterations or PRESETS[SMOLLM2_PRESET].run.iterations
     eval_episodes = args.eval_episodes or SMOLLM2_EVAL_EPISODES
     task = args.lm_task
-    variant = LMVariant(args.group_size, args.lm_lr, args.lm_mini_batch, args.lm_sft_steps,
-                        args.lm_sft_perturb)
+    variant = LMVariant(group_size=args.group_size, lr=args.lm_lr,
+                        mini_batch=args.lm_mini_batch, kl=args.lm_kl,
+                        sft_steps=args.lm_sft_steps, sft_perturb=args.lm_sft_perturb)
     name = "smollm2" + ("" if task == "cpu-demo" else f"_{task}") + \
         variant.suffix() + \
         (f"_{args.tag}" if args.tag else "")  # its own folder: finished runs are reused
@@ -1118,6 +1122,9 @@ def main(argv: list[str] | None = None) -> int:
     lm.add_argument("--lm-mini-batch", type=int, default=None,
                     help="steps per optimizer step in place of the preset's 64 (more "
                          "optimizer steps per iteration; outputs' suffix _mb<steps>)")
+    lm.add_argument("--lm-kl", type=float, default=None,
+                    help="the KL coefficient in place of the preset's 0.2 (outputs' suffix "
+                         "_kl<value>)")
     lm.add_argument("--lm-sft-steps", type=int, default=None,
                     help="an SFT warm start of this many optimizer steps on the env's expert "
                          "before each run (--sft.warm-start; outputs' suffix _sft<steps>)")

@@ -390,7 +390,11 @@ def test_the_pretrained_lm_studys_lr_and_mini_batch_change_only_the_learner():
     assert small.learner.mini_batch_size == 16 != demo["learner"]["mini_batch_size"]
     assert {k: v for k, v in small.to_dict()["learner"].items() if k != "mini_batch_size"} == \
         {k: v for k, v in demo["learner"].items() if k != "mini_batch_size"}
-    assert LMVariant(16, 2e-3, 16, 2, 0.5).suffix() == "_g16_lr0.002_mb16_sft2p0.5"
+    low_kl = smollm2_config("grpo", 3, 8, 16, variant=LMVariant(kl=0.01)).validate()
+    assert low_kl.learner.kl_coef == 0.01 != demo["learner"]["kl_coef"]
+    assert LMVariant(group_size=16, lr=2e-3, mini_batch=16, kl=0.01, sft_steps=2,
+                     sft_perturb=0.5).suffix() == "_g16_lr0.002_mb16_kl0.01_sft2p0.5"
+    assert LMVariant(kl=0.0).suffix() == "_kl0"
     assert LMVariant().suffix() == "" and LMVariant(sft_steps=4).suffix() == "_sft4"
 
 
