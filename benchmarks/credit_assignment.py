@@ -888,7 +888,7 @@ def recorded_runs(path: Path, iterations: int, eval_episodes: int, model: str | 
         now = json.loads(json.dumps(smollm2_config(
             first_method, first_seed, iterations, eval_episodes, model, task,
             variant).to_dict()))  # as the JSON holds it (tuples become lists)
-        same = data["config"] == now and first_method in SMOLLM2_METHODS
+        same = data["config"] == now  # an unknown method fails smollm2_config: unreadable
     except (ValueError, KeyError, TypeError, StopIteration, IndexError) as error:
         same, why = False, f"unreadable ({type(error).__name__}: {error})"
     else:
@@ -937,20 +937,20 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
           f"load at start {load[0]:.2f}", flush=True)
     out = results / f"credit_assignment_{name}.json"
     recorded = recorded_runs(out, iterations, eval_episodes, args.model, task, variant)
-    planned, jobs = [], []
+    planned, jobs, taken = [], [], 0
     for seed in seeds:  # seed-major: a study cut by the clock leaves whole seeds
         for method in methods:
             run_dir = workdir / method / f"seed{seed}"
             planned.append((method, seed, run_dir))
-            if not args.rerun and ((run_dir / "done.json").exists()
-                                   or seed in recorded.get(method, {})):
+            if not args.rerun and (run_dir / "done.json").exists():
+                continue
+            if not args.rerun and seed in recorded.get(method, {}):
+                taken += 1
                 continue
             jobs.append({"method": method, "seed": seed, "run_dir": str(run_dir),
                          "iterations": iterations, "eval_episodes": eval_episodes,
                          "model": args.model, "keep_checkpoints": args.keep_checkpoints,
                          "task": task, "variant": variant})
-    taken = sum(1 for m, s, d in planned if not args.rerun and not (d / "done.json").exists()
-                and s in recorded.get(m, {}))
     if taken:
         print(f"  {taken} of the {len(planned)} runs read from {out} (their run folders are "
               "not here); --rerun runs them again", flush=True)

@@ -27,6 +27,7 @@ from typing import Any
 
 from algorithms.config import ConfigError, TrainConfig, replace
 from algorithms.runs.checkpoint import latest_checkpoint
+from algorithms.runs.distributed import SINGLE, Ranks
 
 STAGE_DIR = "sft"
 """The SFT stage's folder inside the RL run's."""
@@ -58,7 +59,7 @@ def rl_config(config: TrainConfig, run_dir: Path) -> TrainConfig:
     return replace(config, model={"init_checkpoint": str(Path(run_dir) / STAGE_DIR)})
 
 
-def run_stage(config: TrainConfig, run_dir: Path, *, ranks: Any = None,
+def run_stage(config: TrainConfig, run_dir: Path, *, ranks: Ranks = SINGLE,
               say: Callable[[str], None] = print, trainer_factory: Any = None
               ) -> TrainConfig:
     """Run (or reuse) the SFT stage of ``config`` for the RL run in ``run_dir``; return
@@ -68,7 +69,7 @@ def run_stage(config: TrainConfig, run_dir: Path, *, ranks: Any = None,
     Args:
         config: the RL run's resolved config.
         run_dir: the RL run's folder.
-        ranks: the process ranks (the stage runs in one process).
+        ranks: the process ranks (default one process; the stage runs in one process).
         say: where the stage's one-line notes go.
         trainer_factory: builds the stage's trainer from its config (tests pass one
             with a preloaded model); default :class:`~algorithms.sft.trainer.SFTTrainer`.
@@ -107,7 +108,7 @@ def run_stage(config: TrainConfig, run_dir: Path, *, ranks: Any = None,
     if trainer_factory is None:
         from algorithms.sft.trainer import SFTTrainer
 
-        trainer = SFTTrainer(stage) if ranks is None else SFTTrainer(stage, ranks=ranks)
+        trainer = SFTTrainer(stage, ranks=ranks)
     else:
         trainer = trainer_factory(stage)
     metrics = trainer.run()
