@@ -149,7 +149,12 @@ def _save_converted(model: Any, tokenizer: Any, target: Path) -> None:
 
     transformers refuses to ``save_pretrained`` a model loaded from GGUF, so the weights
     are copied into a plain model built from the same config and that one is saved.
+    Runs started together (a study's parallel jobs) each convert; the first rename wins and
+    the others' copies are dropped without a warning, as the cache then holds the same
+    conversion.
     """
+    import shutil
+
     from transformers import AutoModelForCausalLM
 
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
@@ -163,10 +168,10 @@ def _save_converted(model: Any, tokenizer: Any, target: Path) -> None:
         tokenizer.save_pretrained(tmp)
         os.replace(tmp, target)
     except (OSError, ValueError, RuntimeError) as error:
-        # A read-only or full cache only costs the conversion next time.
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
+        if (target / "config.json").exists():
+            return  # another process cached the same conversion first
+        # A read-only or full cache only costs the conversion next time.
         warnings.warn(f"could not cache the converted default model in {target}: {error}",
                       stacklevel=2)
 

@@ -249,3 +249,31 @@ def test_the_default_model_loads_in_bfloat16_mixed_precision_straight_from_its_g
         assert autocast_dtype(policy.model) == torch.bfloat16 and policy.lora
         del policy
     assert default_model_conversion() is None
+
+
+def test_a_conversion_cached_first_by_another_run_is_kept_without_a_warning(tmp_path):
+    """Two runs started together both convert the default model; the one whose rename comes
+    second finds the cache filled and drops its copy quietly. A cache that cannot be filled
+    still warns (and the run goes on)."""
+    import warnings
+
+    from algorithms.training.policy import _save_converted
+    from tests.algorithms.tiny import make_model, make_tokenizer
+
+    tokenizer = make_tokenizer()
+    model = make_model(len(tokenizer))
+    target = tmp_path / "converted"
+    target.mkdir()
+    (target / "config.json").write_text("{}")  # the other run's finished copy
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _save_converted(model, tokenizer, target)
+    assert (target / "config.json").read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["converted"]  # no stray copy
+
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "partial.bin").write_text("x")  # not a finished conversion
+    with pytest.warns(UserWarning, match="could not cache the converted default model"):
+        _save_converted(model, tokenizer, blocked)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocked", "converted"]
