@@ -194,6 +194,30 @@ def autocast(model: Any) -> Iterator[None]:
         yield
 
 
+def cpu_kernels() -> str:
+    """This CPU's model name and the bfloat16 instruction sets torch finds on it, e.g.
+    ``"Intel(R) Xeon(R) Processor (AMX, AVX512-BF16)"``.
+
+    oneDNN picks its bfloat16 kernels by these instructions (AMX tiles where present,
+    else AVX512-BF16), and the kernels round differently, so one seed's bfloat16 run
+    follows another trajectory on another CPU (docs/precision.md, "Reproducibility").
+    A run records this beside its figures.
+    """
+    name = platform.processor() or platform.machine()
+    try:
+        for line in CPUINFO.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                name = value.strip()
+                break
+    except OSError:
+        pass
+    found = [label for label, query in (("AMX", "_is_amx_tile_supported"),
+                                        ("AVX512-BF16", "_is_avx512_bf16_supported"))
+             if getattr(torch.cpu, query, lambda: False)()]
+    return f"{name} ({', '.join(found) if found else 'no bfloat16 instructions'})"
+
+
 def describe(model: Any) -> str:
     """One phrase for the run's log: the dtype ``model`` computes in and, under mixed
     precision, what stays float32."""

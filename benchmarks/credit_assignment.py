@@ -317,6 +317,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from algorithms.config import replace
+    from algorithms.precision import cpu_kernels
     from algorithms.training.tiny_model import tiny_policy
     from algorithms.training.trainer import Trainer
 
@@ -346,7 +347,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
                       run_dir=Path(job["run_dir"]))
     trainer.run()
     done = {"seconds": time.perf_counter() - began, "cpu_seconds": time.process_time() - cpu,
-            "load_at_end": os.getloadavg()[0]}
+            "load_at_end": os.getloadavg()[0], "cpu": cpu_kernels()}
     (Path(job["run_dir"]) / "done.json").write_text(json.dumps(done))
     return {"run_dir": job["run_dir"], **done}
 
@@ -704,6 +705,7 @@ def run_smollm2(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from algorithms.config import replace
+    from algorithms.precision import cpu_kernels
     from algorithms.runs.checkpoint import latest_checkpoint
     from algorithms.sft.stage import run_stage
     from algorithms.training.trainer import Trainer
@@ -719,7 +721,7 @@ def run_smollm2(job: dict[str, Any]) -> dict[str, Any]:
     config = run_stage(config, run_dir, say=lambda line: None)  # the warm start, if any
     Trainer(config, run_dir=run_dir).run()
     done = {"seconds": time.perf_counter() - began, "cpu_seconds": time.process_time() - cpu,
-            "resumed": resume, "load_at_end": os.getloadavg()[0]}
+            "resumed": resume, "load_at_end": os.getloadavg()[0], "cpu": cpu_kernels()}
     if not job.get("keep_checkpoints"):
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     (run_dir / "done.json").write_text(json.dumps(done))
@@ -1209,6 +1211,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = run_figures(read_run(run_dir), starts[task_name])
         done = json.loads((run_dir / "done.json").read_text(encoding="utf-8"))
         figures.update(cpu_seconds=done["cpu_seconds"], wall_seconds=done["seconds"],
+                       cpu=done.get("cpu"),  # absent from runs finished before it was kept
                        trajectories=iterations[task_name] * mode.num_groups[task_name]
                        * (args.group_size or TASKS[task_name].group_size))
         runs.setdefault(task_name, {}).setdefault(method, {})[seed] = figures

@@ -15,6 +15,7 @@ import torch
 
 from algorithms.config import TINY_MODEL, EnvConfig, TrainConfig
 from algorithms.engines import make_engine, resolve_engine
+from algorithms.precision import cpu_kernels
 from algorithms.precision import describe as describe_precision
 from algorithms.runs.distributed import Ranks, WeightMirror
 from algorithms.runs.memory import release_around_each_call
@@ -50,7 +51,8 @@ def build_policy(config: TrainConfig, device: torch.device, ranks: Ranks,
     policy = with_init_checkpoint(policy, config, device, ranks)
     say(f"policy: {policy.source}; "
         f"{sum(p.numel() for p in policy.model.parameters()) / 1e6:.1f}M parameters; "
-        f"{describe_precision(policy.model)}")
+        f"{describe_precision(policy.model)}"
+        + (f" on {cpu_kernels()}" if device.type == "cpu" else ""))
     policy.model.to(device)
     return policy
 

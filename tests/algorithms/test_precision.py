@@ -86,6 +86,25 @@ def test_arm_reads_the_bf16_feature(monkeypatch, tmp_path, features, answer):
     assert precision.cpu_has_bf16() is False
 
 
+def test_a_run_names_its_cpu_and_the_bfloat16_instructions_torch_finds(monkeypatch,
+                                                                       tmp_path):
+    """The CPU's model name and which of AMX / AVX512-BF16 torch reports: the kernels
+    that decide a bfloat16 run's rounding, recorded beside its figures."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: GenuineIntel\n"
+                       "model name\t: Example CPU 9000\nflags\t: fpu\n")
+    monkeypatch.setattr(precision, "CPUINFO", cpuinfo)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False,
+                        raising=False)
+    assert precision.cpu_kernels() == "Example CPU 9000 (AMX)"
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
+    assert precision.cpu_kernels() == "Example CPU 9000 (no bfloat16 instructions)"
+    monkeypatch.setattr(precision, "CPUINFO", tmp_path / "missing")
+    monkeypatch.setattr(platform, "processor", lambda: "arm")
+    assert precision.cpu_kernels() == "arm (no bfloat16 instructions)"
+
+
 # --- mixed precision: what is stored in which dtype -------------------------------------
 
 def test_lora_stores_frozen_linears_in_bf16_and_the_rest_in_float32():

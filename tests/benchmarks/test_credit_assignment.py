@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from algorithms.precision import cpu_kernels  # noqa: E402
 from benchmarks.credit_assignment import (  # noqa: E402
     METHODS,
     MODES,
@@ -151,6 +152,7 @@ def test_staleness_and_rl_lr_reach_the_rl_runs(tmp_path, small_keydoor):
     figures = data["runs"]["keydoor"]["grpo-std"]["0"]
     # the first batch comes from the start's weights, the second from one update before
     assert figures["overlap/staleness_mean"] == [0.0, 1.0]
+    assert figures["cpu"] == cpu_kernels()
     config = json.loads((tmp_path / "runs" / "keydoor" / "grpo-std" / "seed0"
                          / "config.json").read_text())
     assert config["learner"]["lr"] == 3e-3 and config["run"]["max_staleness"] == 1
@@ -237,6 +239,7 @@ def test_the_pretrained_lm_study_writes_every_run_and_resumes(tmp_path):
     assert math.isclose(sum(v[0] for v in graph["step_group_share"].values()), 1.0,
                         abs_tol=1e-6)
     assert "step_only_share" in graph and "step_only_share" not in data["runs"]["grpo"]["0"]
+    assert graph["cpu"] == cpu_kernels()  # bfloat16's rounding depends on the CPU's kernels
     config = json.loads((workdir / "graphgpo" / "seed0" / "config.json").read_text())
     assert config["algo"] == "graphgpo" and config["learner"]["gamma"] == 0.1
     assert config["env"]["eval_env_kwargs"] == json.dumps(study.SMOLLM2_HELD_OUT)
