@@ -200,7 +200,8 @@ def cpu_kernels() -> str:
 
     oneDNN picks its bfloat16 kernels by these instructions (AMX tiles where present,
     else AVX512-BF16), and the kernels round differently, so one seed's bfloat16 run
-    follows another trajectory on another CPU (docs/precision.md, "Reproducibility").
+    follows another trajectory on another CPU (docs/precision.md, "Reproducibility across
+    CPUs").
     A run records this beside its figures.
     """
     name = platform.processor() or platform.machine()
