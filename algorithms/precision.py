@@ -59,6 +59,17 @@ CPUINFO = Path("/proc/cpuinfo")
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
+_X86_BF16_QUERIES = (("AMX", "_is_amx_tile_supported"),
+                     ("AVX512-BF16", "_is_avx512_bf16_supported"))
+"""torch's capability queries for the x86 instructions oneDNN's bfloat16 kernels use."""
+
+
+def _x86_bf16_instructions() -> list[str]:
+    """The names of the :data:`_X86_BF16_QUERIES` torch answers yes to (a torch without
+    a query counts as no)."""
+    return [label for label, query in _X86_BF16_QUERIES
+            if getattr(torch.cpu, query, lambda: False)()]
+
 
 def cpu_has_bf16() -> bool:
     """Whether this CPU has bfloat16 instructions, so that bfloat16 matmuls beat float32.
@@ -70,9 +81,7 @@ def cpu_has_bf16() -> bool:
     """
     machine = platform.machine().lower()
     if machine in ("x86_64", "amd64", "i386", "i686"):
-        queries = [getattr(torch.cpu, name, None)
-                   for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-        return any(query() for query in queries if query is not None)
+        return bool(_x86_bf16_instructions())
     if machine in ("aarch64", "arm64"):
         try:
             text = CPUINFO.read_text()
@@ -213,9 +222,7 @@ def cpu_kernels() -> str:
                 break
     except OSError:
         pass
-    found = [label for label, query in (("AMX", "_is_amx_tile_supported"),
-                                        ("AVX512-BF16", "_is_avx512_bf16_supported"))
-             if getattr(torch.cpu, query, lambda: False)()]
+    found = _x86_bf16_instructions()
     return f"{name} ({', '.join(found) if found else 'no bfloat16 instructions'})"
 
 
