@@ -1040,6 +1040,9 @@ class TrainConfig:
         learner = self.learner
         if self.run.max_staleness < 0:
             problems.append("run.max_staleness must be >= 0")
+        if not (math.isfinite(learner.step_weight) and learner.step_weight >= 0):
+            problems.append(f"learner.step_weight must be finite and >= 0 (0: the episode "
+                            f"term alone), got {learner.step_weight}")
         if learner.tis_cap is not None and not learner.tis_cap > 0:
             problems.append("learner.tis_cap must be > 0 (or None to turn it off)")
         if learner.behaviour_weight_cap is not None and not learner.behaviour_weight_cap > 1:

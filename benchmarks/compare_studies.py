@@ -18,6 +18,15 @@ two-sided paired permutation p-value (``benchmarks/study_stats.py``)::
 Measures, per seed: ``final`` (held-out success at the last evaluation, the study's own
 measure) and ``train`` (the mean of ``rollout/success`` over the iterations
 ``--iterations FIRST LAST``, both included, numbered from 1 as the runs log them).
+
+The pretrained-LM study's JSONs (``--policy smollm2``: one task, named in the JSON) are read
+as well: ``final`` is their ``heldout_success``, ``train`` their ``train_success`` per
+iteration; ``--task`` may be left out for them. An ablation of it (one method under another
+setting, e.g. ``--lm-step-weight 2``) is compared with the study it varies::
+
+    python -m benchmarks.compare_studies --measure train --iterations 2 12 \\
+        benchmarks/results/credit_assignment_smollm2_g8_mb16_kl0.01_sft2p0.5_w2_a1.json:gigpo \\
+        benchmarks/results/credit_assignment_smollm2_g8_mb16_kl0.01_sft2p0.5_t4.json:gigpo
 """
 
 from __future__ import annotations
@@ -35,12 +44,38 @@ from benchmarks.study_stats import paired_comparison
 MEASURES = ("final", "train")
 
 
-def seed_values(study: dict[str, Any], task: str, method: str, measure: str,
+def _method_runs(study: dict[str, Any], task: str | None, method: str
+                 ) -> dict[str, dict[str, Any]]:
+    """``method``'s runs on ``task`` (seed -> figures), in the small-policy study's names
+    (``final_success``, ``iterations``, ``rollout/success``) whichever study wrote them."""
+    runs = study.get("runs", {})
+    lm_task = study.get("task")
+    if isinstance(lm_task, str):  # the pretrained-LM study: one task, runs[method][seed]
+        if task is not None and task != lm_task:
+            raise KeyError(f"no task {task!r} in this study (it ran {lm_task!r})")
+        if method not in runs:
+            raise KeyError(f"no method {method!r} for {lm_task} in this study "
+                           f"(it has {sorted(runs)})")
+        return {seed: {"final_success": f["heldout_success"], "iterations": f["iterations"],
+                       "rollout/success": f["train_success"]}
+                for seed, f in runs[method].items()}
+    task = "keydoor" if task is None else task
+    if task not in runs:
+        raise KeyError(f"no task {task!r} in this study (it has {sorted(runs)})")
+    if method not in runs[task]:
+        raise KeyError(f"no method {method!r} for {task} in this study "
+                       f"(it has {sorted(runs[task])})")
+    return runs[task][method]
+
+
+def seed_values(study: dict[str, Any], task: str | None, method: str, measure: str,
                 iterations: tuple[int, int] | None = None) -> dict[int, float]:
     """One figure per seed of ``method`` on ``task`` in a study's result JSON.
 
     Args:
         study: the JSON ``benchmarks/credit_assignment.py`` writes (its ``runs`` block).
+        task: the small-policy study's task (``None``: ``keydoor``); for a pretrained-LM
+            study, ``None`` or the one task it ran.
         measure: ``final`` (the last held-out evaluation's success) or ``train`` (the mean
             ``rollout/success`` of the iterations ``first..last``, both included).
         iterations: ``(first, last)``, needed by ``train``.
@@ -50,18 +85,13 @@ def seed_values(study: dict[str, Any], task: str, method: str, measure: str,
         ValueError: an unknown measure, or ``train`` without iterations or with iterations a
             seed did not run.
     """
-    runs = study.get("runs", {})
-    if task not in runs:
-        raise KeyError(f"no task {task!r} in this study (it has {sorted(runs)})")
-    if method not in runs[task]:
-        raise KeyError(f"no method {method!r} for {task} in this study "
-                       f"(it has {sorted(runs[task])})")
+    method_runs = _method_runs(study, task, method)
     if measure not in MEASURES:
         raise ValueError(f"unknown measure {measure!r}: one of {MEASURES}")
     if measure == "train" and iterations is None:
         raise ValueError("the train measure needs iterations=(first, last)")
     values: dict[int, float] = {}
-    for seed, figures in runs[task][method].items():
+    for seed, figures in method_runs.items():
         if measure == "final":
             values[int(seed)] = float(figures["final_success"])
             continue
@@ -87,17 +117,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("a", type=_side, help="RESULTS.json:METHOD, the first side")
     parser.add_argument("b", type=_side, help="RESULTS.json:METHOD, the second side")
-    parser.add_argument("--task", default="keydoor")
+    parser.add_argument("--task", default=None,
+                        help="the small-policy study's task (default keydoor); a "
+                             "pretrained-LM study's JSON names its one task")
     parser.add_argument("--measure", choices=MEASURES, default="final")
     parser.add_argument("--iterations", type=int, nargs=2, metavar=("FIRST", "LAST"),
                         help="the train measure's iterations, both included")
     args = parser.parse_args(argv)
     if args.measure == "train" and args.iterations is None:
         parser.error("--measure train needs --iterations FIRST LAST")
-    sides = []
+    sides, studies = [], []
     for path, method in (args.a, args.b):
         try:
             study = json.loads(path.read_text())
+            studies.append(study)
             sides.append(seed_values(study, args.task, method, args.measure,
                                      tuple(args.iterations) if args.iterations else None))
         except (OSError, json.JSONDecodeError, KeyError, ValueError) as error:
@@ -112,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     what = ("held-out success at the last evaluation" if args.measure == "final" else
             f"training-rollout success, mean of iterations {args.iterations[0]}"
             f"-{args.iterations[1]}")
-    print(f"{args.task}, {what}, seeds {result['seeds']}:")
+    task = args.task or next((s["task"] for s in studies if isinstance(s.get("task"), str)),
+                             "keydoor")
+    print(f"{task}, {what}, seeds {result['seeds']}:")
     for side, (path, method) in zip(("a", "b"), (args.a, args.b), strict=True):
         row = result[side]
         low, high = row["ci95"]

@@ -646,16 +646,20 @@ class LMVariant:
     run, so that every method of a seed starts from the same warm start."""
     sft_perturb: float = 0.0
     """The share of the warm start's expert steps replaced by a random action."""
+    step_weight: float | None = None
+    """GiGPO's omega, the step term's weight (``--lm-step-weight``; GiGPO Eq. 8), and
+    GraphGPO's ``step_advantage_w``; GRPO and HGPO do not read it."""
 
     def suffix(self) -> str:
         """The study's folder and JSON name suffix: ``_g16``, ``_lr0.002``, ``_mb16``,
-        ``_kl0.01``, ``_sft2p0.5`` (empty for the preset's recipe)."""
+        ``_kl0.01``, ``_sft2p0.5``, ``_w2`` (empty for the preset's recipe)."""
         return ((f"_g{self.group_size}" if self.group_size else "")
                 + (f"_lr{self.lr:g}" if self.lr else "")
                 + (f"_mb{self.mini_batch}" if self.mini_batch else "")
                 + (f"_kl{self.kl:g}" if self.kl is not None else "")
                 + (f"_sft{self.sft_steps}" if self.sft_steps else "")
-                + (f"p{self.sft_perturb:g}" if self.sft_steps and self.sft_perturb else ""))
+                + (f"p{self.sft_perturb:g}" if self.sft_steps and self.sft_perturb else "")
+                + (f"_w{self.step_weight:g}" if self.step_weight is not None else ""))
 
 
 def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
@@ -686,7 +690,8 @@ def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
     if model is not None:
         changes["model"] = {"name_or_path": model}
     learner = {k: v for k, v in (("lr", variant.lr), ("mini_batch_size", variant.mini_batch),
-                                 ("kl_coef", variant.kl)) if v is not None}
+                                 ("kl_coef", variant.kl), ("step_weight", variant.step_weight))
+               if v is not None}
     if learner:
         changes["learner"] = learner
     if variant.sft_steps:
@@ -925,7 +930,8 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     task = args.lm_task
     variant = LMVariant(group_size=args.group_size, lr=args.lm_lr,
                         mini_batch=args.lm_mini_batch, kl=args.lm_kl,
-                        sft_steps=args.lm_sft_steps, sft_perturb=args.lm_sft_perturb)
+                        sft_steps=args.lm_sft_steps, sft_perturb=args.lm_sft_perturb,
+                        step_weight=args.lm_step_weight)
     name = "smollm2" + ("" if task == "cpu-demo" else f"_{task}") + \
         variant.suffix() + \
         (f"_{args.tag}" if args.tag else "")  # its own folder: finished runs are reused
@@ -1133,6 +1139,9 @@ def main(argv: list[str] | None = None) -> int:
     lm.add_argument("--lm-sft-perturb", type=float, default=0.0,
                     help="with --lm-sft-steps: the share of the expert's steps replaced by "
                          "a random action (suffix p<share>)")
+    lm.add_argument("--lm-step-weight", type=float, default=None,
+                    help="GiGPO's omega (and GraphGPO's step weight) in place of 1 (outputs' "
+                         "suffix _w<value>)")
     lm.add_argument("--keep-checkpoints", action="store_true",
                     help="keep each finished run's checkpoint (59 MB; deleted by default)")
     args = parser.parse_args(argv)

@@ -173,6 +173,13 @@ def test_similarity_and_hgpo_settings_are_checked():
         replace(TrainConfig(algo="hgpo"), learner={"hgpo_history_length": -1}).validate()
 
 
+@pytest.mark.parametrize("omega", [-0.5, float("nan"), float("inf")])
+def test_a_step_weight_below_0_or_not_finite_is_refused(omega):
+    with pytest.raises(ConfigError, match="step_weight must be finite and >= 0"):
+        replace(TrainConfig(algo="gigpo"), learner={"step_weight": omega}).validate()
+    replace(TrainConfig(algo="gigpo"), learner={"step_weight": 0.0}).validate()
+
+
 def test_sokoban_preset_follows_run_sokoban_sh():
     sokoban = PRESETS["sokoban"]
     assert sokoban.algo == "gigpo" and sokoban.env.env_id == "AgentGym/Sokoban-v0"

@@ -55,6 +55,34 @@ def test_resume_reproduces_the_next_iteration(tmp_path, algo):
         assert straight.last_batch.bootstrap_prompt_ids is None
 
 
+def _door_trainer(tmp_path, algo: str, **learner) -> Trainer:
+    """Three iterations on test_learning.py's door task (one-token actions: rewards and
+    penalties vary from the first iteration, so advantages are not all 0)."""
+    config = scripted_config(algo, iterations=3, num_groups=8, group_size=4)
+    config = replace(config, generation={"max_new_tokens": 1}, prompt={"history_window": 0},
+                     learner=learner)
+    policy = make_policy(seed=0, hidden=64, action_tokens=True)
+    name = "-".join([algo, *(f"{k}{v:g}" for k, v in learner.items())])
+    trainer = Trainer(config, policy=policy, run_dir=tmp_path / name)
+    trainer.run()
+    return trainer
+
+
+def test_gigpo_with_step_weight_0_trains_exactly_as_grpo(tmp_path):
+    """omega = 0 leaves GiGPO's episode term alone (Eq. 8), GRPO's advantage: the same
+    rollouts and weights, so a study's GRPO runs are its omega = 0 arm."""
+    grpo = _door_trainer(tmp_path, "grpo")
+    gigpo = _door_trainer(tmp_path, "gigpo", step_weight=0.0)
+    assert grpo.last_batch.log.actions == gigpo.last_batch.log.actions
+    a, b = _weights(grpo), _weights(gigpo)
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    curves = [[r["advantage/std"] for r in read_metrics(t.run_dir / "metrics.jsonl")]
+              for t in (grpo, gigpo)]
+    assert curves[0] == curves[1] and min(curves[0]) > 0  # advantages that move weights
+    moved = _weights(_door_trainer(tmp_path, "gigpo"))  # omega 1: the step term counts
+    assert not all(torch.equal(a[n], moved[n]) for n in a)
+
+
 def test_run_outputs_and_checkpoints(tmp_path):
     config = scripted_config("grpo", iterations=2, keep_checkpoints=1, eval_every=2)
     trainer = Trainer(config, policy=make_policy(seed=1), run_dir=tmp_path)

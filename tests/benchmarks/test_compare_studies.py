@@ -66,6 +66,37 @@ def test_the_documented_leads_are_reproduced(argv, line, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == line
 
 
+LM_STUDY = {"task": "keydoor-key", "runs": {"gigpo": {
+    "3": {"heldout_success": 0.625, "iterations": [1, 2, 3], "train_success": [0.0, 0.5, 0.25]},
+    "4": {"heldout_success": 0.125, "iterations": [1, 2, 3], "train_success": [0.5, 1.0, 0.0]}}}}
+
+
+def test_a_pretrained_lm_study_is_read_in_its_own_names():
+    assert seed_values(LM_STUDY, None, "gigpo", "final") == {3: 0.625, 4: 0.125}
+    assert seed_values(LM_STUDY, "keydoor-key", "gigpo", "train", (2, 3)) == \
+        pytest.approx({3: 0.375, 4: 0.5})
+    with pytest.raises(KeyError, match="no task 'keydoor' in this study \\(it ran 'keydoor-key'"):
+        seed_values(LM_STUDY, "keydoor", "gigpo", "final")
+    with pytest.raises(KeyError, match="it has \\['gigpo'\\]"):
+        seed_values(LM_STUDY, None, "grpo", "final")
+
+
+@pytest.mark.parametrize("argv, line", [
+    # T1 of docs/credit-assignment.md (GiGPO against GRPO with SmolLM2), from its JSON
+    (["--measure", "train", "--iterations", "2", "6",
+      f"{RESULTS}/credit_assignment_smollm2.json:gigpo",
+      f"{RESULTS}/credit_assignment_smollm2.json:grpo"],
+     "a - b: +0.182, paired permutation p = 0.016 (10 seeds)"),
+    ([f"{RESULTS}/credit_assignment_smollm2.json:gigpo",
+      f"{RESULTS}/credit_assignment_smollm2.json:grpo"],
+     "a - b: +0.106, paired permutation p = 0.359 (10 seeds)"),
+])
+def test_the_documented_pretrained_lm_comparison_is_reproduced(argv, line, capsys):
+    assert main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("cpu-demo, ") and out[-1] == line
+
+
 def test_command_line_errors_are_one_line(tmp_path, capsys):
     study = tmp_path / "study.json"
     study.write_text(json.dumps(STUDY))

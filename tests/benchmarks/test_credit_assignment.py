@@ -398,6 +398,14 @@ def test_the_pretrained_lm_studys_lr_and_mini_batch_change_only_the_learner():
     assert LMVariant(group_size=16, lr=2e-3, mini_batch=16, kl=0.01, sft_steps=2,
                      sft_perturb=0.5).suffix() == "_g16_lr0.002_mb16_kl0.01_sft2p0.5"
     assert LMVariant(kl=0.0).suffix() == "_kl0"
+    demo_gigpo = smollm2_config("gigpo", 3, 8, 16).to_dict()
+    strong = smollm2_config("gigpo", 3, 8, 16, variant=LMVariant(step_weight=2.0)).validate()
+    assert strong.learner.step_weight == 2.0 != demo_gigpo["learner"]["step_weight"]
+    assert {k: v for k, v in strong.to_dict().items() if k != "learner"} == \
+        {k: v for k, v in demo_gigpo.items() if k != "learner"}
+    assert LMVariant(mini_batch=16, kl=0.01, sft_steps=2, sft_perturb=0.5,
+                     step_weight=2.0).suffix() == "_mb16_kl0.01_sft2p0.5_w2"
+    assert LMVariant(step_weight=0.5).suffix() == "_w0.5"
     assert LMVariant().suffix() == "" and LMVariant(sft_steps=4).suffix() == "_sft4"
 
 
