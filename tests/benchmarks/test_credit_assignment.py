@@ -505,6 +505,14 @@ def test_the_pretrained_lm_study_carries_on_from_its_json_where_run_folders_are_
     warm = json.loads((results / "credit_assignment_smollm2_sft2p0.5_t.json").read_text())
     assert warm["config"]["sft"]["warm_start"] and warm["config"]["sft"]["max_steps"] == 2
 
+    # GiGPO alone with omega 2 (an ablation: no baseline in its JSON, so no tests)
+    order.clear()
+    assert main([*base, "--lm-step-weight", "2", "--methods", "gigpo", "--seeds", "1",
+                 "--workdir", str(tmp_path / "h")]) == 0
+    strong = json.loads((results / "credit_assignment_smollm2_w2_t.json").read_text())
+    assert strong["config"]["learner"]["step_weight"] == 2.0 and order == [("gigpo", 1)]
+    assert list(strong["runs"]) == ["gigpo"] and not strong["summary"]["paired_tests"]
+
     # an unreadable JSON: said, kept, not read
     path.write_text("{not json")
     order.clear()
