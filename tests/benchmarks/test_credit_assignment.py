@@ -401,6 +401,8 @@ def test_the_pretrained_lm_studys_lr_and_mini_batch_change_only_the_learner():
     demo_gigpo = smollm2_config("gigpo", 3, 8, 16).to_dict()
     strong = smollm2_config("gigpo", 3, 8, 16, variant=LMVariant(step_weight=2.0)).validate()
     assert strong.learner.step_weight == 2.0 != demo_gigpo["learner"]["step_weight"]
+    assert {k: v for k, v in strong.to_dict()["learner"].items() if k != "step_weight"} == \
+        {k: v for k, v in demo_gigpo["learner"].items() if k != "step_weight"}
     assert {k: v for k, v in strong.to_dict().items() if k != "learner"} == \
         {k: v for k, v in demo_gigpo.items() if k != "learner"}
     assert LMVariant(mini_batch=16, kl=0.01, sft_steps=2, sft_perturb=0.5,
