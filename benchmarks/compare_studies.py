@@ -44,13 +44,19 @@ from benchmarks.study_stats import paired_comparison
 MEASURES = ("final", "train")
 
 
+def _lm_task(study: dict[str, Any]) -> str | None:
+    """The one task of a pretrained-LM study (its JSON names it), ``None`` for another."""
+    task = study.get("task")
+    return task if isinstance(task, str) else None
+
+
 def _method_runs(study: dict[str, Any], task: str | None, method: str
                  ) -> dict[str, dict[str, Any]]:
     """``method``'s runs on ``task`` (seed -> figures), in the small-policy study's names
     (``final_success``, ``iterations``, ``rollout/success``) whichever study wrote them."""
     runs = study.get("runs", {})
-    lm_task = study.get("task")
-    if isinstance(lm_task, str):  # the pretrained-LM study: one task, runs[method][seed]
+    lm_task = _lm_task(study)
+    if lm_task is not None:  # the pretrained-LM study: one task, runs[method][seed]
         if task is not None and task != lm_task:
             raise KeyError(f"no task {task!r} in this study (it ran {lm_task!r})")
         if method not in runs:
@@ -145,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     what = ("held-out success at the last evaluation" if args.measure == "final" else
             f"training-rollout success, mean of iterations {args.iterations[0]}"
             f"-{args.iterations[1]}")
-    task = args.task or next((s["task"] for s in studies if isinstance(s.get("task"), str)),
-                             "keydoor")
+    task = args.task or _lm_task(studies[0]) or _lm_task(studies[1]) or "keydoor"
     print(f"{task}, {what}, seeds {result['seeds']}:")
     for side, (path, method) in zip(("a", "b"), (args.a, args.b), strict=True):
         row = result[side]
