@@ -41,6 +41,7 @@ import argparse
 import concurrent.futures
 import json
 import multiprocessing
+import shutil
 import statistics
 import tempfile
 import time
@@ -57,7 +58,8 @@ KEYDOOR = {"width": 2, "height": 2, "key": False}
 def timed_config(preset: str, model_path: str, device: str, groups: int, group_size: int,
                  max_steps: int, max_new_tokens: int, run_dir: Path):
     """``preset`` with the random model, the KeyDoor env at the given size, the HF engine,
-    one iteration, no evaluation or checkpoint (module docstring)."""
+    one iteration, no evaluation, the checkpoint after it without optimizer state (module
+    docstring)."""
     from algorithms.config import PRESETS, replace
 
     return replace(
@@ -69,14 +71,19 @@ def timed_config(preset: str, model_path: str, device: str, groups: int, group_s
              "eval_env_kwargs": "{}", "num_groups": groups, "group_size": group_size,
              "max_steps": max_steps, "backend": "sync", "eval_episodes": 0},
         run={"iterations": 1, "device": device, "eval_every": 0, "eval_before_train": False,
-             "save_every": 10_000, "tensorboard": False, "progress": False,
+             "save_every": 10_000, "save_optimizer": False, "keep_checkpoints": 1,
+             "tensorboard": False, "progress": False,
              "record_trajectories": 0, "output_dir": str(run_dir.parent),
              "run_name": run_dir.name, "overwrite": True})
 
 
 def run_iteration(job: dict[str, Any]) -> dict[str, Any]:
-    """One iteration of ``job["preset"]`` in this (fresh) process: its phase times and
-    the run's own peak GPU memory."""
+    """One iteration of ``job["preset"]`` in this (fresh) process: its phase times, the
+    run's wall time (``run_seconds``: the iteration and the checkpoint written after it)
+    and its own peak GPU memory. The checkpoint holds no optimizer state and is deleted
+    once read: with float32 trained weights a 1.386 B model's weights and AdamW moments
+    come to 16.6 GB (12 bytes a weight), and a lent machine's 64 GB disk filled in a
+    session of such runs (2026-11-28)."""
     import torch
 
     from algorithms.agent.metrics import read_metrics
@@ -91,12 +98,16 @@ def run_iteration(job: dict[str, Any]) -> dict[str, Any]:
     setup = time.perf_counter() - began
     trained = {name: p.detach().to("cpu", copy=True)
                for name, p in trainer.policy.model.named_parameters() if p.requires_grad}
+    began = time.perf_counter()
     trainer.run()
+    ran = time.perf_counter() - began
     moved = weights_moved(trained, trainer.policy.model)
     row = next(r for r in read_metrics(Path(job["run_dir"]) / "metrics.jsonl")
                if "time/iteration" in r)
+    shutil.rmtree(Path(job["run_dir"]) / "checkpoints", ignore_errors=True)
     cuda = job["device"] == "cuda" and torch.cuda.is_available()
-    return {"setup_seconds": setup, "iteration_seconds": row["time/iteration"],
+    return {"setup_seconds": setup, "run_seconds": ran,
+            "iteration_seconds": row["time/iteration"],
             **{f"{p}_seconds": row.get(f"time/{p}", 0.0) for p in PHASES},
             "rows": row.get("update/rows", row.get("rollout/steps")),
             "torch_peak_mib": torch.cuda.max_memory_allocated() / 2**20 if cuda else None,
@@ -182,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         results[preset] = timed
         phases = ", ".join(f"{p} {timed[f'{p}_seconds']:.2f} s" for p in PHASES)
         scale = timed["estimator_at_scripts_batch"]
-        print(f"{preset}: iteration {timed['iteration_seconds']:.1f} s ({phases}); "
+        print(f"{preset}: iteration {timed['iteration_seconds']:.1f} s ({phases}; "
+              f"{timed['run_seconds']:.1f} s with the checkpoint after it); "
               f"advantages {timed['advantages_seconds'] / timed['iteration_seconds']:.2%} of "
               f"it; at the scripts' batch ({scale['rows_mean']:.0f} rows) the estimator "
               f"took {scale['median_seconds'] * 1e3:.1f} ms; GPU memory peak "

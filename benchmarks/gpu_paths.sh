@@ -1,5 +1,5 @@
 #!/bin/bash
-# The GPU paths of train.py on one CUDA GPU, end to end, in ~3 minutes and with no
+# The GPU paths of train.py on one CUDA GPU, end to end, in ~5 minutes and with no
 # download: a randomly initialised word-level Llama (hidden 256, 4 layers, 2.4 M weights,
 # KeyDoor's vocabulary) saved to a folder, then SFT, GiGPO from the SFT checkpoint
 # (bf16 weights, evaluation before training), --resume, --eval-only, LoRA, PPO with a
@@ -18,9 +18,9 @@ $PY -c "import torch,transformers,peft;print('torch',torch.__version__,'transfor
 $PY - "$M" <<'PYTHON' || exit 1
 import sys
 from benchmarks.credit_assignment import TASKS, task_texts
-from benchmarks.tiny_llm import tiny_llama, word_tokenizer
-tokenizer = word_tokenizer(task_texts("keydoor", TASKS["keydoor"])
-                           + ["User: Assistant: <action> </action>"])
+from algorithms.training.tiny_model import text_words, tiny_llama, word_tokenizer
+tokenizer = word_tokenizer(text_words(task_texts("keydoor", TASKS["keydoor"])
+                                      + ["User: Assistant: <action> </action>"]))
 model = tiny_llama(len(tokenizer), seed=0, hidden=256, layers=4)
 model.save_pretrained(sys.argv[1])
 tokenizer.save_pretrained(sys.argv[1])
