@@ -765,6 +765,22 @@ def learning_rise(train_success: list[float]) -> float:
     return float(np.mean(train_success[-2:]) - train_success[0])
 
 
+SMOLLM2_COLLAPSE_RUN = 3
+"""Consecutive iterations after iteration 1 at training success 0 that make a run
+collapsed (T4's rule, docs/credit-assignment.md)."""
+
+
+def collapsed(train_success: list[float], run: int = SMOLLM2_COLLAPSE_RUN) -> bool:
+    """Whether a run's training success is 0 in at least ``run`` consecutive iterations
+    after iteration 1 (the first is sampled before any update and often 0)."""
+    streak = 0
+    for success in train_success[1:]:
+        streak = streak + 1 if success == 0 else 0
+        if streak >= run:
+            return True
+    return False
+
+
 def holm_adjusted(p_values: dict[str, float]) -> dict[str, float]:
     """Holm's step-down adjusted p-values of a family of tests (the ``i``-th smallest of
     ``m`` times ``m - i + 1``, made monotone, at most 1)."""
@@ -780,7 +796,8 @@ def holm_adjusted(p_values: dict[str, float]) -> dict[str, float]:
 def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
     """Per method: each measure's mean, 95% bootstrap interval and every seed; the
     estimator's time share and the step-group figures (means over seeds and iterations);
-    the mean rise (:func:`learning_rise`) and the preregistered learning condition
+    the mean rise (:func:`learning_rise`), the share of collapsed runs (:func:`collapsed`)
+    and the preregistered learning condition
     (:data:`SMOLLM2_LEARNING_RISE`, read on the baseline's rise); per measure the paired
     permutation tests of each method against :data:`SMOLLM2_BASELINE` with Holm's
     correction over them."""
@@ -795,6 +812,8 @@ def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any
         row["advantage_share"] = float(np.mean([f["advantage_share"] for f in seeds.values()]))
         row["rise"] = float(np.mean([learning_rise(f["train_success"])
                                      for f in seeds.values()]))
+        row["collapse_share"] = float(np.mean([collapsed(f["train_success"])
+                                               for f in seeds.values()]))
         for key in ("format_error_rate", "step_only_share", "step_nonzero_share",
                     "step_group_size_mean"):
             values = [v for f in seeds.values() for v in f.get(key, [])]
@@ -997,8 +1016,8 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     for method, row in summary["methods"].items():
         print(f"  {method:9s} training success it. 2..N "
               f"{row['train_success_2_to_n']['mean']:.3f} held-out "
-              f"{row['heldout_success']['mean']:.3f}  rise {row['rise']:.3f}  estimator "
-              f"share {row['advantage_share']:.4f}")
+              f"{row['heldout_success']['mean']:.3f}  rise {row['rise']:.3f}  collapsed "
+              f"{row['collapse_share']:.1f}  estimator share {row['advantage_share']:.4f}")
     if summary["learning_condition"] is not None:
         condition = summary["learning_condition"]
         print(f"  learning condition: {SMOLLM2_BASELINE}'s rise {condition['baseline_rise']:.3f}"
