@@ -372,8 +372,8 @@ def test_a_run_collapsed_after_three_zero_iterations_past_the_first():
     iteration 1; iteration 1 (before any update) does not count."""
     from benchmarks.credit_assignment import collapsed, smollm2_summary
 
-    zeros_6_to_10 = [0.125, 0.25, 0.5, 0.25, 0.125, 0, 0, 0, 0, 0, 0.25, 0.5]  # as P7 seed 100
-    assert collapsed(zeros_6_to_10)
+    p7_seed_100 = [0.125, 0.1875, 0.5, 0.5, 0.0625, 0, 0, 0, 0, 0.0625, 0.5, 1.0]  # its JSON
+    assert collapsed(p7_seed_100)
     assert not collapsed([0, 0, 0, 0.125, 0.5])  # the first zero is iteration 1's
     assert collapsed([0.5, 0, 0, 0]) and not collapsed([0.5, 0, 0, 0.125, 0, 0])
     assert not collapsed([0.5, 0, 0, 0], run=4) and collapsed([0, 0, 0, 0, 0], run=4)
@@ -382,7 +382,7 @@ def test_a_run_collapsed_after_three_zero_iterations_past_the_first():
         return {"train_success": curve, "train_success_2_to_n": float(np.mean(curve[1:])),
                 "heldout_success": 0.5, "advantage_share": 0.0}
 
-    summary = smollm2_summary({"grpo": {0: run(zeros_6_to_10), 1: run([0.0] + [0.5] * 11),
+    summary = smollm2_summary({"grpo": {0: run(p7_seed_100), 1: run([0.0] + [0.5] * 11),
                                         2: run([0.25, 0, 0, 0.5] * 3), 3: run([0.0] * 12)}})
     assert summary["methods"]["grpo"]["collapse_share"] == 0.5
 
