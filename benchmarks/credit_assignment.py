@@ -487,12 +487,13 @@ def print_table(summary: dict[str, Any]) -> None:
                   f"permutation p = {test['p_value']:.3f} ({len(test['seeds'])} seeds)")
 
 
-def _band(ax, x, curves, label):
+def _band(ax, x, curves, label, color=None):
     data = np.asarray(curves, dtype=float)
     mean = np.nanmean(data, axis=0)
-    ax.plot(x, mean, label=label, marker="o", markersize=3)
+    line, = ax.plot(x, mean, label=label, marker="o", markersize=3, color=color)
     if len(data) > 1:
-        ax.fill_between(x, np.nanmin(data, axis=0), np.nanmax(data, axis=0), alpha=0.15)
+        ax.fill_between(x, np.nanmin(data, axis=0), np.nanmax(data, axis=0), alpha=0.15,
+                        color=line.get_color())
 
 
 def step_group_bars(ax: Any, method: str, ordered: list[dict[str, Any]]) -> None:
@@ -845,7 +846,8 @@ def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any
 def smollm2_plot(runs: dict[str, dict[int, dict[str, Any]]], prefix: str, caption: str,
                  folder: Path) -> list[Path]:
     """Training success, format errors and the share of steps moved by the step term
-    alone per iteration (bands: min-max over seeds), and each step method's step-group
+    alone per iteration (mean over seeds; bands: min-max over seeds; a method keeps its
+    colour in every panel, GRPO having no step term), and each step method's step-group
     sizes over training (GiGPO Fig. 3)."""
     import matplotlib
 
@@ -853,20 +855,20 @@ def smollm2_plot(runs: dict[str, dict[int, dict[str, Any]]], prefix: str, captio
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for method, seeds in runs.items():
+    for index, (method, seeds) in enumerate(runs.items()):
         ordered = [seeds[s] for s in sorted(seeds)]
         iters = ordered[0]["iterations"]
         for ax, key in zip(axes, ("train_success", "format_error_rate", "step_only_share"),
                            strict=True):
-            if all(key in f for f in ordered):
-                _band(ax, iters, [f[key] for f in ordered], method)
+            if all(key in f for f in ordered):  # one colour per method in every panel
+                _band(ax, iters, [f[key] for f in ordered], method, color=f"C{index}")
     for ax, title in zip(axes, ("training success", "format-error rate",
                                 "steps with a step term where the episode term is 0"),
                          strict=True):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
+        ax.legend(fontsize=7)
     fig.suptitle(caption, fontsize=10)
     fig.tight_layout()
     written = [folder / f"{prefix}_curves.png"]

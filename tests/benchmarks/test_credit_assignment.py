@@ -543,3 +543,31 @@ def test_the_pretrained_lm_study_carries_on_from_its_json_where_run_folders_are_
     assert order == [("grpo", 1)] and "unreadable" in capsys.readouterr().out
     assert (results / "credit_assignment_smollm2_t.replaced-2.json").read_text() == "{not json"
     assert json.loads((results / "credit_assignment_smollm2_t.replaced.json").read_text()) == kept
+
+
+def test_the_pretrained_lm_plot_keeps_each_methods_colour_in_every_panel(tmp_path, monkeypatch):
+    """GRPO has no step term, so the third panel skips it; the methods after it keep the
+    colours of the first panel's legend (they once took the next colour in the cycle)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from benchmarks.credit_assignment import smollm2_plot
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+
+    def run(step: bool):
+        f = {"iterations": [1, 2], "train_success": [0.0, 0.5], "format_error_rate": [0.1, 0.0]}
+        return {**f, "step_only_share": [0.0, 0.1]} if step else f
+
+    runs = {m: {0: run(m != "grpo"), 1: run(m != "grpo")}
+            for m in ("gigpo", "grpo", "hgpo", "graphgpo")}
+    smollm2_plot(runs, "study", "caption", tmp_path)
+    success, _, step_only = figures[0].axes
+
+    def colours(ax):
+        return {line.get_label(): line.get_color() for line in ax.lines}
+
+    assert list(colours(step_only)) == ["gigpo", "hgpo", "graphgpo"]
+    assert colours(step_only) == {m: c for m, c in colours(success).items() if m != "grpo"}
+    assert len(set(colours(success).values())) == 4
