@@ -2,9 +2,10 @@
 # The GPU paths of train.py on one CUDA GPU, end to end, in ~5 minutes and with no
 # download: a randomly initialised word-level Llama (hidden 256, 4 layers, 2.4 M weights,
 # KeyDoor's vocabulary) saved to a folder, then SFT, GiGPO from the SFT checkpoint
-# (bf16 weights, evaluation before training), --resume, --eval-only, LoRA, PPO with a
-# critic, GRPO at --run.max-staleness 1 (the HF worker on the GPU), the KL reference
-# scored in that worker, torchrun (1 rank) and SIGTERM (exit 143).
+# (bf16 compute, float32 trained weights; evaluation before training), --resume,
+# --eval-only, LoRA, PPO with a critic, GRPO at --run.max-staleness 1 (the HF worker on
+# the GPU), the KL reference scored in that worker, torchrun (1 rank) and SIGTERM (exit
+# 143).
 # Each step prints "=== name: rc=N  seconds". Usage, from the repository root:
 #     bash benchmarks/gpu_paths.sh [RUN_DIR]          (default /tmp/agentgym-gpu-paths)
 # Results of a run on an H200: docs/gpu.md.
