@@ -71,9 +71,8 @@ def timed_config(preset: str, model_path: str, device: str, groups: int, group_s
              "eval_env_kwargs": "{}", "num_groups": groups, "group_size": group_size,
              "max_steps": max_steps, "backend": "sync", "eval_episodes": 0},
         run={"iterations": 1, "device": device, "eval_every": 0, "eval_before_train": False,
-             "save_every": 10_000, "save_optimizer": False, "keep_checkpoints": 1,
-             "tensorboard": False, "progress": False,
-             "record_trajectories": 0, "output_dir": str(run_dir.parent),
+             "save_every": 10_000, "save_optimizer": False, "tensorboard": False,
+             "progress": False, "record_trajectories": 0, "output_dir": str(run_dir.parent),
              "run_name": run_dir.name, "overwrite": True})
 
 
