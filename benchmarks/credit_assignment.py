@@ -868,7 +868,11 @@ def smollm2_plot(runs: dict[str, dict[int, dict[str, Any]]], prefix: str, captio
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.lines:
+            ax.legend(fontsize=7)
+        else:  # a GRPO-only study (a pilot): say why the panel is empty
+            ax.text(0.5, 0.5, "no method here has a step term", ha="center",
+                    va="center", transform=ax.transAxes, fontsize=9)
     fig.suptitle(caption, fontsize=10)
     fig.tight_layout()
     written = [folder / f"{prefix}_curves.png"]

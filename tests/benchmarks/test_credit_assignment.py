@@ -571,3 +571,23 @@ def test_the_pretrained_lm_plot_keeps_each_methods_colour_in_every_panel(tmp_pat
     assert list(colours(step_only)) == ["gigpo", "hgpo", "graphgpo"]
     assert colours(step_only) == {m: c for m, c in colours(success).items() if m != "grpo"}
     assert len(set(colours(success).values())) == 4
+
+
+def test_the_pretrained_lm_plot_says_why_the_step_panel_of_a_grpo_study_is_empty(
+        tmp_path, monkeypatch):
+    """A pilot runs GRPO alone: its third panel has no curve, and says so instead of
+    showing an empty frame."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from benchmarks.credit_assignment import smollm2_plot
+
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)
+    run = {"iterations": [1, 2], "train_success": [0.0, 0.5], "format_error_rate": [0.1, 0.0]}
+    smollm2_plot({"grpo": {0: run, 1: run}}, "pilot", "caption", tmp_path)
+    success, _, step_only = figures[0].axes
+    assert [line.get_label() for line in success.lines] == ["grpo"]
+    assert not step_only.lines and step_only.get_legend() is None
+    assert [t.get_text() for t in step_only.texts] == ["no method here has a step term"]
+    assert len(success.texts) == 0
