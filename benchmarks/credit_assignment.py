@@ -870,9 +870,9 @@ def smollm2_plot(runs: dict[str, dict[int, dict[str, Any]]], prefix: str, captio
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
-        else:  # a GRPO-only study (a pilot): say why the panel is empty
-            ax.text(0.5, 0.5, "no method here has a step term", ha="center",
-                    va="center", transform=ax.transAxes, fontsize=9)
+    if not axes[2].lines:  # a GRPO-only study (a pilot): say why the panel is empty
+        axes[2].text(0.5, 0.5, "no method here has a step term", ha="center",
+                     va="center", transform=axes[2].transAxes, fontsize=9)
     fig.suptitle(caption, fontsize=10)
     fig.tight_layout()
     written = [folder / f"{prefix}_curves.png"]

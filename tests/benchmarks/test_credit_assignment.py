@@ -545,9 +545,8 @@ def test_the_pretrained_lm_study_carries_on_from_its_json_where_run_folders_are_
     assert json.loads((results / "credit_assignment_smollm2_t.replaced.json").read_text()) == kept
 
 
-def test_the_pretrained_lm_plot_keeps_each_methods_colour_in_every_panel(tmp_path, monkeypatch):
-    """GRPO has no step term, so the third panel skips it; the methods after it keep the
-    colours of the first panel's legend (they once took the next colour in the cycle)."""
+def _plotted_panels(runs, tmp_path, monkeypatch):
+    """The three axes of the curves figure :func:`smollm2_plot` draws for ``runs``."""
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
@@ -555,6 +554,13 @@ def test_the_pretrained_lm_plot_keeps_each_methods_colour_in_every_panel(tmp_pat
 
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)
+    smollm2_plot(runs, "study", "caption", tmp_path)
+    return figures[0].axes
+
+
+def test_the_pretrained_lm_plot_keeps_each_methods_colour_in_every_panel(tmp_path, monkeypatch):
+    """GRPO has no step term, so the third panel skips it; the methods after it keep the
+    colours of the first panel's legend (they once took the next colour in the cycle)."""
 
     def run(step: bool):
         f = {"iterations": [1, 2], "train_success": [0.0, 0.5], "format_error_rate": [0.1, 0.0]}
@@ -562,8 +568,7 @@ def test_the_pretrained_lm_plot_keeps_each_methods_colour_in_every_panel(tmp_pat
 
     runs = {m: {0: run(m != "grpo"), 1: run(m != "grpo")}
             for m in ("gigpo", "grpo", "hgpo", "graphgpo")}
-    smollm2_plot(runs, "study", "caption", tmp_path)
-    success, _, step_only = figures[0].axes
+    success, _, step_only = _plotted_panels(runs, tmp_path, monkeypatch)
 
     def colours(ax):
         return {line.get_label(): line.get_color() for line in ax.lines}
@@ -577,16 +582,8 @@ def test_the_pretrained_lm_plot_says_why_the_step_panel_of_a_grpo_study_is_empty
         tmp_path, monkeypatch):
     """A pilot runs GRPO alone: its third panel has no curve, and says so instead of
     showing an empty frame."""
-    pytest.importorskip("matplotlib")
-    import matplotlib.pyplot as plt
-
-    from benchmarks.credit_assignment import smollm2_plot
-
-    figures = []
-    monkeypatch.setattr(plt, "close", figures.append)
     run = {"iterations": [1, 2], "train_success": [0.0, 0.5], "format_error_rate": [0.1, 0.0]}
-    smollm2_plot({"grpo": {0: run, 1: run}}, "pilot", "caption", tmp_path)
-    success, _, step_only = figures[0].axes
+    success, _, step_only = _plotted_panels({"grpo": {0: run, 1: run}}, tmp_path, monkeypatch)
     assert [line.get_label() for line in success.lines] == ["grpo"]
     assert not step_only.lines and step_only.get_legend() is None
     assert [t.get_text() for t in step_only.texts] == ["no method here has a step term"]
