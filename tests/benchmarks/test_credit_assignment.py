@@ -326,6 +326,30 @@ def test_the_pretrained_lm_studys_tasks_change_only_the_env():
                                                                "num_tasks": 64}
 
 
+
+def test_the_pretrained_lm_studys_sokoban_is_verl_agents_room_held_out_on_later_seeds():
+    import json
+
+    from agentgym.plain import make_text_env
+    from benchmarks.credit_assignment import smollm2_config
+
+    demo = smollm2_config("grpo", 3, 8, 16).to_dict()
+    config = smollm2_config("grpo", 3, 8, 16, task="sokoban").validate()
+    assert config.env.env_id == "AgentGym/Sokoban-v0" and config.env.max_steps == 15
+    assert json.loads(config.env.env_kwargs) == {}  # the env's defaults: 6 x 6, one box
+    assert config.env.kwargs() == {"max_steps": 15, "anchor": "state"}
+    other = config.to_dict()
+    assert {k: v for k, v in other.items() if k != "env"} == \
+        {k: v for k, v in demo.items() if k != "env"}
+    assert json.loads(other["env"]["eval_env_kwargs"]) == {"first_seed": 65_536,
+                                                           "num_tasks": 64}
+    train = make_text_env(config.env.env_id, **config.env.kwargs()).unwrapped
+    held = make_text_env(config.env.env_id, **config.env.eval_kwargs()).unwrapped
+    assert train.dim_room == held.dim_room == (6, 6) and train.num_boxes == 1
+    assert train.task_ids[0] == "sokoban-6x6-1box-0"
+    assert held.task_ids[0] == "sokoban-6x6-1box-65536" and len(held.task_ids) == 64
+    assert not set(held.task_ids) & set(train.task_ids[:1000])
+
 def test_the_pretrained_lm_studys_figures_of_a_run():
     from benchmarks.credit_assignment import smollm2_figures
 
