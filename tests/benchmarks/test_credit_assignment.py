@@ -326,7 +326,6 @@ def test_the_pretrained_lm_studys_tasks_change_only_the_env():
                                                                "num_tasks": 64}
 
 
-
 def test_the_pretrained_lm_studys_sokoban_is_verl_agents_room_held_out_on_later_seeds():
     import json
 
@@ -349,6 +348,7 @@ def test_the_pretrained_lm_studys_sokoban_is_verl_agents_room_held_out_on_later_
     assert train.task_ids[0] == "sokoban-6x6-1box-0"
     assert held.task_ids[0] == "sokoban-6x6-1box-65536" and len(held.task_ids) == 64
     assert not set(held.task_ids) & set(train.task_ids[:1000])
+
 
 def test_the_pretrained_lm_studys_figures_of_a_run():
     from benchmarks.credit_assignment import smollm2_figures
