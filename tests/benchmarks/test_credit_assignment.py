@@ -468,24 +468,120 @@ def test_the_pretrained_lm_studys_warm_start_changes_only_the_sft_section():
         {k: v for k, v in demo.items() if k != "sft"}
 
 
-def _fake_runs(order):
+def _fake_runs(order, cut=(), seen=None):
     """A stand-in for the study's ``run_jobs``: each job's run folder gets a finished
-    ``metrics.jsonl`` (training success ``seed / 10`` at iterations 2..N) and ``done.json``;
-    ``order`` records the (method, seed) order of the jobs."""
+    ``metrics.jsonl`` (training success ``seed / 10`` at iterations 2..N, invalid-action
+    rate ``seed / 100``) and ``done.json``, then ``on_done`` is called; ``order`` records
+    the (method, seed) order of the jobs. A (method, seed) in ``cut`` ends unfinished (no
+    ``done.json``, as a run cut by a session's end); ``seen`` collects the JSON as each
+    ``on_done`` left it."""
 
-    def run_jobs(jobs, workers, worker=None):
+    def run_jobs(jobs, workers, worker=None, on_done=None):
         for job in jobs:
             order.append((job["method"], job["seed"]))
             run_dir = Path(job["run_dir"])
             run_dir.mkdir(parents=True)
             rows = [{"iteration": i, "rollout/success": 0.0 if i == 1 else job["seed"] / 10,
+                     "rollout/invalid_action_rate": job["seed"] / 100,
                      "time/advantages": 0.01, "time/iteration": 10.0}
                     for i in range(1, job["iterations"] + 1)]
             rows.append({"iteration": job["iterations"], "eval/success": 0.5})
             (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+            if (job["method"], job["seed"]) in cut:
+                continue
             (run_dir / "done.json").write_text(json.dumps({"seconds": 1.0}))
+            if on_done is not None:
+                on_done({"run_dir": str(run_dir)})
+                if seen is not None:
+                    results = Path(run_dir).parents[3] / "results"
+                    seen.extend(json.loads(p.read_text()) for p in results.glob("*.json"))
 
     return run_jobs
+
+
+def test_a_study_stays_blind_until_every_planned_run_is_in(tmp_path, monkeypatch, capsys):
+    """While a planned run is missing, neither the JSON nor the output compares methods
+    (per-run figures only, written after every finished run); once all are in, the
+    summary, the paired tests with their intervals and the plots appear. The plan is
+    every (method, seed) any invocation asked for, kept in the JSON."""
+    import benchmarks.credit_assignment as study
+
+    order, seen = [], []
+    base = ["--policy", "smollm2", "--iterations", "3", "--tag", "c",
+            "--results-dir", str(tmp_path / "x" / "y" / "results")]
+    path = tmp_path / "x" / "y" / "results" / "credit_assignment_smollm2_c.json"
+    monkeypatch.setattr(study, "run_jobs", _fake_runs(order, cut={("grpo", 2)}, seen=seen))
+    assert main([*base, "--methods", "gigpo", "grpo", "--seeds", "1", "2",
+                 "--workdir", str(tmp_path / "x" / "y" / "a" / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "blind: 3 of the 4 planned runs are in" in out and "vs grpo" not in out
+    assert len(seen) == 3  # the JSON was written after each finished run
+    for data in [*seen, json.loads(path.read_text())]:
+        assert data["summary"] is None and data["plots"] == [] and data["blinding"]["blind"]
+        assert data["plan"] == [["gigpo", 1], ["gigpo", 2], ["grpo", 1], ["grpo", 2]]
+    data = json.loads(path.read_text())
+    assert data["blinding"]["missing"] == [["grpo", 2]]
+    assert data["runs"]["gigpo"]["2"]["invalid_action_rate_2_to_n"] == pytest.approx(0.02)
+    assert not list(path.parent.glob("*.png"))
+
+    # another session, run folders gone, a part of the plan asked for: still blind
+    order.clear()
+    monkeypatch.setattr(study, "run_jobs", _fake_runs(order, cut={("grpo", 2)}))
+    assert main([*base, "--methods", "grpo", "--seeds", "2",
+                 "--workdir", str(tmp_path / "x" / "y" / "c" / "d")]) == 0
+    assert order == [("grpo", 2)] and "blind: 3 of the 4" in capsys.readouterr().out
+    assert json.loads(path.read_text())["summary"] is None
+
+    # the last run comes in: the comparison, with its paired interval
+    order.clear()
+    monkeypatch.setattr(study, "run_jobs", _fake_runs(order))
+    assert main([*base, "--methods", "grpo", "--seeds", "2",
+                 "--workdir", str(tmp_path / "x" / "y" / "e" / "f")]) == 0
+    out = capsys.readouterr().out
+    assert "blind:" not in out and "invalid_action_rate_2_to_n: gigpo vs grpo: +0.000" in out
+    data = json.loads(path.read_text())
+    assert not data["blinding"]["blind"] and "unblinded" not in data
+    test = data["summary"]["paired_tests"]["invalid_action_rate_2_to_n"]["gigpo vs grpo"]
+    assert test["mean_difference"] == 0.0 and test["difference_ci95"] == [0.0, 0.0]
+    assert data["plots"] and (path.parent / data["plots"][0]).exists()
+
+
+def test_unblind_computes_the_comparison_early_and_the_json_records_it(
+        tmp_path, monkeypatch, capsys):
+    import benchmarks.credit_assignment as study
+
+    order: list = []
+    monkeypatch.setattr(study, "run_jobs", _fake_runs(order, cut={("grpo", 2)}))
+    base = ["--policy", "smollm2", "--iterations", "3", "--tag", "u", "--methods", "gigpo",
+            "grpo", "--seeds", "1", "2", "--results-dir", str(tmp_path / "results")]
+    assert main([*base, "--workdir", str(tmp_path / "a"), "--unblind"]) == 0
+    out = capsys.readouterr().out
+    assert "--unblind: the comparison is computed with 0 of the 4 planned runs" in out
+    assert "unblinded by --unblind" in out and "gigpo vs grpo" in out
+    data = json.loads((tmp_path / "results" / "credit_assignment_smollm2_u.json").read_text())
+    assert data["unblinded"]["in"] == 0 and data["unblinded"]["planned"] == 4
+    assert data["unblinded"]["command"].endswith("--unblind")
+    assert data["summary"]["paired_tests"]["train_success_2_to_n"]["gigpo vs grpo"]["seeds"] == [1]
+    # the record stays: a later invocation without the flag keeps it and stays unblinded
+    order.clear()
+    assert main([*base, "--workdir", str(tmp_path / "b")]) == 0
+    data = json.loads((tmp_path / "results" / "credit_assignment_smollm2_u.json").read_text())
+    assert data["unblinded"]["in"] == 0 and data["summary"] is not None
+
+
+def test_a_json_from_before_a_config_field_existed_is_still_read():
+    """A field added to the config later (its default in effect for the old runs) does
+    not make an old study's JSON 'another configuration'; any other difference does."""
+    from benchmarks.credit_assignment import same_config
+
+    default = {"prompt": {"window": 2, "new_field": "tags"}, "seed": 0}
+    now = {"prompt": {"window": 1, "new_field": "tags"}, "seed": 3}
+    assert same_config({"prompt": {"window": 1}, "seed": 3}, now, default)
+    assert not same_config({"prompt": {"window": 1}, "seed": 3},
+                           {"prompt": {"window": 1, "new_field": "tool-call"}, "seed": 3},
+                           default)
+    assert not same_config({"prompt": {"window": 2}, "seed": 3}, now, default)
+    assert not same_config({"prompt": {"window": 1, "gone": 1}, "seed": 3}, now, default)
 
 
 def test_the_pretrained_lm_study_carries_on_from_its_json_where_run_folders_are_gone(

@@ -1,10 +1,17 @@
 """Hand-computed cases of the study's statistics (benchmarks/study_stats.py)."""
 
+import itertools
 import math
 
+import numpy as np
 import pytest
 
-from benchmarks.study_stats import bootstrap_ci, paired_comparison, paired_permutation_test
+from benchmarks.study_stats import (
+    bootstrap_ci,
+    paired_comparison,
+    paired_difference_ci,
+    paired_permutation_test,
+)
 
 
 def test_bootstrap_of_equal_values_is_a_point():
@@ -51,11 +58,37 @@ def test_no_difference_gives_p_one_and_bad_input_is_refused():
         paired_permutation_test([1.0], [1.0, 2.0])
 
 
+def test_twenty_pairs_are_enumerated_exactly():
+    # 20 pairs all +1: only the all-plus and all-minus of the 2**20 flips reach |mean| 1
+    assert paired_permutation_test([1.0] * 20, [0.0] * 20) == 2 / 2**20
+
+
+def test_the_chunked_enumeration_equals_itertools_product():
+    rng = np.random.default_rng(3)
+    diff = np.round(rng.normal(size=12), 1)  # rounded: ties among the flips
+    signs = np.array(list(itertools.product((1.0, -1.0), repeat=diff.size)))
+    stats = np.abs((signs * diff).mean(axis=1))
+    expected = float((stats >= abs(diff.mean()) - 1e-12).mean())
+    assert paired_permutation_test(diff, np.zeros_like(diff)) == expected
+
+
 def test_sampled_permutation_beyond_the_exact_limit():
-    # 20 pairs all +1: only 2 of 2**20 flips reach the observed mean; the sampled p-value
+    # 21 pairs all +1: only 2 of 2**21 flips reach the observed mean; the sampled p-value
     # is (hits + 1) / (resamples + 1), about 1 / 10001
-    p = paired_permutation_test([1.0] * 20, [0.0] * 20, resamples=10_000)
+    p = paired_permutation_test([1.0] * 21, [0.0] * 21, resamples=10_000)
     assert p < 1e-3
+
+
+def test_the_paired_interval_resamples_the_differences():
+    # equal differences: the interval is a point; d = [0, 1]: resampled means 0, 0.5, 1,
+    # so the 95% interval is [0, 1]
+    assert paired_difference_ci([1.5, 2.5], [1.0, 2.0]) == (0.5, 0.5)
+    assert paired_difference_ci([0.0, 3.0], [0.0, 2.0], resamples=20_000) == (0.0, 1.0)
+    # pairing matters: a and b swing together, their differences do not
+    a, b = [0.1, 0.9, 0.2, 0.8], [0.0, 0.8, 0.1, 0.7]
+    assert paired_difference_ci(a, b) == pytest.approx((0.1, 0.1))
+    with pytest.raises(ValueError, match="equally long"):
+        paired_difference_ci([1.0], [1.0, 2.0])
 
 
 def test_paired_comparison_pairs_only_the_common_seeds():
@@ -66,6 +99,7 @@ def test_paired_comparison_pairs_only_the_common_seeds():
     assert result["mean_difference"] == pytest.approx(0.5)
     assert result["p_value"] == pytest.approx(2 / 4)
     assert result["a"]["ci95"] == [1.0, 1.0]
+    assert result["difference_ci95"] == [0.5, 0.5]
 
 
 def test_paired_comparison_without_common_seeds_fails():
