@@ -32,12 +32,11 @@ from typing import TYPE_CHECKING
 from algorithms.config import (
     ALGO_ESTIMATORS,
     ENV_KWARGS_FIELDS,
-    PRESET_HELP,
-    PRESETS,
     TrainConfig,
     for_env_id,
     with_algo,
 )
+from algorithms.presets import PRESET_HELP, PRESETS
 
 if TYPE_CHECKING:
     from algorithms.runs.termination import Terminated

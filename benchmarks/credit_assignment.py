@@ -709,7 +709,8 @@ def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
     held-out evaluation after the last iteration, no TensorBoard or trajectory records
     (``model``: another HF model or path in the default's place, e.g. a test's tiny
     one; ``variant``: the recipe's changes, :class:`LMVariant`)."""
-    from algorithms.config import PRESETS, replace, with_algo
+    from algorithms.config import replace, with_algo
+    from algorithms.presets import PRESETS
 
     config = with_algo(PRESETS[SMOLLM2_PRESET], SMOLLM2_METHODS[method])
     env: dict[str, Any] = {"eval_env_kwargs": json.dumps(smollm2_held_out(task)),
@@ -1071,7 +1072,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     earlier ones', and the study's plan) is written after every finished run; the summary
     and the PNGs only once every planned run is in, or with ``--unblind``, which the JSON
     records (:func:`blinding`)."""
-    from algorithms.config import PRESETS
+    from algorithms.presets import PRESETS
 
     methods = args.methods or list(SMOLLM2_METHODS)
     unknown = sorted(set(methods) - set(SMOLLM2_METHODS))

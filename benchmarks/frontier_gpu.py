@@ -60,7 +60,8 @@ def timed_config(preset: str, model_path: str, device: str, groups: int, group_s
     """``preset`` with the random model, the KeyDoor env at the given size, the HF engine,
     one iteration, no evaluation, the checkpoint after it without optimizer state (module
     docstring)."""
-    from algorithms.config import PRESETS, replace
+    from algorithms.config import replace
+    from algorithms.presets import PRESETS
 
     return replace(
         PRESETS[preset],
@@ -133,7 +134,7 @@ def weights_moved(before: dict[str, Any], model: Any) -> dict[str, Any]:
 def estimator_seconds(preset: str, seeds: range, groups: int) -> dict[str, float]:
     """:meth:`Learner.advantages` of ``preset``'s config on ALFWorld-shaped batches of
     ``groups`` x 8 trajectories (one per seed): the median seconds and the rows."""
-    from algorithms.config import PRESETS
+    from algorithms.presets import PRESETS
     from benchmarks.recipe_parity import make_rollout, our_learner
 
     learner = our_learner(PRESETS[preset])

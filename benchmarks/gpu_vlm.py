@@ -113,7 +113,8 @@ def random_policy(shape: str, texts: list[str], mode: str, device: torch.device,
 
 def run_config(args: argparse.Namespace, mode: str, workdir: Path) -> Any:
     """The ``sokoban-vl-3b`` preset with the benchmark's changes (module docstring)."""
-    from algorithms.config import PRESETS, replace
+    from algorithms.config import replace
+    from algorithms.presets import PRESETS
 
     model = {"name_or_path": None, "kind": "vision"}
     if mode == "lora":

@@ -153,7 +153,8 @@ def run_config(model: str, engine: str, staleness: int, seed: int, iterations: i
     """The run's config and policy (``None``: the preset's own model).
     ``reference_in_worker`` applies to the runs with K > 0; ``scale`` (``random``: the
     model's folder, ``device``, ``groups``, ``group_size``, ``max_new_tokens``)."""
-    from algorithms.config import PRESETS, replace
+    from algorithms.config import replace
+    from algorithms.presets import PRESETS
 
     common = {"run": {"iterations": iterations, "seed": seed, "max_staleness": staleness,
                       "reference_in_worker": reference_in_worker and staleness > 0,

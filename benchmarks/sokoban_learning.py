@@ -41,7 +41,8 @@ import torch
 
 from agentgym.sokoban import SokobanEnv
 from algorithms.agent.prompts import answer_instruction
-from algorithms.config import CPU_DEMO_LOSS, PRESETS, ModelConfig, TrainConfig, replace
+from algorithms.config import ModelConfig, TrainConfig, replace
+from algorithms.presets import CPU_DEMO_LOSS, PRESETS
 from algorithms.sft.trainer import SFTTrainer
 from algorithms.training.policy import wrap_model
 from algorithms.training.trainer import Trainer

@@ -60,7 +60,8 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.config import CPU_DEMO_LOSS, PRESETS, ModelConfig, TrainConfig, replace
+from algorithms.config import ModelConfig, TrainConfig, replace
+from algorithms.presets import CPU_DEMO_LOSS, PRESETS
 from benchmarks.sokoban_learning import first_at
 
 ENV_ID = "AgentGym/SokobanVisual-v0"

@@ -148,8 +148,8 @@ def test_algorithms_imports_no_env_module(graph):
 
 ALGORITHMS_LAYERS = ("algorithms.sft", "algorithms.integrations", "algorithms.training",
                      "algorithms.agent", "algorithms.engines", "algorithms.runs",
-                     "algorithms.config", "algorithms.templates", "algorithms.precision",
-                     "algorithms.objectives")
+                     "algorithms.presets", "algorithms.config", "algorithms.templates",
+                     "algorithms.precision", "algorithms.objectives")
 """``algorithms``' own rooms, top to bottom: each may import those after it, never one
 before it (the pure maths at the bottom imports nothing of ``algorithms``)."""
 

@@ -11,7 +11,7 @@ pytest.importorskip("tyro")
 pytest.importorskip("transformers")
 
 import train  # noqa: E402
-from algorithms.config import PRESETS  # noqa: E402
+from algorithms.presets import PRESETS  # noqa: E402
 
 
 def test_help_lists_presets_and_field_docs(capsys):

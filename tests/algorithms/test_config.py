@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from algorithms.config import PRESET_HELP, PRESETS, ConfigError, TrainConfig, replace
+from algorithms.config import ConfigError, TrainConfig, replace
+from algorithms.presets import PRESET_HELP, PRESETS
 
 
 def test_algo_selects_estimator_and_critic():
@@ -211,6 +212,21 @@ def _sft_then_gigpo_preset(name: str, env_id: str):
     assert config.run.eval_before_train and config.run.eval_every == config.run.iterations
     assert env_kwargs_problems(config) == []  # e.g. none of the cpu-demo's KeyDoor kwargs
     return config
+
+
+def test_a_presets_env_kwargs_left_on_another_env_are_refused_with_where_they_came_from():
+    """The presets live in :mod:`algorithms.presets`, which imports the config module (not
+    the reverse); the refusal still names the preset that set the kwargs."""
+    from algorithms.config import env_kwargs_problems
+
+    guess = "examples.own_env:OwnEnv/NumberGuess-v0"
+    config = replace(PRESETS["cpu-demo"], env={"env_id": guess})
+    assert env_kwargs_problems(config) == [
+        f"env.env_kwargs has arguments {guess} does not take: height, key, width (the "
+        "cpu-demo preset sets them for AgentGym/KeyDoor-v0); clear them with "
+        "--env.env-kwargs '{}' or pass only its own (high, anchor, max_steps, render_mode)"]
+    with pytest.raises(ConfigError, match="the cpu-demo preset sets them for"):
+        config.validate()
 
 
 def test_cpu_webshop_is_sft_then_gigpo_on_the_offline_model():

@@ -13,7 +13,8 @@ import torch
 pytest.importorskip("transformers")
 
 from algorithms.agent.prompts import PromptBuilder  # noqa: E402
-from algorithms.config import PRESETS, ConfigError, ModelConfig, PromptConfig, replace  # noqa: E402
+from algorithms.config import ConfigError, ModelConfig, PromptConfig, replace  # noqa: E402
+from algorithms.presets import PRESETS  # noqa: E402
 from algorithms.runs.checkpoint import CheckpointError  # noqa: E402
 from algorithms.sft.data import (  # noqa: E402
     ExpertStep,

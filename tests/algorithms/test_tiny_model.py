@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from algorithms.agent.prompts import PromptBuilder
-from algorithms.config import PRESETS, TrainConfig, replace
+from algorithms.config import TrainConfig, replace
 from algorithms.precision import compute_dtype
+from algorithms.presets import PRESETS
 from algorithms.training.tiny_model import (
     SPECIAL_TOKENS,
     env_texts,

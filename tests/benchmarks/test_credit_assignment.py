@@ -291,7 +291,7 @@ def test_holm_adjusts_a_family_of_p_values():
 
 
 def test_the_pretrained_lm_studys_runs_differ_only_in_algo_and_seed():
-    from algorithms.config import PRESETS
+    from algorithms.presets import PRESETS
     from benchmarks.credit_assignment import SMOLLM2_METHODS, smollm2_config
 
     demo = PRESETS["cpu-demo"].to_dict()
