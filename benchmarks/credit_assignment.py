@@ -576,7 +576,7 @@ def plot(runs: dict[str, Any], prefix: str, caption: str, folder: Path = RESULTS
 SMOLLM2_PRESET = "cpu-demo"
 """The pretrained-LM study runs this preset's recipe as it is: SmolLM2-135M-Instruct
 (the default model) with LoRA rank 16 on the 2 x 2 KeyDoor house without key, 2 groups
-x 4, 6 steps, state anchors, its loss (:data:`~algorithms.config.CPU_DEMO_LOSS`), lr 5e-4,
+x 4, 6 steps, state anchors, its loss (:data:`~algorithms.presets.CPU_DEMO_LOSS`), lr 5e-4,
 KL 0.2, its dtype (``auto``: bfloat16 mixed precision on a CPU with bfloat16 instructions,
 :mod:`algorithms.precision`), one thread per run; only ``--algo`` changes between
 methods (and ``--lm-task`` the env, :data:`SMOLLM2_TASKS`)."""
