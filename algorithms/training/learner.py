@@ -80,7 +80,7 @@ from algorithms.objectives import losses
 from algorithms.objectives.behaviour_weights import behaviour_as_old, behaviour_weights
 from algorithms.runs import distributed
 from algorithms.runs.distributed import SINGLE, Ranks
-from algorithms.training import scoring
+from algorithms.training import batch_scoring
 from algorithms.training.estimation import Advantages, estimate_advantages
 from algorithms.training.learner_setup import build_learner_models, loss_recipe
 from algorithms.training.micro_batches import (
@@ -184,7 +184,7 @@ class Learner:
     def score(self, batch: StepBatch, *, progress: Any = None,
               with_old_log_probs: bool = True) -> StepBatch:
         """Old log-probs, reference log-probs (when ``kl_coef > 0``) and values (PPO), at
-        :attr:`temperature` (:func:`~algorithms.training.scoring.score_batch`).
+        :attr:`temperature` (:func:`~algorithms.training.batch_scoring.score_batch`).
 
         Args:
             batch: the unscored rollout batch.
@@ -201,13 +201,13 @@ class Learner:
         """
         if not with_old_log_probs and not self.single_pass(batch):
             raise ValueError("old log-probs can only be skipped for a single-pass update")
-        return scoring.score_batch(self.models, batch, self.config, ranks=self.ranks,
+        return batch_scoring.score_batch(self.models, batch, self.config, ranks=self.ranks,
                                    device=self.device, temperature=self.temperature,
                                    with_old_log_probs=with_old_log_probs, progress=progress)
 
     def score_passes(self, batch: StepBatch) -> int:
         """Micro-batch passes :meth:`score` makes on ``batch`` (its progress total)."""
-        return scoring.score_passes(batch, self.config, self.ranks)
+        return batch_scoring.score_passes(batch, self.config, self.ranks)
 
 
     # ------------------------------------------------------------------ phase 2
@@ -340,7 +340,7 @@ class Learner:
             mask = rows["response_mask"].float()
             weight, stats_weight = micro_weights(int(mask.sum().item()), mini_tokens, real,
                                                  learner)
-            scored = scoring.score_rows(self.scorer, rows, temperature=self.temperature,
+            scored = batch_scoring.score_rows(self.scorer, rows, temperature=self.temperature,
                                         with_entropy=True, entropy_grad=learner.entropy_coef > 0,
                                         with_values=self.value_head is not None)
             token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
@@ -363,7 +363,7 @@ class Learner:
                 weight_max = max(weight_max, float(weight_stats["is_weight_max"].item()))
             total = loss * weight
             if self.config.use_critic:
-                values = scoring.critic_values(self.models, rows, scored.values)
+                values = batch_scoring.critic_values(self.models, rows, scored.values)
                 value_loss = losses.step_value_loss(values, batch.values[micro],
                                                     signals.returns[micro],
                                                     clip_range=learner.value_clip)

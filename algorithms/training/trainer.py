@@ -62,6 +62,7 @@ from algorithms.runs.run_checkpoint import (
 )
 from algorithms.runs.run_folder import default_run_dir, discard_new_run, prepare_on_rank0
 from algorithms.runs.termination import Terminated, TermSignal
+from algorithms.training.batch_scoring import worker_reference_log_probs
 from algorithms.training.build import (
     VecEnvFactory,
     build_learner,
@@ -79,7 +80,6 @@ from algorithms.training.policy import (
     Policy,
     resolve_device,
 )
-from algorithms.training.scoring import worker_reference_log_probs
 from algorithms.training.update_phases import UPDATE_PHASES, learn, timed
 
 
