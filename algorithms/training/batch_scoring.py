@@ -27,7 +27,7 @@ from algorithms.training.micro_batches import (
     prompt_rows,
     rank_chunks,
 )
-from algorithms.training.policy import ScoredResponses, Scorer
+from algorithms.training.scoring import ScoredResponses, Scorer
 
 
 def score_rows(scorer: Scorer, rows: dict[str, torch.Tensor], **kwargs: Any

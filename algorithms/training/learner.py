@@ -54,7 +54,7 @@ Layouts. In the window layout every step is one sample: a forward pass scores it
 prompt and response, and ``learner.mini_batch_size`` / ``micro_batch_size`` count steps.
 In the transcript layout (:mod:`algorithms.agent.rollout`) a trajectory is one sample: one
 forward pass over its whole transcript scores every response in it
-(:func:`~algorithms.training.policy.score_transcripts`), and the two sizes count trajectories.
+(:func:`~algorithms.training.scoring.score_transcripts`), and the two sizes count trajectories.
 Either way the per-token arrays the losses see are the same (N, R) response tokens with
 the same step advantages -- the env's text between turns is never gathered, so it enters
 no policy, KL or entropy term and no token mean -- and the advantage estimators run on

@@ -29,15 +29,13 @@ from algorithms.runs import distributed
 from algorithms.runs.distributed import Ranks
 from algorithms.training.policy import (
     Policy,
-    Scorer,
-    SeparateCritic,
-    ValueHead,
     adapters_only,
     frozen_copy,
     hidden_size,
     load_causal_lm,
     split_model,
 )
+from algorithms.training.scoring import Scorer, SeparateCritic, ValueHead
 
 
 @dataclass

@@ -22,7 +22,8 @@ from algorithms.precision import (  # noqa: E402
     resolve_dtype,
 )
 from algorithms.training.learner import Learner  # noqa: E402
-from algorithms.training.policy import frozen_copy, score_responses  # noqa: E402
+from algorithms.training.policy import frozen_copy  # noqa: E402
+from algorithms.training.scoring import score_responses  # noqa: E402
 from tests.algorithms.test_learner import _config, _rollout, _snapshot  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
@@ -202,7 +203,7 @@ def test_scoring_computes_in_bf16_with_float32_logits():
 
 
 def test_the_value_head_computes_in_float32_under_autocast():
-    from algorithms.training.policy import ValueHead
+    from algorithms.training.scoring import ValueHead
 
     head = ValueHead(8)
     with torch.no_grad():

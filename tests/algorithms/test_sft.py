@@ -35,7 +35,7 @@ from algorithms.sft.trainer import (  # noqa: E402
     response_nll,
     sft_steps,
 )
-from algorithms.training.policy import score_responses  # noqa: E402
+from algorithms.training.scoring import score_responses  # noqa: E402
 from algorithms.training.warm_start import apply_init_checkpoint, base_fingerprint  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 

@@ -118,7 +118,7 @@ def _recorded_vs_scored(engine, model, prompts, temperature: float, stop=(),
     """|recorded - scored| per sampled token (scored at ``score_temperature``, by default
     the sampling temperature)."""
     from algorithms.engines import Response
-    from algorithms.training.policy import score_responses
+    from algorithms.training.scoring import score_responses
 
     rows = engine.generate(prompts, temperature=temperature, max_new_tokens=32, seed=3,
                            stop=stop)

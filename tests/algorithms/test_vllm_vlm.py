@@ -45,7 +45,8 @@ from algorithms.agent.prompts import PromptBuilder  # noqa: E402
 from algorithms.agent.step_batch import pad_left, pad_right  # noqa: E402
 from algorithms.config import GenerationConfig, ModelConfig, PromptConfig, VLLMConfig  # noqa: E402
 from algorithms.engines import make_engine  # noqa: E402
-from algorithms.training.policy import load_policy, score_responses  # noqa: E402
+from algorithms.training.policy import load_policy  # noqa: E402
+from algorithms.training.scoring import score_responses  # noqa: E402
 from benchmarks.tiny_vlm import save_tiny_vlm  # noqa: E402
 from tests.algorithms.visual_env import MOVES, TASK, vocabulary_texts  # noqa: E402
 
