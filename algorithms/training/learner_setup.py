@@ -27,14 +27,8 @@ from algorithms.objectives import losses
 from algorithms.precision import autocast_dtype, mark_autocast
 from algorithms.runs import distributed
 from algorithms.runs.distributed import Ranks
-from algorithms.training.policy import (
-    Policy,
-    adapters_only,
-    frozen_copy,
-    hidden_size,
-    load_causal_lm,
-    split_model,
-)
+from algorithms.training.lora import adapters_only
+from algorithms.training.policy import Policy, frozen_copy, hidden_size, load_causal_lm, split_model
 from algorithms.training.scoring import Scorer, SeparateCritic, ValueHead
 
 

