@@ -79,11 +79,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentgym.vector.observations import observation_rows
-from algorithms.agent.env_slot import EnvSlot, StepRecord, assemble, split_observation
+from algorithms.agent.env_slot import EnvSlot, StepRecord, split_observation
 from algorithms.agent.parsing import parse_action
 from algorithms.agent.prompt_strategies import PromptStrategy, prompt_strategy
 from algorithms.agent.prompts import BuiltPrompt, PromptBuilder, PromptTooLongError
-from algorithms.agent.step_batch import StepBatch  # the rollout's output
+from algorithms.agent.step_batch import StepBatch, assemble  # the rollout's output
 from algorithms.config import PromptConfig
 from algorithms.engines import FailedGeneration
 
