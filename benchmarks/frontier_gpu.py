@@ -23,7 +23,7 @@ For a lent GPU machine (one call of at most 10 minutes; ``docs/gpu.md``). Per pr
   (at lr 1e-6, weights stored in bfloat16 keep most of theirs: :mod:`algorithms.precision`);
 - the estimator alone at the scripts' batch: :meth:`Learner.advantages` with the preset's
   config on ALFWorld-shaped synthetic batches of 16 groups x 8 trajectories of up to 50
-  steps (:func:`benchmarks.recipe_parity.make_rollout`), the median of ``--repeats``.
+  steps (:func:`benchmarks.parity_pipelines.make_rollout`), the median of ``--repeats``.
 
 Usage, from the repository root (``--device cpu --shape smoke`` is a dry run without a
 GPU)::
@@ -135,7 +135,7 @@ def estimator_seconds(preset: str, seeds: range, groups: int) -> dict[str, float
     """:meth:`Learner.advantages` of ``preset``'s config on ALFWorld-shaped batches of
     ``groups`` x 8 trajectories (one per seed): the median seconds and the rows."""
     from algorithms.presets import PRESETS
-    from benchmarks.recipe_parity import make_rollout, our_learner
+    from benchmarks.parity_pipelines import make_rollout, our_learner
 
     learner = our_learner(PRESETS[preset])
     seconds, rows = [], []

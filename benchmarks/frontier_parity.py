@@ -1,5 +1,7 @@
 """Recipe parity for GiGPO's successors, HGPO and GraphGPO: part of
-``benchmarks/recipe_parity.py``'s run (its batches, precisions and report).
+``benchmarks/recipe_parity.py``'s run, on the batches, precisions and report of
+:mod:`benchmarks.parity_pipelines` (this module never imports the recipe harness, which
+calls it).
 
 - HGPO: verl-agent's ``recipe/hgpo`` from the same checkout as the rest of the harness,
   as its trainer (``recipe/hgpo/hgpo_ray_trainer.py`` ``RayPPOTrainer.fit``) runs it:
@@ -54,7 +56,7 @@ import torch
 from algorithms.agent.step_batch import StepLog, intern_anchors
 from algorithms.objectives import advantages as estimators
 from algorithms.training.estimation import rewards_and_penalties
-from benchmarks import recipe_parity as parity
+from benchmarks import parity_pipelines as parity
 
 GRAPHGPO_CORE_ENV = "GRAPHGPO_CORE"
 """Environment variable naming GraphGPO's ``core_graph.py`` (``--graphgpo-core``)."""
