@@ -227,6 +227,73 @@ def same(first: Any, second: Any) -> bool:
         return repr(first) == repr(second)
 
 
+def check_observations(episode: Episode) -> str:
+    """The ``observations`` check: reset and every step of the probe returned ``str``."""
+    if episode.error is not None and episode.error_type is TypeError and \
+            "observation" in episode.error:
+        raise Breach(episode.error)
+    for index, observation in enumerate(episode.observations):
+        if not isinstance(observation, str):
+            where = "reset" if index == 0 else f"step {index}"
+            raise Breach(f"{where} returned {a_type(observation)} observation "
+                         f"({observation!r:.60}); observations are str")
+    return f"str at reset and at {len(episode.observations) - 1} steps"
+
+
+def check_episode(episode: Episode) -> str:
+    """The ``episode`` check: the probe raised nothing, its rewards are finite numbers and
+    its flags ``bool``."""
+    if episode.error is not None:
+        raise Breach(f"{episode.error}; envs must not raise (bad actions get feedback "
+                     "text and valid_action=False)")
+    for step, reward in enumerate(episode.rewards, start=1):
+        try:
+            finite = math.isfinite(float(reward))
+        except (TypeError, ValueError):
+            finite = False
+        if not finite:
+            raise Breach(f"step {step} returned the reward {reward!r}; rewards are finite "
+                         "numbers")
+    flags = episode.terminated + episode.truncated
+    bad = [flag for flag in flags if not isinstance(flag, (bool, np.bool_))]
+    if bad:
+        raise Breach(f"a step returned terminated/truncated of type "
+                     f"{type(bad[0]).__name__}; they are bool")
+    end = "ended" if episode.ended else "did not end"
+    return f"reset and {len(episode.rewards)} steps, no error; the episode {end}"
+
+
+def check_info_keys(episode: Episode) -> str:
+    """The ``info keys`` check: every contract key, with its type, at reset and at every
+    step of the probe."""
+    for index, info in enumerate(episode.infos):
+        problem = info_problem(info, "reset" if index == 0 else f"step {index}")
+        if problem is not None:
+            raise Breach(f"{problem} (the contract: agentgym/core.py, or build the env "
+                         "on agentgym.TextEnv, which fills them in)")
+    if not episode.infos:
+        raise Breach("no info to check: the reset failed")
+    if episode.infos[0]["valid_action"] is not True:
+        raise Breach("reset: info['valid_action'] must be True")
+    return f"{', '.join(INFO_KEYS)} at reset and at {len(episode.infos) - 1} steps"
+
+
+def check_anchors(episode: Episode) -> str:
+    """The ``anchors (MODE)`` check: every anchor of the probe hashes and pickles."""
+    if not episode.infos:
+        raise Breach(f"no anchor to check: {episode.error}")
+    for index, info in enumerate(episode.infos):
+        if "anchor" not in info:
+            raise Breach(f"{'reset' if index == 0 else f'step {index}'}: no anchor")
+        problem = anchor_problem(info["anchor"])
+        if problem is not None:
+            where = "reset" if index == 0 else f"step {index}"
+            raise Breach(f"{where}: {problem}")
+    kinds = sorted({type(info["anchor"]).__name__ for info in episode.infos})
+    return (f"{len(episode.infos)} anchors hash and pickle ({', '.join(kinds)})"
+            + (f"; the probe stopped early: {episode.error}" if episode.error else ""))
+
+
 class ContractCheck:
     """The checks of one env id and its keyword arguments (module docstring).
 
@@ -270,7 +337,7 @@ class ContractCheck:
         if second is not None:
             try:
                 self._check(f"anchors ({other})",
-                            lambda: self._anchors(play_probe(second, self.max_steps)))
+                            lambda: check_anchors(play_probe(second, self.max_steps)))
             finally:
                 second.close()
         self._check("gymnasium check_env", self._gymnasium_check_env)
@@ -281,12 +348,12 @@ class ContractCheck:
         """The fast checks after the build; return whether all passed. A probe that
         stopped at its reset leaves nothing else to check."""
         before = len(self.results)
-        texts = self._check("observations", lambda: self._observations(episode))
+        texts = self._check("observations", lambda: check_observations(episode))
         if texts or episode.error is None:  # not the same failure twice
-            self._check("episode", lambda: self._episode(episode))
+            self._check("episode", lambda: check_episode(episode))
         if episode.infos:
-            self._check("info keys", lambda: self._info_keys(episode))
-            self._check(f"anchors ({self.anchor})", lambda: self._anchors(episode))
+            self._check("info keys", lambda: check_info_keys(episode))
+            self._check(f"anchors ({self.anchor})", lambda: check_anchors(episode))
             self._check("seeds and task ids", lambda: self._seeds(env))
             self._check("bad actions", lambda: self._bad_actions(env))
             if episode.error is None:
@@ -369,63 +436,6 @@ class ContractCheck:
             return ("built by a function: a TextEnv it returns is used as it is, another "
                     f"env {plain}")
         return f"not built on agentgym.TextEnv: {plain}"
-
-    def _observations(self, episode: Episode) -> str:
-        if episode.error is not None and episode.error_type is TypeError and \
-                "observation" in episode.error:
-            raise Breach(episode.error)
-        for index, observation in enumerate(episode.observations):
-            if not isinstance(observation, str):
-                where = "reset" if index == 0 else f"step {index}"
-                raise Breach(f"{where} returned {a_type(observation)} observation "
-                             f"({observation!r:.60}); observations are str")
-        return f"str at reset and at {len(episode.observations) - 1} steps"
-
-    def _episode(self, episode: Episode) -> str:
-        if episode.error is not None:
-            raise Breach(f"{episode.error}; envs must not raise (bad actions get feedback "
-                         "text and valid_action=False)")
-        for step, reward in enumerate(episode.rewards, start=1):
-            try:
-                finite = math.isfinite(float(reward))
-            except (TypeError, ValueError):
-                finite = False
-            if not finite:
-                raise Breach(f"step {step} returned the reward {reward!r}; rewards are finite "
-                             "numbers")
-        flags = episode.terminated + episode.truncated
-        bad = [flag for flag in flags if not isinstance(flag, (bool, np.bool_))]
-        if bad:
-            raise Breach(f"a step returned terminated/truncated of type "
-                         f"{type(bad[0]).__name__}; they are bool")
-        end = "ended" if episode.ended else "did not end"
-        return f"reset and {len(episode.rewards)} steps, no error; the episode {end}"
-
-    def _info_keys(self, episode: Episode) -> str:
-        for index, info in enumerate(episode.infos):
-            problem = info_problem(info, "reset" if index == 0 else f"step {index}")
-            if problem is not None:
-                raise Breach(f"{problem} (the contract: agentgym/core.py, or build the env "
-                             "on agentgym.TextEnv, which fills them in)")
-        if not episode.infos:
-            raise Breach("no info to check: the reset failed")
-        if episode.infos[0]["valid_action"] is not True:
-            raise Breach("reset: info['valid_action'] must be True")
-        return f"{', '.join(INFO_KEYS)} at reset and at {len(episode.infos) - 1} steps"
-
-    def _anchors(self, episode: Episode) -> str:
-        if not episode.infos:
-            raise Breach(f"no anchor to check: {episode.error}")
-        for index, info in enumerate(episode.infos):
-            if "anchor" not in info:
-                raise Breach(f"{'reset' if index == 0 else f'step {index}'}: no anchor")
-            problem = anchor_problem(info["anchor"])
-            if problem is not None:
-                where = "reset" if index == 0 else f"step {index}"
-                raise Breach(f"{where}: {problem}")
-        kinds = sorted({type(info["anchor"]).__name__ for info in episode.infos})
-        return (f"{len(episode.infos)} anchors hash and pickle ({', '.join(kinds)})"
-                + (f"; the probe stopped early: {episode.error}" if episode.error else ""))
 
     def _seeds(self, env: Any) -> str:
         # a step that raises is the "episode" check's; here the episodes up to it count
