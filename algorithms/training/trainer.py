@@ -67,6 +67,7 @@ from algorithms.training.build import (
     VecEnvFactory,
     build_learner,
     build_policy,
+    build_samplers,
     build_vec_env,
     check_model_sources,
     engine_source,
@@ -190,20 +191,11 @@ class Trainer:
         if not config.run.eval_only:
             self.vec_env = build_vec_env(config, self.make_vec_env, self.group_count, ranks,
                                          self._say)
-            # sampled at the temperature the learner scores at (Learner.temperature)
-            self.sampler = Sampler(config, self.vec_env, self.engine, self.policy.tokenizer,
-                                   self.learner.temperature, ranks, self.group_first,
-                                   self.bars, self._say, vision=self.policy.vision)
-            if config.run.max_staleness > 0:
-                check_overlap_engine(self.engine, self.policy)
-                score_block = None
-                if config.run.reference_in_worker:
-                    check_reference_engine(self.engine, ranks)
-                    score_block = self._reference_in_worker
-                self.overlap = OverlappedSampler(
-                    self.sampler, max_staleness=config.run.max_staleness,
-                    iterations=config.run.iterations, sync=self._sync_engine,
-                    version=self.start_iteration, score_block=score_block)
+            self.sampler, self.overlap = build_samplers(
+                config, self.vec_env, self.engine, self.policy, self.learner.temperature,
+                ranks, self.group_first, bars=self.bars, say=self._say,
+                sync=self._sync_engine, version=self.start_iteration,
+                reference_in_worker=self._reference_in_worker)
         if ranks.main:
             self.logger = run_logger(self.run_dir, config, self.start_iteration)
 
@@ -416,32 +408,3 @@ def check_untrained(untrained: int, done: int, limit: int, metrics: dict[str, fl
 
 def _no_sync() -> None:
     """The weight sync of an overlapped iteration: the pipeline's (module docstring)."""
-
-
-def check_reference_engine(engine: Any, ranks: Ranks) -> None:
-    """Refuse ``run.reference_in_worker`` where the reference cannot be scored in the
-    engine: an engine other than the HF worker engine (vLLM), or several ranks.
-
-    Raises:
-        ValueError: in one line, naming what to change.
-    """
-    if not hasattr(engine, "call"):
-        raise ValueError(f"run.reference_in_worker scores the KL reference in the HF engine's "
-                         f"worker; this run's engine is {type(engine).__name__} "
-                         f"(set --generation.engine hf, or leave the option off)")
-    if ranks.distributed:
-        raise ValueError("run.reference_in_worker runs on one process only (under torchrun "
-                         "each rank's engine holds a weight mirror); leave it off")
-
-
-def check_overlap_engine(engine: Any, policy: Policy) -> None:
-    """Refuse an engine that samples with the learner's own model object (the in-process
-    HF engine): overlapped, the update would change the weights under a rollout.
-
-    Raises:
-        ValueError: ``engine.model`` is ``policy.model``.
-    """
-    if getattr(engine, "model", None) is policy.model:
-        raise ValueError(
-            "run.max_staleness > 0 needs an engine with its own copy of the weights (the HF "
-            "worker engine, vLLM); this engine samples with the training model itself")
