@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.study_stats import bootstrap_ci
+from studies.study_stats import bootstrap_ci
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PHASES = ("rollout", "rollout_wait", "worker_reference", "log_probs", "advantages", "update",
@@ -181,7 +181,7 @@ def run_config(model: str, engine: str, staleness: int, seed: int, iterations: i
     import dataclasses
 
     from algorithms.training.tiny_model import tiny_policy
-    from benchmarks.credit_assignment import TASKS, base_config, task_texts
+    from studies.credit_assignment import TASKS, base_config, task_texts
 
     task = TASKS["keydoor"]
     config = replace(dataclasses.replace(base_config(task), algo="gigpo"),

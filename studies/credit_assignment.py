@@ -31,9 +31,9 @@ Stages, per task:
 
 Run from the repository root::
 
-    python -m benchmarks.credit_assignment --quick          # <= 15 min, 2 seeds
-    python -m benchmarks.credit_assignment                  # the full study, 10 seeds
-    python -m benchmarks.credit_assignment --tasks keydoor --methods gigpo-state-mean \\
+    python -m studies.credit_assignment --quick             # <= 15 min, 2 seeds
+    python -m studies.credit_assignment                     # the full study, 10 seeds
+    python -m studies.credit_assignment --tasks keydoor --methods gigpo-state-mean \\
         grpo-mean --seeds 0 1 2 --omega 0.5 --tag omega0.5     # an ablation
 
 Run folders go under ``--workdir`` (default ``runs/credit_assignment/<mode>``); a run
@@ -55,9 +55,11 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.study_stats import bootstrap_ci, paired_comparison
+from studies.study_stats import bootstrap_ci, paired_comparison
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+"""Where the study's JSON and PNGs go: ``benchmarks/results/``, beside the benchmarks' (the
+preregistered studies name their JSON there)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1121,7 +1123,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     unblinded = recorded.unblinded
     runs: dict[str, dict[int, dict[str, Any]]] = {
         m: dict(by_seed) for m, by_seed in recorded.runs.items()}  # earlier invocations'
-    command = "python -m benchmarks.credit_assignment " + " ".join(argv or [])
+    command = "python -m studies.credit_assignment " + " ".join(argv or [])
     began = time.perf_counter()
 
     def gather() -> None:  # the finished runs of this invocation's folders
@@ -1451,7 +1453,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary, "runs": runs,
         "measured_cpu_seconds": costs, "full_estimate_seconds": full_estimate,
         "plots": [p.name for p in pngs],
-        "command": "python -m benchmarks.credit_assignment " + " ".join(argv or []),
+        "command": "python -m studies.credit_assignment " + " ".join(argv or []),
     }
     out = results / f"credit_assignment_{name}.json"
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")
