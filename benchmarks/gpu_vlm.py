@@ -18,7 +18,7 @@ Modes: ``full`` -- the preset's full fine-tune, vision tower trained
 (``model.train_vision_tower``); ``lora`` -- LoRA rank 64 (alpha 128) on the language model,
 tower frozen, the KL reference the base model with the adapters off.
 
-The model: :func:`benchmarks.tiny_vlm.qwen2_5_vl_3b_config` (36 layers of 2048, a
+The model: :func:`studies.tiny_vlm.qwen2_5_vl_3b_config` (36 layers of 2048, a
 32-block vision tower of 1280: 3.75 B weights, vocabulary 151,936), randomly initialised
 on the device, with a word-level tokenizer of the env's words padded with filler words
 to the full vocabulary (random weights write random tokens: every answer runs to the
@@ -54,9 +54,9 @@ LORA = {"lora_rank": 64, "lora_alpha": 128}
 
 
 def padded_tokenizer(texts: list[str], vocab_size: int) -> Any:
-    """:func:`~benchmarks.tiny_vlm.vlm_tokenizer` of ``texts`` padded with filler words to
+    """:func:`~studies.tiny_vlm.vlm_tokenizer` of ``texts`` padded with filler words to
     ``vocab_size`` tokens (a random model of a real shape needs its full vocabulary)."""
-    from benchmarks.tiny_vlm import vlm_tokenizer
+    from studies.tiny_vlm import vlm_tokenizer
 
     base = vlm_tokenizer(texts)
     room = vocab_size - len(base)
@@ -72,7 +72,7 @@ def random_policy(shape: str, texts: list[str], mode: str, device: torch.device,
     """A random vision-language policy of ``shape`` (``3b``: Qwen2.5-VL-3B's; ``tiny``)
     in the preset's dtype on ``device``, wrapped as ``model_config`` says."""
     from algorithms.training.policy import resolve_dtype, wrap_model
-    from benchmarks.tiny_vlm import (
+    from studies.tiny_vlm import (
         qwen2_5_vl_3b_config,
         tiny_image_processor,
         tiny_vlm_config,

@@ -10,7 +10,7 @@ Run from the repository root::
 
 What it does, on each env (by default ``AgentGym/SokobanVisual-v0`` and then
 ``AgentGym/EZPoints-v0``, the paper's two visual tasks): builds the tiny random
-vision-language model of :mod:`benchmarks.tiny_vlm`
+vision-language model of :mod:`studies.tiny_vlm`
 (its word vocabulary read from the env: the task, the observations and the actions of a
 few random episodes) and saves it as a model folder, which the trainer loads as any
 ``--model.name-or-path`` (``model.kind auto`` finds the vision model). Then, through
@@ -181,7 +181,7 @@ def smoke_env(args: argparse.Namespace, env: str, workdir: Path) -> bool:
     """Straight run, run + resume and their comparison on one env; prints the phases'
     seconds and memory; whether it passed."""
     from algorithms.agent.metrics import read_metrics
-    from benchmarks.tiny_vlm import save_tiny_vlm
+    from studies.tiny_vlm import save_tiny_vlm
 
     env_id = registered_env_id(env)
     workdir.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ def test_the_gpu_script_dry_runs_on_the_cpu(tmp_path, capsys):
 
 
 def test_the_3b_shape_is_qwen2_5_vl_3b():
-    from benchmarks.tiny_vlm import qwen2_5_vl_3b_config
+    from studies.tiny_vlm import qwen2_5_vl_3b_config
 
     config = qwen2_5_vl_3b_config()
     with __import__("torch").device("meta"):
