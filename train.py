@@ -1,5 +1,5 @@
-"""Train an LLM agent with GiGPO, GRPO, RLOO, REINFORCE++, Dr.GRPO, GSPO or PPO on an
-AgentGym text environment.
+"""Train an LLM agent with GiGPO, HGPO, GraphGPO, GRPO, RLOO, REINFORCE++, Dr.GRPO, GSPO or
+PPO on an AgentGym text environment.
 
 Examples::
 

@@ -1,4 +1,5 @@
-"""Advantage estimators for multi-turn agents: GRPO, GiGPO, RLOO, REINFORCE++ and GAE.
+"""Advantage estimators for multi-turn agents: GRPO, GiGPO, HGPO, GraphGPO, RLOO,
+REINFORCE++ and GAE.
 
 Pure, deterministic NumPy functions (no torch, no trainer state). Every function takes one
 row per agent step:

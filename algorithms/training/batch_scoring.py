@@ -5,7 +5,9 @@ the base model with LoRA adapters disabled), critic values V(s_t) of every step 
 trajectory cut by a step limit or an env error.
 
 Each rank scores its share of the samples in micro-batches (:mod:`algorithms.training.micro_batches`);
-the ranks' arrays are summed, every row having been filled by exactly one rank.
+the ranks' arrays are summed, every row having been filled by exactly one rank. The
+forward passes themselves (log-probs, entropies, values) are
+:mod:`algorithms.training.scoring`'s.
 """
 
 from __future__ import annotations

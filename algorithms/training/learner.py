@@ -1,18 +1,21 @@
-"""The one learner loop: PPO-clip with a KL penalty, for GiGPO, GRPO and PPO.
+"""The one learner loop: PPO-clip with a KL penalty, for every ``--algo`` but ``sft``:
+the group estimators (GiGPO, HGPO, GraphGPO, GRPO, RLOO, REINFORCE++; Dr.GRPO and GSPO
+through their loss settings) and PPO.
 
 An iteration after the rollout:
 
 0. :meth:`Learner.training_batch` -- the rollout's steps that are trained on. A step whose
-   env call failed is never in a batch (see :mod:`algorithms.agent.rollout`); GiGPO and GRPO
-   also leave out the earlier steps of a trajectory that ended on an env error, PPO keeps
+   env call failed is never in a batch (see :mod:`algorithms.agent.rollout`); the group
+   estimators also leave out the earlier steps of a trajectory that ended on an env error, PPO keeps
    them (reasons below).
 1. :meth:`Learner.score` -- old log-probs under the sampling policy, reference log-probs
    (frozen copy, or the base model with LoRA adapters disabled), and critic values (PPO):
    V(s_t) of every step and, with ``learner.bootstrap_truncated``, V(s_T) of the prompt
    that would have followed each trajectory cut by a step limit or an env error.
 2. :meth:`Learner.advantages` -- one advantage per step from the estimator the config
-   names: ``gigpo`` (Eq. 8 of Feng et al. 2025), ``grpo`` (Eq. 3), ``rloo``,
-   ``reinforce_pp`` (``docs/estimators.md``) or ``gae`` (turn-level GAE with the critic's
+   names: ``gigpo`` (Eq. 8 of Feng et al. 2025), ``hgpo`` (weighted history groups),
+   ``graphgpo`` (the episode advantage plus state-graph distance returns), ``grpo``
+   (Eq. 3), ``rloo``, ``reinforce_pp`` (``docs/estimators.md``) or ``gae`` (turn-level GAE with the critic's
    values; a cut -- step limit or env error -- bootstraps from V(s_T), a termination does
    not).
 3. :meth:`Learner.update` -- ``epochs`` passes over mini-batches (in batch order, or
@@ -154,7 +157,7 @@ class Learner:
 
         Returns:
             ``batch`` itself for PPO, or when no trajectory ended on an env error; for
-            GiGPO and GRPO, a batch without those trajectories (possibly empty: then
+            the group estimators, a batch without those trajectories (possibly empty: then
             there is nothing to train on).
         """
         if self.config.estimator == "gae" or not batch.env_error.any():
