@@ -66,7 +66,8 @@ float32 (the reward manager's tensor; DAPO's overlong reward too), and its entro
 ``logsumexp - sum(p * logits)``; this project computes the advantages in float64. So
 every term is measured twice:
 "counted" -- verl's functions run with their ``float32`` names read as ``float64``
-(:func:`in_float64`: the same code objects, other globals) and both losses in float64 --
+(:func:`~benchmarks.parity_pipelines.in_float64`: the same code objects, other globals)
+and both losses in float64 --
 and "as run" -- verl exactly as it runs, the losses of both sides in float32 (the dtype
 both actors train in) -- which is printed and not counted.
 
@@ -147,7 +148,8 @@ from benchmarks.parity_pipelines import (
 
 OVERLONG = ((8, 1.0), (5, 0.3))
 """``(buffer length, penalty factor)`` pairs of DAPO's overlong punishment compared, with
-the maximum response length :data:`RESPONSE_TOKENS` (responses of 1 to 24 tokens)."""
+the maximum response length :data:`~benchmarks.parity_pipelines.RESPONSE_TOKENS`
+(responses of 1 to 24 tokens)."""
 DYNAMIC_MAX_ROLLOUTS = (1, 2, 10)
 """``max_num_gen_batches`` values the dynamic-sampling loop is compared with (10: the
 DAPO and GiGPO-dynamic examples; 2: the second rollout is the last try, kept whole)."""
