@@ -132,6 +132,14 @@ class TestReinforcePP:
         np.testing.assert_allclose(got, np.array([1, -1, 0, 0]) / np.sqrt(variance + 1e-8),
                                    **TOL)
 
+    def test_eps_0_is_refused_where_equal_scores_would_whiten_0_by_0(self):
+        # every group constant: centered all 0, batch variance 0; eps 0 gave NaN
+        equal = ([1.0, 1.0, 2.0, 2.0], [0, 1, 2, 3], [0, 0, 1, 1])
+        assert np.array_equal(reinforce_pp_advantages(*equal), np.zeros(4))
+        for eps in (0.0, -1e-8, float("nan")):
+            with pytest.raises(ValueError, match=r"^eps must be finite and > 0 \(a batch"):
+                reinforce_pp_advantages(*equal, eps=eps)
+
     def test_rows_weigh_by_their_tokens(self):
         # centered 1, -1, 0, 0 with 3, 1, 1, 1 tokens: mean 2 / 6, then Bessel over 6 tokens
         counts = np.array([3, 1, 1, 1])

@@ -120,6 +120,8 @@ def test_hgpo_steps_statistics_and_penalties_reach_the_base_item():
     ({"length_weight_alpha": float("nan")}, ValueError, "length_weight_alpha"),
     ({"normalize": "max"}, ValueError, "normalize"),
     ({"penalties": [0.1, 0.0]}, ValueError, "episode_stats='steps'"),
+    ({"eps": 0.0}, ValueError, "eps must be finite and > 0"),
+    ({"eps": -1e-6}, ValueError, "eps must be finite and > 0"),
 ])
 def test_hgpo_refuses_bad_settings(kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -128,6 +130,26 @@ def test_hgpo_refuses_bad_settings(kwargs, error, match):
 
 def test_hgpo_of_an_empty_batch():
     assert hgpo_advantages([], [], [], []).shape == (0,)
+
+
+def test_hgpo_refuses_eps_0_where_a_row_without_items_would_divide_0_by_0():
+    """A row with no nonzero item has weights 0, and its advantage ``0 / (0 + eps)``;
+    eps 0 made it NaN. GiGPO and GraphGPO at eps 0 stay finite (a degenerate group scores
+    exactly 0 without dividing), and keep their eps-0 results."""
+    rewards, traj, group = [0.0, 1.0, 0.0, 0.0], [7, 7, 8, 8], [0, 0, 0, 0]
+    anchors = ["A", "B", "A", "C"]  # B and C are singletons: no nonzero item
+    assert np.all(np.isfinite(hgpo_advantages(rewards, traj, group, anchors)))
+    with pytest.raises(ValueError, match=r"^eps must be finite and > 0 .*, got 0\.0$"):
+        hgpo_advantages(rewards, traj, group, anchors, eps=0.0)
+    from algorithms.objectives.advantages import gigpo_advantages
+
+    np.testing.assert_allclose(gigpo_advantages(rewards, traj, group, anchors, eps=0.0),
+                               [2 ** -0.5 + 2 ** -0.5, 2 ** -0.5, -(2 ** -0.5) - 2 ** -0.5,
+                                -(2 ** -0.5)], rtol=1e-15)
+    graph = graphgpo_advantages(rewards, traj, group, anchors, ["B", "G", "C", "D"],
+                                np.array([True, True, False, False]), eps=0.0)
+    np.testing.assert_allclose(graph, [2 * 2 ** -0.5, 2 ** -0.5, -2 * 2 ** -0.5, -(2 ** -0.5)],
+                               rtol=1e-15)
 
 
 # --------------------------------------------------------------------------- GraphGPO
