@@ -122,7 +122,7 @@ def estimate_advantages(batch: StepBatch, config: TrainConfig) -> Advantages:
                              "which the rollout records; this batch has none")
         graph = adv.graphgpo_terms(
             rewards, batch.traj_ids, batch.group_ids, batch.anchors, batch.next_anchors,
-            batch.success, gamma=learner.gamma, normalize=learner.normalize,
+            batch.success, gamma=learner.graphgpo_decay, normalize=learner.normalize,
             normalize_distance=learner.graphgpo_normalize_distance,
             similarity_threshold=learner.similarity_threshold,
             episode_stats=learner.episode_stats, penalties=penalties)

@@ -236,12 +236,13 @@ def test_with_algo_sets_each_algorithms_settings():
     with pytest.raises(ConfigError, match="unknown algo"):
         with_algo(TrainConfig(), "dapo")
     graph = with_algo(TrainConfig(), "graphgpo")
-    assert (graph.estimator, graph.learner.gamma) == ("graphgpo", 0.1)  # its recipe's gamma
-    hgpo = with_algo(TrainConfig(), "hgpo")
+    assert (graph.estimator, graph.learner.graphgpo_decay, graph.learner.gamma) == (
+        "graphgpo", 0.1, 0.95)  # its recipe's decay, in a field of its own
+    hgpo = with_algo(graph, "hgpo")
     assert (hgpo.estimator, hgpo.learner.gamma) == ("hgpo", 0.95)
     for algo in ("hgpo", "graphgpo"):
         with_algo(TrainConfig(), algo).validate()
-    assert set(ALGO_SETTINGS) == {"dr_grpo", "gspo", "graphgpo"}
+    assert set(ALGO_SETTINGS) == {"dr_grpo", "gspo"}
 
 
 def test_an_algo_name_that_does_not_tell_the_truth_is_refused():

@@ -208,6 +208,33 @@ def test_graphgpo_combines_the_step_groups_and_the_episode_term():
     np.testing.assert_allclose(alone, terms.step)
 
 
+def test_graphgpo_normalizes_its_step_groups_with_the_sample_std_hand_computed():
+    """One group of three: 0 walks S -> A -> goal and wins, 1 walks S -> B -> X, 2 walks
+    S -> A -> Y; both fail. Distances: A 1, S 2, and B, X, Y cannot reach the goal: 3 (one
+    past S). Returns (gamma 0.1) ``10 * 0.1 ** d(next)``: S rows 1, 0.01, 1; A rows 10 and
+    0.01; B's row a singleton. Each step group divides by its *sample* std (ddof 1) plus
+    1e-6, and so does the episode term (returns 10, 0, 0)."""
+    rewards = np.array([0.0, 10.0, 0.0, 0.0, 0.0, 0.0])
+    traj, group = np.array([0, 0, 1, 1, 2, 2]), np.zeros(6, dtype=int)
+    anchors = ["S", "A", "S", "B", "S", "A"]
+    nexts = ["A", "G", "B", "X", "A", "Y"]
+    success = np.array([True, True, False, False, False, False])
+    terms = graphgpo_terms(rewards, traj, group, anchors, nexts, success, gamma=0.1)
+    np.testing.assert_allclose(terms.returns, [1.0, 10.0, 0.01, 0.01, 1.0, 0.01], rtol=1e-12)
+    # S: mean 0.67, deviations 0.33, -0.66, 0.33; sample variance 0.6534 / 2
+    s_scale = 1 / (np.sqrt(0.6534 / 2) + EPS)
+    # A: mean 5.005, deviations +-4.995; sample std 4.995 * sqrt(2)
+    a_scale = 1 / (4.995 * np.sqrt(2) + EPS)
+    np.testing.assert_allclose(terms.step, [0.33 * s_scale, 4.995 * a_scale, -0.66 * s_scale,
+                                            0.0, 0.33 * s_scale, -4.995 * a_scale], rtol=1e-10)
+    # episode: mean 10 / 3, deviations 20 / 3, -10 / 3, -10 / 3; sample variance 100 / 3
+    e_scale = 1 / (np.sqrt(100 / 3) + EPS)
+    np.testing.assert_allclose(terms.episode, np.repeat([20 / 3, -10 / 3, -10 / 3], 2) * e_scale,
+                               rtol=1e-10)
+    got = graphgpo_advantages(rewards, traj, group, anchors, nexts, success, gamma=0.1)
+    np.testing.assert_allclose(got, terms.step + terms.episode, rtol=1e-15)
+
+
 def test_graphgpo_similarity_merges_graph_nodes_not_step_groups():
     # trajectory 1's "s1 (lit)" is s1 up to one word: merged, it is 3 edges from the goal
     rewards = np.array([0, 0, 10.0, 0, 0])
@@ -301,6 +328,20 @@ def test_the_learner_runs_hgpo_with_the_prompts_history_window():
                                                  prompt={"history_window": 0}))
     # (S, A) {9.5, 0} joins A's {9.5, 0, 9.5} with a history window of 1
     assert np.abs(with_history.advantages - without.advantages).max() > 0.1
+
+
+def test_graphgpo_decays_with_its_own_field_and_not_with_the_discount():
+    batch = hand_batch([(0, [0.0, 10.0], ["S", "A"], False), (0, [0.0, 0.0], ["S", "B"], False)])
+    batch = dataclasses.replace(batch, next_anchors=("A", "T", "B", "U"),
+                                success=np.array([True, True, False, False]))
+    config = replace(with_algo(TrainConfig(), "graphgpo"), learner={"graphgpo_decay": 0.3})
+    got = estimate_advantages(batch, config)
+    terms = graphgpo_terms(batch.env_rewards, batch.traj_ids, batch.group_ids, batch.anchors,
+                           batch.next_anchors, batch.success, gamma=0.3,
+                           episode_stats="steps", penalties=batch.penalties)
+    np.testing.assert_array_equal(got.advantages, terms.combined(1.0, 1.0))
+    discounted = estimate_advantages(batch, replace(config, learner={"gamma": 0.5}))
+    np.testing.assert_array_equal(discounted.advantages, got.advantages)
 
 
 def test_the_learner_runs_graphgpo_from_the_recorded_next_states():
