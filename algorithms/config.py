@@ -533,7 +533,9 @@ class LearnerConfig:
     hgpo_history_length: int | None = None
     """HGPO: a step joins the groups of its last ``k`` anchors for ``k = 1 ..
     hgpo_history_length + 1`` (verl-agent's ``env.history_length``, which sets its prompt's
-    history too). ``None``: ``prompt.history_window``, as the recipe ties them."""
+    history too). ``None``: the history the prompts hold, as the recipe ties them --
+    ``prompt.history_window`` in the window layout, the whole trajectory so far in the
+    transcript layout (:func:`algorithms.training.estimation.hgpo_history_length`)."""
 
     hgpo_length_weight_alpha: float = 1.0
     """HGPO: the weight of a history group of length ``k`` is ``(k + 1) ** alpha``
@@ -1105,8 +1107,8 @@ class TrainConfig:
                 problems.append("learner.similarity_threshold groups GiGPO's steps or merges "
                                 "GraphGPO's graph nodes: it needs --algo gigpo or graphgpo")
         if learner.hgpo_history_length is not None and learner.hgpo_history_length < 0:
-            problems.append("learner.hgpo_history_length must be >= 0 (or None: the prompt's "
-                            "history window)")
+            problems.append("learner.hgpo_history_length must be >= 0 (or None: the history "
+                            "the prompts hold)")
         if not math.isfinite(learner.hgpo_length_weight_alpha):
             problems.append("learner.hgpo_length_weight_alpha must be finite")
         if (self.algo in GROUP_ALGOS and learner.episode_stats == "trajectories"

@@ -330,6 +330,33 @@ def test_the_learner_runs_hgpo_with_the_prompts_history_window():
     assert np.abs(with_history.advantages - without.advantages).max() > 0.1
 
 
+def test_the_learner_runs_hgpo_over_the_whole_transcript_in_the_transcript_layout():
+    """In the transcript layout a step's prompt holds its trajectory so far, not the last
+    ``prompt.history_window`` pairs (0 in the transcript presets): HGPO's history groups
+    then reach back to the trajectory's start (``history_length`` one less than the
+    longest trajectory), unless ``learner.hgpo_history_length`` says otherwise."""
+    window = hand_batch([(0, [0.0, 0.0, 0.0, 10.0], ["S", "A", "B", "C"], False),
+                         (0, [0.0, 0.0, 0.0, 0.0], ["S", "A", "B", "D"], False),
+                         (0, [0.0, 0.0, 0.0, 10.0], ["T", "A", "B", "C"], False)])
+    batch = dataclasses.replace(window, layout="transcript")
+    config = replace(with_algo(TrainConfig(), "hgpo"),
+                     prompt={"layout": "transcript", "history_window": 0})
+    got = estimate_advantages(batch, config)
+    want = hgpo_terms(batch.env_rewards, batch.traj_ids, batch.group_ids, batch.anchors,
+                      history_length=3, episode_stats="steps", penalties=batch.penalties)
+    np.testing.assert_array_equal(got.advantages, want.advantages)
+    np.testing.assert_array_equal(got.step, want.history)
+    # the window's 0 would group by the current state alone: C's rows, 10 and 10, tie
+    short = hgpo_terms(batch.env_rewards, batch.traj_ids, batch.group_ids, batch.anchors,
+                       history_length=0, episode_stats="steps", penalties=batch.penalties)
+    assert np.abs(want.advantages - short.advantages).max() > 0.1
+    # an explicit history length wins, as in the window layout
+    chosen = estimate_advantages(batch, replace(config, learner={"hgpo_history_length": 1}))
+    np.testing.assert_array_equal(chosen.advantages, hgpo_terms(
+        batch.env_rewards, batch.traj_ids, batch.group_ids, batch.anchors, history_length=1,
+        episode_stats="steps", penalties=batch.penalties).advantages)
+
+
 def test_graphgpo_decays_with_its_own_field_and_not_with_the_discount():
     batch = hand_batch([(0, [0.0, 10.0], ["S", "A"], False), (0, [0.0, 0.0], ["S", "B"], False)])
     batch = dataclasses.replace(batch, next_anchors=("A", "T", "B", "U"),
