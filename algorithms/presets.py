@@ -337,8 +337,9 @@ def _graphgpo_alfworld_1_5b() -> TrainConfig:
 
     As the script: 16 groups x 8, 50 steps, history 2 (verl-agent's default
     ``env.history_length``), prompts 2048 / responses 512 tokens, lr 1e-6, mini-batches of
-    256 steps in micro-batches of 32, KL loss 0.01 (low-variance), penalty 0.1, gamma
-    0.10 (the graph returns' decay), step and episode weights 1, ``mean_std_norm``,
+    256 steps in micro-batches of 32, KL loss 0.01 (low-variance), penalty 0.1, graph
+    decay 0.10 (its ``algorithm.gamma``: ``learner.graphgpo_decay``), step and episode
+    weights 1, ``mean_std_norm``,
     absolute distances (``normalize_distance=False``), exact states (no similarity),
     evaluation at 0.4 on 128 ``valid_seen`` games before training and every 5
     iterations, 150 iterations. Differs: the anchor is this env's true-state key
@@ -355,7 +356,7 @@ def _graphgpo_alfworld_1_5b() -> TrainConfig:
     return replace(
         base,
         env={"anchor": "state"},
-        learner={"gamma": 0.1, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
+        learner={"graphgpo_decay": 0.1, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
                  "normalize": "std", "graphgpo_normalize_distance": False,
                  "similarity_threshold": None},
         run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
@@ -368,7 +369,8 @@ def _graphgpo_webshop_1_5b() -> TrainConfig:
 
     As the script: 16 groups x 8, 15 steps, history 2, prompts 5120 / responses 512
     tokens, lr 1e-6, mini-batches of 64 steps in micro-batches of 8, KL loss 0.01,
-    penalty 0.1, gamma 0.20, step and episode weights 1, ``mean_std_norm``, absolute
+    penalty 0.1, graph decay 0.20 (its ``algorithm.gamma``), step and episode weights 1,
+    ``mean_std_norm``, absolute
     distances, exact states, evaluation at 0.4 before training and every 5 iterations on
     128 tasks, 150 iterations. Differs: the script's WebShop pages are
     ``observation_mode=text_rich``; this env has WebShop's text mode only; the state
@@ -383,7 +385,7 @@ def _graphgpo_webshop_1_5b() -> TrainConfig:
         prompt={"max_prompt_tokens": 5120, "history_window": 2},
         env={"num_groups": 16, "group_size": 8, "max_steps": 15, "anchor": "state",
              "eval_episodes": 128},
-        learner={"gamma": 0.2, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
+        learner={"graphgpo_decay": 0.2, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
                  "normalize": "std", "graphgpo_normalize_distance": False,
                  "similarity_threshold": None, "mini_batch_size": 64, "micro_batch_size": 8},
         run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
@@ -625,8 +627,8 @@ PRESET_HELP: dict[str, str] = {
     "graphgpo-alfworld-1.5b": "GraphGPO's 1.5B ALFWorld script: state-graph returns "
                               "10 * 0.1^d plus the episode advantage, 16 groups x 8, "
                               "50 steps, state anchors.",
-    "graphgpo-webshop-1.5b": "GraphGPO's 1.5B WebShop script: gamma 0.2, 16 groups x 8, "
-                             "15 steps, prompts 5120, state anchors.",
+    "graphgpo-webshop-1.5b": "GraphGPO's 1.5B WebShop script: graph returns 10 * 0.2^d, "
+                             "16 groups x 8, 15 steps, prompts 5120, state anchors.",
     "sokoban": "verl-agent's run_sokoban.sh in text: Qwen2.5-3B-Instruct on 6x6 "
               "Sokoban (1 box), 32 groups x 8, 15 steps, mean-only normalization, "
               "lr 1e-6, KL 0.01.",
