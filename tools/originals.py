@@ -24,9 +24,11 @@ import contextlib
 import gzip
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import os
+import platform
 import subprocess
 import sys
 import types
@@ -280,6 +282,17 @@ def checkout_commit(root: str | Path, given: str | None = None) -> str:
 
 
 # --------------------------------------------------------------------------- fixtures
+
+
+def versions(*names: str) -> dict[str, str]:
+    """Python's version and each named distribution's (a fixture's ``recorded_with``)."""
+    found = {"python": platform.python_version()}
+    for name in names:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
 
 
 def fixture_path(name: str) -> Path:

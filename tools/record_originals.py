@@ -26,7 +26,7 @@ others of ``benchmarks/recipe_parity.py`` for its trainer code); it is put first
   by step on random rooms played with random texts and with a solution.
 - ``sokoban_visual``: the same env in ``rgb_array`` mode; each frame stored as its tile
   grid (each 16 x 16 block matched to gym-sokoban's tile files) and a digest.
-- ``gym_cards``: verl-agent's EZPoints, NumberLine and Blackjack on 300 deals each, played
+- ``gym_cards``: verl-agent's EZPoints, NumberLine and Blackjack on 150 deals each, played
   with random texts read by its ``gym_projection``; each frame as digests (the whole
   frame, and the frame outside the cards); 3,000 random texts read by the projection;
   the EZPoints expert's actions in its env.
@@ -44,8 +44,6 @@ others of ``benchmarks/recipe_parity.py`` for its trainer code); it is put first
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import platform
 import sys
 import time
 import types
@@ -61,17 +59,6 @@ if str(REPO) not in sys.path:  # run as a script: import this project from its r
 
 from tools import originals  # noqa: E402
 from tools.originals import digest  # noqa: E402
-
-
-def _versions(*names: str) -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for name in names:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            found[name] = "not installed"
-    return found
-
 
 # --------------------------------------------------------------------------- Sokoban
 
@@ -195,7 +182,7 @@ def record_sokoban(args: argparse.Namespace) -> dict[str, Any]:
                 "projected action (each step: text, observation, reward, validity, "
                 "action_is_effective, won).",
         "cases": {"reverse_play": reverse, "projection": projection, "episodes": episodes},
-        "versions": _versions("numpy", "gym", "gym-sokoban"),
+        "versions": originals.versions("numpy", "gym", "gym-sokoban"),
     }
 
 
@@ -260,7 +247,7 @@ def record_sokoban_visual(args: argparse.Namespace) -> dict[str, Any]:
                 "the order of agentgym.sokoban.tiles.TILE_KINDS) and the first 16 hex "
                 "digits of the SHA-256 of its bytes.",
         "cases": {"episodes": episodes},
-        "versions": _versions("numpy", "gym", "gym-sokoban", "imageio"),
+        "versions": originals.versions("numpy", "gym", "gym-sokoban", "imageio"),
     }
 
 
@@ -337,7 +324,7 @@ def record_gym_cards(args: argparse.Namespace) -> dict[str, Any]:
                 "and our EZPoints expert's actions stepped in their env (action, index, "
                 "validity, reward, terminated).",
         "cases": {"games": games, "texts": texts, "projection": projection, "expert": expert},
-        "versions": _versions("numpy", "Pillow"),
+        "versions": originals.versions("numpy", "Pillow"),
     }
 
 
@@ -393,7 +380,7 @@ def record_frozenlake(args: argparse.Namespace) -> dict[str, Any]:
                 "stepped: null); each step: text, observation, reward, done, success, "
                 "action_is_effective.",
         "cases": {"episodes": cases},
-        "versions": _versions("numpy", "gymnasium"),
+        "versions": originals.versions("numpy", "gymnasium"),
     }
 
 
@@ -523,7 +510,7 @@ def record_prompts(args: argparse.Namespace) -> dict[str, Any]:
                 "prompts modules' values.",
         "cases": {"templates": templates, "tokenizers": tokenizers,
                   "process_image": resized, "samples": samples, "managers": managers},
-        "versions": _versions("numpy", "Pillow", "torch", "transformers"),
+        "versions": originals.versions("numpy", "Pillow", "torch", "transformers"),
     }
 
 

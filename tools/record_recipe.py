@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from tools.originals import checkout_commit, digest, summarize
+from tools.originals import checkout_commit, digest, summarize, versions
 
 BATCHES = tuple((seed, 6) for seed in range(8))
 """``(seed, groups)`` of the batches of the cheap terms."""
@@ -288,7 +288,6 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
 
     from benchmarks import frontier_parity as frontier
     from benchmarks import recipe_parity as parity
-    from tools.record_originals import _versions
 
     if not args.graphgpo_core:
         raise SystemExit("recipe: name GraphGPO's core_graph.py (--graphgpo-core)")
@@ -330,6 +329,6 @@ def record(args: argparse.Namespace) -> dict[str, Any]:
                 "arrays as tools.originals.summarize gives them).",
         "cases": {"tolerance": parity.TOLERANCE, "stubbed": list(agent.stubbed),
                   "batches": batches},
-        "versions": _versions("numpy", "torch", "networkx"),
+        "versions": versions("numpy", "torch", "networkx"),
         "graphgpo_commit": graphgpo_commit,
     }
