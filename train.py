@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agentgym.command_line import RUNTIME_ERROR, USAGE_ERROR
 from algorithms.config import (
     ALGO_ESTIMATORS,
     ENV_KWARGS_FIELDS,
@@ -61,15 +62,6 @@ def default_preset() -> str:
     except ImportError:
         return "cpu-demo"
     return "alfworld-1.5b" if torch.cuda.is_available() else "cpu-demo"
-
-
-USAGE_ERROR, RUNTIME_ERROR = 2, 1
-"""Exit statuses: a command that cannot run as given (a bad flag, value or combination of
-settings, an unknown preset, algorithm or env id, a run folder that cannot be used as
-asked, an env that breaks the contract, a failed ``--dry-run`` check), and a run that
-failed while it set up or ran (a model, checkpoint, engine, data file or package that is
-not there or does not load, a run that cannot train). Both are one line on stderr,
-``train.py: error: ...``."""
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -166,14 +158,23 @@ def read_flags(default: TrainConfig, args: list[str], description: str) -> Train
 
 
 def tyro_message(text: str) -> str:
-    """The message inside tyro's error box, on one line: the box's lines up to its first
-    rule, frames stripped (``Unrecognized options: --bogus``)."""
-    frame = "│╭╮╰╯─ "
-    lines = []
-    for line in text.splitlines()[1:]:
-        inner = line.strip().strip("│").strip()
-        if not inner or set(inner) <= set(frame):
-            break
+    """The message in tyro's error box, on one line (``Unrecognized options: --bogus``):
+    the lines after the box's title up to its next rule, frames stripped. tyro draws the
+    box with or without its frame (by its output's encoding); both read the same."""
+    rule = set("─-━═╭╮╰╯+ ")
+    lines: list[str] = []
+    title_seen = False
+    for line in text.splitlines():
+        inner = line.strip().strip("│|").strip()
+        if not inner:
+            continue
+        if not title_seen:
+            title_seen = True
+            continue
+        if set(inner) <= rule:
+            if lines:
+                break
+            continue
         lines.append(inner)
     message = " ".join(" ".join(lines).split())
     return message or " ".join(text.split())
@@ -383,8 +384,8 @@ class Interrupted(Exception):
 
 def cli() -> None:
     """``python train.py``: every error ends with one line on stderr, ``train.py: error:
-    ...``, and no traceback; the exit status says which kind (:data:`USAGE_ERROR`,
-    :data:`RUNTIME_ERROR`).
+    ...``, and no traceback; the exit status says which kind
+    (:data:`agentgym.command_line.USAGE_ERROR`, ``RUNTIME_ERROR``).
 
     - 2, the command cannot run as given (a :class:`~algorithms.config.ConfigError`): a
       flag or value that cannot be read, an unknown preset, algorithm or env id, a bad
