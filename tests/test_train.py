@@ -117,7 +117,9 @@ def test_default_preset_without_gpu(monkeypatch):
 
 
 def test_bad_values_are_rejected():
-    with pytest.raises(SystemExit):
+    from algorithms.config import ConfigError
+
+    with pytest.raises(ConfigError, match="invalid choice 'dqn' for argument '--algo'"):
         train.parse_config(["--algo", "dqn"])
     with pytest.raises(ValueError, match="group_size"):
         train.parse_config(["--algo", "gigpo", "--env.group-size", "1"])

@@ -363,7 +363,7 @@ def disk_check(config: TrainConfig, run_dir: Path | None,
     plan = (f"{text(sizes.newest)} each with the optimizer state ({what}: {trained / 1e6:,.1f} M "
             f"weights, {text(sizes.weights)}); up to {text(sizes.peak)} on disk while one is "
             f"written (--run.keep-checkpoints {config.run.keep_checkpoints}"
-            + (", the best one" if config.run.eval_every > 0 else "") + ")")
+            + (", plus the best one" if config.run.eval_every > 0 else "") + ")")
     if not config.run.save_optimizer:
         plan = plan.replace(" with the optimizer state", " (weights only)")
     folder = Path(run_dir or config.run.output_dir).absolute()
