@@ -323,13 +323,15 @@ def dry_run(config: TrainConfig) -> int:
     """``--dry-run``: the plan of ``config`` and the checks of this machine for it
     (:mod:`algorithms.runs.dry_run`), printed by rank 0; nothing is loaded or written.
     Returns the exit status: 0 ready, 2 a check failed."""
+    from algorithms.agent.env_check import contract_checks
     from algorithms.runs.dry_run import dry_run as check
 
     main_rank = os.environ.get("RANK", "0") == "0"
     say = (lambda line: print(f"[agentgym] {line}", flush=True)) if main_rank \
         else (lambda line: None)
     return check(config, say, gpu_presets=GPU_PRESETS,
-                 preset_help=PRESET_HELP.get(config.preset, ""))
+                 preset_help=PRESET_HELP.get(config.preset, ""),
+                 env_checks=contract_checks(config))
 
 
 def evaluation_line(records: list[dict[str, float]]) -> str | None:

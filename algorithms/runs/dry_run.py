@@ -4,8 +4,8 @@ before anything heavy loads.
 The config is resolved as the run would resolve it (presets, flags, validation), then the
 checks of :mod:`algorithms.runs.readiness` look at the data, the model's files, the GPUs
 against the layout (torchrun's ranks, FSDP2, one vLLM engine per GPU), vLLM and its torch,
-the run folder and the disk for the checkpoints; an env of one's own also gets the fast
-contract check a run makes (:mod:`algorithms.agent.env_check`). No model is loaded, no
+the run folder and the disk for the checkpoints; ``train.py`` adds the fast contract check
+a run makes on an env of one's own (:mod:`algorithms.agent.env_check`). No model is loaded, no
 engine started, no env data generated and nothing written. Under torchrun every rank runs
 it and rank 0 prints; append ``--dry-run`` to any command to check it.
 
@@ -17,7 +17,7 @@ to do).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from algorithms.config import TrainConfig
@@ -68,7 +68,7 @@ class DryRun:
 
 def plan(config: TrainConfig, *, environ: Mapping[str, str] | None = None,
          visible_gpus: int | None = None, gpu_presets: frozenset[str] = frozenset(),
-         preset_help: str = "") -> DryRun:
+         preset_help: str = "", env_checks: Sequence[Check] = ()) -> DryRun:
     """The plan and checks of ``config`` on this machine.
 
     Args:
@@ -79,6 +79,9 @@ def plan(config: TrainConfig, *, environ: Mapping[str, str] | None = None,
         gpu_presets: the presets written for GPUs (they need one under ``run.device
             auto``).
         preset_help: the preset's one-line description.
+        env_checks: checks of the env made by a room above this one (``train.py``: the
+            contract check of an env of one's own,
+            :func:`algorithms.agent.env_check.contract_checks`).
     """
     environ = os.environ if environ is None else environ
     visible = readiness.visible_gpus() if visible_gpus is None else visible_gpus
@@ -115,29 +118,13 @@ def plan(config: TrainConfig, *, environ: Mapping[str, str] | None = None,
     )
     checks = [*data, model.check, readiness.gpu_check(config, layout, gpu_presets),
               *readiness.layout_checks(config, layout), *([vllm] if vllm else []), folder,
-              disk, *env_contract_checks(config)]
+              disk, *env_checks]
     return DryRun(rows=rows, checks=tuple(checks))
 
 
 def weights_text(count: int) -> str:
     """A number of weights for people: ``1.54 B``, ``135 M``."""
     return f"{count / 1e9:.2f} B" if count >= 1e9 else f"{count / 1e6:.0f} M"
-
-
-def env_contract_checks(config: TrainConfig) -> list[Check]:
-    """The fast contract check a run makes on an env of one's own (none for AgentGym's
-    own envs, which this project's tests check)."""
-    from agentgym.registration import is_agentgym_env
-
-    from algorithms.agent.env_check import EnvContractError, check_run_env
-
-    if is_agentgym_env(config.env.env_id):
-        return []
-    try:
-        check_run_env(config)
-    except EnvContractError as error:
-        return [Check("env contract", False, str(error))]
-    return [Check("env contract", True, f"{config.env.env_id} passes the fast checks")]
 
 
 def dry_run(config: TrainConfig, say: Callable[[str], None] = print, **options) -> int:
