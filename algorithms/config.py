@@ -22,9 +22,10 @@ The learner is chosen by :attr:`TrainConfig.algo`:
 ``ppo``           turn-level GAE                               yes
 ================  ===========================================  ======
 
-``dr_grpo`` and ``gspo`` fix some learner settings, and ``gspo`` and ``graphgpo`` start
-others from their reference scripts' values (:data:`ALGO_SETTINGS`, applied by
-:func:`with_algo`; ``docs/estimators.md``).
+``dr_grpo`` and ``gspo`` fix some learner settings, and ``gspo`` starts others from its
+reference script's values (:data:`ALGO_SETTINGS`, applied by :func:`with_algo`;
+``docs/estimators.md``). GraphGPO's settings are fields of their own (``learner.graphgpo_*``),
+so switching ``--algo`` never leaves another algorithm's values behind.
 
 ``sft`` is no RL learner: supervised fine-tuning on expert trajectories in the RL prompt
 layout (:class:`SFTConfig`, :mod:`algorithms.sft.trainer`), whose checkpoint an RL run starts
@@ -72,14 +73,16 @@ ALGO_SETTINGS: dict[str, dict[str, Any]] = {
     # verl-agent's examples/gspo_trainer/run_alfworld.sh: loss_mode=gspo,
     # clip_ratio_low=0.0003, clip_ratio_high=0.0004
     "gspo": {"policy_loss": "gspo", "clip_eps_low": 3e-4, "clip_eps_high": 4e-4},
-    # the GraphGPO recipe's config/graphgpo_trainer.yaml and ALFWorld script:
-    # algorithm.gamma=0.10, the decay of its graph returns 10 * gamma^d
-    "graphgpo": {"gamma": 0.1},
 }
 """Learner settings each ``algo`` starts from (:func:`with_algo`). Those in
 :data:`ALGO_REQUIRED` define the algorithm and are checked by :meth:`TrainConfig.validate`;
-the rest (GSPO's clip ranges, GraphGPO's gamma) are its reference script's values and may be
-changed."""
+the rest (GSPO's clip ranges) are its reference script's values and may be changed.
+
+Only settings that other algorithms read too belong here: a later ``--algo`` keeps them.
+An algorithm's own setting is a field of its own with its default in
+:class:`LearnerConfig` (GraphGPO's graph decay: ``learner.graphgpo_decay``, which was
+``{"gamma": 0.1}`` here until ``--preset graphgpo-alfworld-1.5b --algo gigpo`` was found to
+train GiGPO with a discount of 0.1)."""
 
 ALGO_REQUIRED: dict[str, tuple[str, ...]] = {
     "dr_grpo": ("normalize", "loss_aggregation"), "gspo": ("policy_loss",)}
@@ -510,9 +513,8 @@ class LearnerConfig:
     """AdamW weight decay (decoupled; verl's default 0.01)."""
 
     gamma: float = 0.95
-    """Discount across agent steps (GiGPO and HGPO step returns, GAE); GraphGPO's decay of
-    its graph returns ``10 * gamma ** d`` (``--algo graphgpo`` starts it at 0.1, its
-    recipe's)."""
+    """Discount across agent steps, in [0, 1] (GiGPO and HGPO step returns, GAE). GraphGPO
+    does not discount: its graph returns decay with ``graphgpo_decay``."""
 
     gae_lambda: float = 0.95
     """GAE lambda across agent steps (PPO)."""
@@ -531,7 +533,9 @@ class LearnerConfig:
     hgpo_history_length: int | None = None
     """HGPO: a step joins the groups of its last ``k`` anchors for ``k = 1 ..
     hgpo_history_length + 1`` (verl-agent's ``env.history_length``, which sets its prompt's
-    history too). ``None``: ``prompt.history_window``, as the recipe ties them."""
+    history too). ``None``: the history the prompts hold, as the recipe ties them --
+    ``prompt.history_window`` in the window layout, the whole trajectory so far in the
+    transcript layout (:func:`algorithms.training.estimation.hgpo_history_length`)."""
 
     hgpo_length_weight_alpha: float = 1.0
     """HGPO: the weight of a history group of length ``k`` is ``(k + 1) ** alpha``
@@ -541,13 +545,18 @@ class LearnerConfig:
     """HGPO: the episode advantage joins each step's weighted mean as a ``k = 0`` item
     (``algorithm.hgpo.base_group``)."""
 
+    graphgpo_decay: float = 0.1
+    """GraphGPO: decay of its graph returns ``10 * graphgpo_decay ** d``, in [0, 1] (its
+    recipe's ``algorithm.gamma``: 0.10 in ``config/graphgpo_trainer.yaml`` and the ALFWorld
+    script, 0.20 in the WebShop one). No other algorithm reads it."""
+
     graphgpo_episode_weight: float = 1.0
     """GraphGPO: weight of the episode advantage (``algorithm.graphgpo.
     episode_advantage_w``; 0: the graph's step advantage alone)."""
 
     graphgpo_normalize_distance: bool = False
-    """GraphGPO: step returns ``10 * gamma ** (d(next) - d(state) + 1)``, from the distance
-    to the goal gained, instead of ``10 * gamma ** d(next)``
+    """GraphGPO: step returns ``10 * graphgpo_decay ** (d(next) - d(state) + 1)``, from the
+    distance to the goal gained, instead of ``10 * graphgpo_decay ** d(next)``
     (``algorithm.graphgpo.normalize_distance``)."""
 
     normalize: Literal["std", "mean"] = "std"
@@ -1087,6 +1096,10 @@ class TrainConfig:
             problems.append("learner.lr_warmup_ratio must be in [0, 1]")
         if learner.entropy_coef < 0 or learner.kl_coef < 0:
             problems.append("learner.entropy_coef and kl_coef must be >= 0")
+        for name in ("gamma", "graphgpo_decay"):
+            if not 0 <= getattr(learner, name) <= 1:
+                problems.append(f"learner.{name} must be in [0, 1], got "
+                                f"{getattr(learner, name)}")
         if learner.similarity_threshold is not None:
             if not 0 < learner.similarity_threshold < 1:
                 problems.append("learner.similarity_threshold must be in (0, 1) (or None)")
@@ -1094,8 +1107,8 @@ class TrainConfig:
                 problems.append("learner.similarity_threshold groups GiGPO's steps or merges "
                                 "GraphGPO's graph nodes: it needs --algo gigpo or graphgpo")
         if learner.hgpo_history_length is not None and learner.hgpo_history_length < 0:
-            problems.append("learner.hgpo_history_length must be >= 0 (or None: the prompt's "
-                            "history window)")
+            problems.append("learner.hgpo_history_length must be >= 0 (or None: the history "
+                            "the prompts hold)")
         if not math.isfinite(learner.hgpo_length_weight_alpha):
             problems.append("learner.hgpo_length_weight_alpha must be finite")
         if (self.algo in GROUP_ALGOS and learner.episode_stats == "trajectories"
@@ -1148,12 +1161,15 @@ class TrainConfig:
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Inverse of :meth:`to_dict` (its derived keys are ignored).
 
-        Raises :class:`ConfigError` when ``data`` does not have exactly this version's
-        fields (a config saved by another version of AgentGym): each such field is named,
-        and nothing is guessed for it."""
+        A config saved before a setting moved to a field of its own
+        (:data:`MOVED_SETTINGS`) is read as it ran (:func:`upgrade_saved_config`). Raises
+        :class:`ConfigError` when ``data`` does not have exactly this version's fields
+        otherwise (a config saved by another version of AgentGym): each such field is
+        named, and nothing is guessed for it."""
         unknown: list[str] = []
         missing: list[str] = []
-        config = _from_dict(cls, data, "", unknown, missing, _DERIVED_KEYS)
+        config = _from_dict(cls, upgrade_saved_config(data), "", unknown, missing,
+                            _DERIVED_KEYS)
         if unknown or missing:
             parts = ([f"unknown: {', '.join(unknown)}"] if unknown else []) + \
                 ([f"missing: {', '.join(missing)}"] if missing else [])
@@ -1165,6 +1181,59 @@ class TrainConfig:
 
 _DERIVED_KEYS = {"": {"estimator", "use_critic"}, "env.": {"invalid_action_penalty_in_effect"}}
 """Keys :meth:`TrainConfig.to_dict` adds beside the fields, by section prefix."""
+
+
+@dataclass(frozen=True)
+class MovedSetting:
+    """A setting that configs saved by an earlier version held in another field, for some
+    algorithms only (:func:`upgrade_saved_config`)."""
+
+    section: str
+    """The config section of both fields (``learner``)."""
+    field: str
+    """The field that holds the setting now."""
+    was: str
+    """The field that held it, for the algorithms in ``algos``."""
+    algos: tuple[str, ...]
+    """The ``algo`` values whose ``was`` held this setting (and so was not what ``was``
+    means now, which those algorithms do not read)."""
+
+
+MOVED_SETTINGS: tuple[MovedSetting, ...] = (
+    MovedSetting("learner", "graphgpo_decay", "gamma", ("graphgpo",)),
+)
+"""Settings moved to fields of their own. ``learner.graphgpo_decay``: GraphGPO's decay of
+its graph returns was ``learner.gamma`` (which ``--algo graphgpo`` set to 0.1), so another
+``--algo`` after it kept 0.1 as its discount."""
+
+
+def upgrade_saved_config(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a saved :meth:`TrainConfig.to_dict`) as this version writes the same run.
+
+    For each :data:`MOVED_SETTINGS` entry whose ``field`` the saved section lacks (a config
+    saved before the move): a run of one of its ``algos`` gets its ``was`` value in
+    ``field`` and ``was`` at its default (which that algorithm never read), any other run
+    ``field`` at its default (which it does not read). A config that has the field is
+    returned as it is; so is one without the section (reported as missing by
+    :meth:`TrainConfig.from_dict`). ``data`` is not changed.
+
+    Example: a GraphGPO run saved with ``learner.gamma`` 0.1 reads as ``graphgpo_decay``
+    0.1 and ``gamma`` 0.95; a GiGPO run saved with ``gamma`` 0.1 keeps its discount 0.1.
+    """
+    upgraded = dict(data)
+    for moved in MOVED_SETTINGS:
+        section = upgraded.get(moved.section)
+        if not isinstance(section, dict) or moved.field in section or moved.was not in section:
+            continue
+        defaults = getattr(TrainConfig(), moved.section)
+        section = dict(section)
+        if upgraded.get("algo") in moved.algos:
+            section[moved.field] = section[moved.was]
+            section[moved.was] = getattr(defaults, moved.was)
+        else:
+            section[moved.field] = getattr(defaults, moved.field)
+        upgraded[moved.section] = section
+    return upgraded
 
 
 def _from_dict(section: type, data: dict[str, Any], prefix: str, unknown: list[str],
@@ -1644,8 +1713,9 @@ def _graphgpo_alfworld_1_5b() -> TrainConfig:
 
     As the script: 16 groups x 8, 50 steps, history 2 (verl-agent's default
     ``env.history_length``), prompts 2048 / responses 512 tokens, lr 1e-6, mini-batches of
-    256 steps in micro-batches of 32, KL loss 0.01 (low-variance), penalty 0.1, gamma
-    0.10 (the graph returns' decay), step and episode weights 1, ``mean_std_norm``,
+    256 steps in micro-batches of 32, KL loss 0.01 (low-variance), penalty 0.1, graph
+    decay 0.10 (its ``algorithm.gamma``: ``learner.graphgpo_decay``), step and episode
+    weights 1, ``mean_std_norm``,
     absolute distances (``normalize_distance=False``), exact states (no similarity),
     evaluation at 0.4 on 128 ``valid_seen`` games before training and every 5
     iterations, 150 iterations. Differs: the anchor is this env's true-state key
@@ -1662,7 +1732,7 @@ def _graphgpo_alfworld_1_5b() -> TrainConfig:
     return replace(
         base,
         env={"anchor": "state"},
-        learner={"gamma": 0.1, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
+        learner={"graphgpo_decay": 0.1, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
                  "normalize": "std", "graphgpo_normalize_distance": False,
                  "similarity_threshold": None},
         run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
@@ -1675,7 +1745,8 @@ def _graphgpo_webshop_1_5b() -> TrainConfig:
 
     As the script: 16 groups x 8, 15 steps, history 2, prompts 5120 / responses 512
     tokens, lr 1e-6, mini-batches of 64 steps in micro-batches of 8, KL loss 0.01,
-    penalty 0.1, gamma 0.20, step and episode weights 1, ``mean_std_norm``, absolute
+    penalty 0.1, graph decay 0.20 (its ``algorithm.gamma``), step and episode weights 1,
+    ``mean_std_norm``, absolute
     distances, exact states, evaluation at 0.4 before training and every 5 iterations on
     128 tasks, 150 iterations. Differs: the script's WebShop pages are
     ``observation_mode=text_rich``; this env has WebShop's text mode only; the state
@@ -1690,7 +1761,7 @@ def _graphgpo_webshop_1_5b() -> TrainConfig:
         prompt={"max_prompt_tokens": 5120, "history_window": 2},
         env={"num_groups": 16, "group_size": 8, "max_steps": 15, "anchor": "state",
              "eval_episodes": 128},
-        learner={"gamma": 0.2, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
+        learner={"graphgpo_decay": 0.2, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
                  "normalize": "std", "graphgpo_normalize_distance": False,
                  "similarity_threshold": None, "mini_batch_size": 64, "micro_batch_size": 8},
         run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
@@ -1947,8 +2018,8 @@ PRESET_HELP: dict[str, str] = {
     "graphgpo-alfworld-1.5b": "GraphGPO's 1.5B ALFWorld script: state-graph returns "
                               "10 * 0.1^d plus the episode advantage, 16 groups x 8, "
                               "50 steps, state anchors.",
-    "graphgpo-webshop-1.5b": "GraphGPO's 1.5B WebShop script: gamma 0.2, 16 groups x 8, "
-                             "15 steps, prompts 5120, state anchors.",
+    "graphgpo-webshop-1.5b": "GraphGPO's 1.5B WebShop script: graph returns 10 * 0.2^d, "
+                             "16 groups x 8, 15 steps, prompts 5120, state anchors.",
     "sokoban": "verl-agent's run_sokoban.sh in text: Qwen2.5-3B-Instruct on 6x6 "
               "Sokoban (1 box), 32 groups x 8, 15 steps, mean-only normalization, "
               "lr 1e-6, KL 0.01.",

@@ -602,8 +602,9 @@ first), so the policy sees the room it acts in and nothing older."""
 
 SMOLLM2_METHODS: dict[str, str] = {"gigpo": "gigpo", "grpo": "grpo", "hgpo": "hgpo",
                                    "graphgpo": "graphgpo"}
-"""Method -> ``--algo`` (each with :func:`~algorithms.config.with_algo`'s settings:
-GraphGPO's gamma 0.1; HGPO's history length follows the preset's history window, 1)."""
+"""Method -> ``--algo`` (each with :func:`~algorithms.config.with_algo`'s settings and
+the learner's defaults: GraphGPO's graph decay 0.1, ``learner.graphgpo_decay``; HGPO's
+history length follows the preset's history window, 1)."""
 
 SMOLLM2_SFT: dict[str, Any] = {"episodes": 64, "lr": 5e-4, "batch_size": 16,
                                "micro_batch_size": 8}
@@ -1027,14 +1028,19 @@ def recorded_runs(path: Path, iterations: int, eval_episodes: int, model: str | 
 
 def same_config(recorded: Any, now: Any, default: Any = None) -> bool:
     """Whether a study JSON's resolved config ``recorded`` is the config ``now`` (both as
-    JSON holds them). A field that ``now`` has and ``recorded`` lacks was added to the
-    config after the JSON was written; it counts as the same when ``now`` holds that
-    field's default (:class:`~algorithms.config.TrainConfig`'s), which the study's runs
-    had in effect. Any other difference is another configuration."""
-    if default is None:
-        from algorithms.config import TrainConfig
+    JSON holds them). A setting that moved to a field of its own after the JSON was
+    written is read where it is now (:func:`~algorithms.config.upgrade_saved_config`:
+    a GraphGPO study's ``learner.gamma`` 0.1 is its ``graphgpo_decay``). A field that
+    ``now`` has and ``recorded`` lacks was added to the config after the JSON was written;
+    it counts as the same when ``now`` holds that field's default
+    (:class:`~algorithms.config.TrainConfig`'s), which the study's runs had in effect. Any
+    other difference is another configuration."""
+    if default is None:  # the whole config (the recursion passes its sections' defaults)
+        from algorithms.config import TrainConfig, upgrade_saved_config
 
         default = json.loads(json.dumps(TrainConfig().to_dict()))
+        if isinstance(recorded, dict):
+            recorded = upgrade_saved_config(recorded)
     if isinstance(now, dict) and isinstance(recorded, dict):
         if set(recorded) - set(now):
             return False

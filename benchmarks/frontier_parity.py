@@ -81,7 +81,8 @@ class HGPOSetting:
 
 @dataclass(frozen=True)
 class GraphSetting:
-    """``algorithm.gamma`` and ``algorithm.graphgpo`` of one comparison."""
+    """``algorithm.gamma`` (our ``learner.graphgpo_decay``) and ``algorithm.graphgpo`` of one
+    comparison."""
 
     gamma: float = 0.1
     normalize_distance: bool = False
@@ -95,7 +96,8 @@ class GraphSetting:
                 f", {similarity}, episode weight {self.episode_weight:g}")
 
     def changes(self) -> dict[str, Any]:
-        return {"gamma": self.gamma, "graphgpo_normalize_distance": self.normalize_distance,
+        return {"graphgpo_decay": self.gamma,
+                "graphgpo_normalize_distance": self.normalize_distance,
                 "similarity_threshold": self.similarity,
                 "graphgpo_episode_weight": self.episode_weight}
 
@@ -181,7 +183,7 @@ def our_graphgpo(rollout: parity.Rollout, normalize: str, setting: GraphSetting
     learner = config.learner
     terms = estimators.graphgpo_terms(
         rewards, batch.traj_ids, batch.group_ids, batch.anchors, batch.next_anchors,
-        batch.success, gamma=learner.gamma, normalize=learner.normalize,
+        batch.success, gamma=learner.graphgpo_decay, normalize=learner.normalize,
         normalize_distance=learner.graphgpo_normalize_distance,
         similarity_threshold=learner.similarity_threshold,
         episode_stats=learner.episode_stats, penalties=penalties)

@@ -241,7 +241,7 @@ def test_the_pretrained_lm_study_writes_every_run_and_resumes(tmp_path):
     assert "step_only_share" in graph and "step_only_share" not in data["runs"]["grpo"]["0"]
     assert graph["cpu"] == cpu_kernels()  # bfloat16's rounding depends on the CPU's kernels
     config = json.loads((workdir / "graphgpo" / "seed0" / "config.json").read_text())
-    assert config["algo"] == "graphgpo" and config["learner"]["gamma"] == 0.1
+    assert config["algo"] == "graphgpo" and config["learner"]["graphgpo_decay"] == 0.1
     assert config["env"]["eval_env_kwargs"] == json.dumps(study.SMOLLM2_HELD_OUT)
     tests = data["summary"]["paired_tests"]["heldout_success"]["graphgpo vs grpo"]
     assert tests["p_holm"] >= tests["p_value"]
@@ -300,9 +300,8 @@ def test_the_pretrained_lm_studys_runs_differ_only_in_algo_and_seed():
         assert config["algo"] == method and config["run"]["seed"] == 3
         assert config["model"] == demo["model"] and config["prompt"] == demo["prompt"]
         assert config["generation"] == demo["generation"]
-        same = {k: v for k, v in config["learner"].items() if k != "gamma"}
-        assert same == {k: v for k, v in demo["learner"].items() if k != "gamma"}
-        assert config["learner"]["gamma"] == (0.1 if method == "graphgpo" else 0.95)
+        assert config["learner"] == demo["learner"]  # GraphGPO's decay: its own field
+        assert (config["learner"]["gamma"], config["learner"]["graphgpo_decay"]) == (0.95, 0.1)
         assert config["env"]["eval_episodes"] == 16 and config["run"]["eval_every"] == 6
 
 
@@ -582,6 +581,59 @@ def test_a_json_from_before_a_config_field_existed_is_still_read():
                            default)
     assert not same_config({"prompt": {"window": 2}, "seed": 3}, now, default)
     assert not same_config({"prompt": {"window": 1, "gone": 1}, "seed": 3}, now, default)
+
+
+T4_JSON = (Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+           / "credit_assignment_smollm2_g8_mb16_kl0.01_sft2p0.5_t4.json")
+
+
+def test_the_committed_t4_study_is_still_read_as_its_own_configuration(tmp_path):
+    """The committed T4 JSON (all four methods, written before GraphGPO's decay had a
+    field of its own) is read as the configuration its own arguments give today: its runs
+    come back and the file stays where it is."""
+    import shutil
+
+    from benchmarks.credit_assignment import LMVariant, recorded_runs
+
+    path = tmp_path / T4_JSON.name
+    shutil.copy(T4_JSON, path)
+    data = json.loads(path.read_text())
+    recorded = recorded_runs(path, data["iterations"], data["heldout"]["episodes"], None,
+                             data["task"], LMVariant(**data["variant"]))
+    assert path.exists() and sorted(p.name for p in tmp_path.iterdir()) == [T4_JSON.name]
+    assert {m: sorted(map(str, seeds)) for m, seeds in recorded.runs.items()} == {
+        m: sorted(seeds) for m, seeds in data["runs"].items()}
+    assert {"gigpo", "grpo", "hgpo", "graphgpo"} <= set(recorded.runs)
+
+
+def test_a_graphgpo_study_json_from_before_its_decay_had_a_field_is_the_same_configuration():
+    """A study JSON whose config is a GraphGPO run's as it was saved before
+    ``learner.graphgpo_decay`` existed (the decay in ``learner.gamma``) is today's GraphGPO
+    config; another decay is not, and neither is a GiGPO run that trained with gamma 0.1."""
+    import copy
+
+    from benchmarks.credit_assignment import same_config, smollm2_config
+
+    def before(config):
+        data = json.loads(json.dumps(config.to_dict()))
+        decay = data["learner"].pop("graphgpo_decay")
+        if data["algo"] == "graphgpo":
+            data["learner"]["gamma"] = decay
+        return data
+
+    graph = smollm2_config("graphgpo", 1, 3, 4)
+    now = json.loads(json.dumps(graph.to_dict()))
+    assert (now["learner"]["gamma"], now["learner"]["graphgpo_decay"]) == (0.95, 0.1)
+    old = before(graph)
+    assert old["learner"]["gamma"] == 0.1 and same_config(old, now)
+    other = copy.deepcopy(old)
+    other["learner"]["gamma"] = 0.2
+    assert not same_config(other, now)
+    gigpo = smollm2_config("gigpo", 1, 3, 4)
+    assert same_config(before(gigpo), json.loads(json.dumps(gigpo.to_dict())))
+    discounted = before(gigpo)
+    discounted["learner"]["gamma"] = 0.1
+    assert not same_config(discounted, json.loads(json.dumps(gigpo.to_dict())))
 
 
 def test_the_pretrained_lm_study_carries_on_from_its_json_where_run_folders_are_gone(
