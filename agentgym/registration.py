@@ -23,9 +23,9 @@ import gymnasium as gym
 
 from agentgym.env_ids import EnvIdError, constructor_arguments, env_creator, find_spec
 
-__all__ = ["ENTRY_POINTS", "EnvIdError", "constructor_arguments", "env_creator", "find_spec",
-           "invalid_action_penalty", "is_agentgym_env", "register", "register_envs",
-           "tag_actions", "task_source"]
+__all__ = ["ENTRY_POINTS", "EnvIdError", "constructor_arguments", "data_problems",
+           "env_creator", "find_spec", "invalid_action_penalty", "is_agentgym_env", "register",
+           "register_envs", "tag_actions", "task_source"]
 
 ENTRY_POINTS = MappingProxyType(
     {
@@ -149,6 +149,17 @@ def task_source(env_id: str, kwargs: dict[str, Any]) -> str:
         declared = None
     source = declared(kwargs) if callable(declared) else None
     return source if source is not None else f"{env_id}'s own tasks"
+
+
+def data_problems(env_id: str, kwargs: dict[str, Any]) -> list[str]:
+    """What keeps ``gym.make(env_id, **kwargs)`` from finding its data, one line each
+    (:meth:`agentgym.core.TextEnv.data_problems`), read without building the env; ``[]``
+    for an env that declares no such check."""
+    try:
+        declared = getattr(env_creator(env_id), "data_problems", None)
+    except gym.error.Error:  # not registered: nothing is declared
+        declared = None
+    return list(declared(kwargs)) if callable(declared) else []
 
 
 def tag_actions(name: str) -> Any:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from agentgym.check import PROBE_MAX_STEPS, report, timed_check
+from agentgym.command_line import OneLineParser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Check an env, print one line per check and a summary; return the exit status:
     0 when every check passed, 1 when one failed, 2 for a bad command line."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m agentgym.check",
         description="Check an env against AgentGym's contract (Gymnasium's check_env, the "
                     "info keys, anchors, seeds, bad actions, finished episodes, group "

@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from algorithms.config import ConfigError, TrainConfig
+
+if TYPE_CHECKING:
+    from algorithms.runs.readiness import Check
 
 
 class EnvContractError(ConfigError):
@@ -62,3 +65,19 @@ def check_run_env(config: TrainConfig, say: Callable[[str], None] = lambda line:
         say(f"{env.env_id} is a plain Gymnasium env: trained through agentgym.PlainTextEnv "
             "(anchors from the observation text, free-form actions unless its info lists "
             "admissible_actions, task ids from seeds; docs/own-env.md#plain-gymnasium-envs)")
+
+
+def contract_checks(config: TrainConfig) -> list[Check]:
+    """:func:`check_run_env` as ``train.py --dry-run``'s ``env contract`` check: one
+    :class:`~algorithms.runs.readiness.Check`, or none for AgentGym's own envs (this
+    project's tests check those)."""
+    from agentgym.registration import is_agentgym_env
+    from algorithms.runs.readiness import Check
+
+    if is_agentgym_env(config.env.env_id):
+        return []
+    try:
+        check_run_env(config)
+    except EnvContractError as error:
+        return [Check("env contract", False, str(error))]
+    return [Check("env contract", True, f"{config.env.env_id} passes the fast checks")]

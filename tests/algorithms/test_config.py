@@ -53,6 +53,26 @@ def test_gpu_presets_follow_the_paper():
     assert search.env.env_id == "AgentGym/SearchQA-v0"
 
 
+def test_the_7b_presets_are_the_1_5b_scripts_with_the_7b_model():
+    for small, large in (("alfworld-1.5b", "alfworld-7b"), ("webshop-1.5b", "webshop-7b")):
+        seven = PRESETS[large]
+        assert seven.model.name_or_path == "Qwen/Qwen2.5-7B-Instruct"
+        assert seven.model.lora_rank == 0
+        as_small = replace(seven, preset=small,
+                           model={"name_or_path": PRESETS[small].model.name_or_path})
+        assert as_small == PRESETS[small]
+
+
+def test_the_gpu_presets_are_those_with_a_qwen_model_and_vllm():
+    from algorithms.presets import GPU_PRESETS
+
+    assert GPU_PRESETS <= set(PRESETS)
+    for name, preset in PRESETS.items():
+        on_gpu = (preset.generation.engine == "vllm"
+                  and str(preset.model.name_or_path).startswith("Qwen/"))
+        assert on_gpu == (name in GPU_PRESETS), name
+
+
 def test_vision_language_presets_follow_run_sokoban_sh_and_run_ezpoints_sh():
     sokoban, cards = PRESETS["sokoban-vl-3b"], PRESETS["ezpoints-vl-3b"]
     for preset in (sokoban, cards):
