@@ -39,6 +39,9 @@ class StepRecord:
     images: tuple[np.ndarray, ...] = ()
     """The images the step's prompt showed (a visual env's observation), as the env drew
     them."""
+    reply: str = ""
+    """The env's text after the action (its next observation; the last step's is the
+    episode's final observation)."""
 
 
 def split_observation(observation: Any) -> tuple[str, np.ndarray | None]:
@@ -167,7 +170,8 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
                     actions=tuple(s.action for s in steps),
                     response_texts=tuple(s.text for s in steps),
                     observations=tuple(s.observation for s in steps),
-                    tasks=tuple(s.task for s in steps)),
+                    tasks=tuple(s.task for s in steps),
+                    replies=tuple(s.reply for s in steps)),
         env_error=np.array([slot.env_error for slot in owners], dtype=bool),
         env_errors=sum(slot.env_error for slot in slots),
         env_error_steps=env_error_steps,

@@ -37,6 +37,9 @@ class StepLog:
         observations: N observations each action answered (the env's raw text; empty
             for batches built without them).
         tasks: N task instructions (``info["task"]``; empty likewise).
+        replies: N texts the env answered each action with (its next observation: the
+            last step's is the episode's final one, "Game over ..." or "Invalid move";
+            empty likewise).
     """
 
     task_ids: tuple[str, ...] = per_row()
@@ -45,6 +48,7 @@ class StepLog:
     response_texts: tuple[str, ...] = per_row()
     observations: tuple[str, ...] = per_row(default=())
     tasks: tuple[str, ...] = per_row(default=())
+    replies: tuple[str, ...] = per_row(default=())
 
     def __len__(self) -> int:
         return len(self.task_ids)
