@@ -295,11 +295,13 @@ def resume_command(argv: Sequence[str] | None = None) -> str:
 
     args = [a for a in (sys.argv[1:] if argv is None else argv)
             if a not in ("--resume", "--run.resume")]
-    program = sys.argv[0] or "train.py"
-    if program.endswith(".py"):
-        program = f"python {os.path.relpath(program) if os.path.isabs(program) else program}"
-    else:
-        program = os.path.basename(program)
+    started = sys.argv[0] or ""
+    if os.path.basename(started) == "train.py":  # as it was typed, relative if below here
+        program = f"python {os.path.relpath(started) if os.path.isabs(started) else started}"
+    elif os.path.basename(started).startswith("agentgym"):  # an installed command
+        program = os.path.basename(started)
+    else:  # called from Python (a test, a notebook)
+        program = "python train.py"
     if launched_with_ranks():
         local = os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))
         if local == os.environ.get("WORLD_SIZE"):

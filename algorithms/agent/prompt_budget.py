@@ -1,0 +1,117 @@
+"""The ``prompt length`` check of a run, before its model loads: the run's own prompts of an
+env's first steps, measured against ``--prompt.max-prompt-tokens``.
+
+:mod:`agentgym.check` owns the check (it plays the probe episode and says the line) and
+counts the env's text only, as it must stay free of ``algorithms``; this module gives it
+a :class:`~agentgym.check.prompt_length.PromptCounter` that builds each step's whole prompt
+with the run's :class:`~algorithms.agent.prompts.PromptBuilder` -- its wording or template,
+answer format, chat template and response prefix -- and counts it with the run's
+tokenizer (:func:`run_tokenizer`), loaded alone where that is cheap: the smoke model's
+word tokenizer, a local model folder or the Hugging Face cache (never the network), the
+default model's converted copy. Elsewhere (the default model before its first
+conversion, which takes tens of seconds) the same prompts are counted by
+:func:`~agentgym.check.prompt_length.estimate_tokens`, and the line says so.
+
+Window layout: each step's prompt uncut (the budget it is compared with is what would cut
+it). Transcript layout: the first prompt, then for each later step the env's texts so far
+and a response of ``--generation.max-new-tokens`` per turn (the most a transcript can
+hold by then).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from agentgym.check.prompt_length import PromptCounter, estimate_tokens
+from algorithms.config import TINY_MODEL, TrainConfig
+
+
+class EstimatingTokenizer:
+    """A stand-in for a tokenizer that :class:`~algorithms.agent.prompts.PromptBuilder`
+    can call: ids are one per estimated token (:func:`estimate_tokens`), and there is no
+    chat template (the builder then writes ``User: ...\\nAssistant:``)."""
+
+    chat_template = None
+
+    def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
+        return {"input_ids": [0] * estimate_tokens(text)}
+
+
+def run_tokenizer(config: TrainConfig) -> tuple[Any, str]:
+    """The run's tokenizer, loaded without its model where that is cheap, and how the
+    check's line names the count; an :class:`EstimatingTokenizer` elsewhere."""
+    model = config.model
+    if model.name_or_path == TINY_MODEL:
+        from algorithms.training.tiny_model import run_texts, text_words, word_tokenizer
+
+        return word_tokenizer(text_words(run_texts(config))), "the smoke model's tokenizer"
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        return EstimatingTokenizer(), "estimated (transformers is not installed)"
+    if model.name_or_path is None:
+        from algorithms.training.policy import PolicyLoadError, converted_default_model
+
+        try:
+            cached = converted_default_model()
+        except PolicyLoadError as error:
+            return EstimatingTokenizer(), f"estimated ({error})"
+        if cached is None:
+            return EstimatingTokenizer(), ("estimated: the default model is converted when "
+                                           "it first loads")
+        path, gguf_file, name = str(cached), None, "the default model's tokenizer"
+    else:
+        path, gguf_file = model.name_or_path, model.gguf_file
+        name = f"{model.name_or_path}'s tokenizer"
+    kwargs: dict[str, Any] = {"local_files_only": True,
+                              "trust_remote_code": model.trust_remote_code}
+    if gguf_file is not None:
+        kwargs["gguf_file"] = gguf_file
+    try:
+        return AutoTokenizer.from_pretrained(path, **kwargs), name
+    except (OSError, ValueError, ImportError, KeyError) as error:
+        reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else \
+            type(error).__name__
+        return EstimatingTokenizer(), f"estimated (no local tokenizer: {reason})"
+
+
+def run_prompt_counter(config: TrainConfig) -> PromptCounter:
+    """The :class:`~agentgym.check.prompt_length.PromptCounter` of ``config``'s prompts
+    (module docstring); the tokenizer loads on the first count, so a check that stops
+    before the prompt length check loads none."""
+    from algorithms.agent.prompts import PromptBuilder
+
+    prompt = config.prompt
+    uncut = dataclasses.replace(prompt, max_prompt_tokens=1 << 40)
+    built: dict[str, Any] = {}
+
+    def builder() -> PromptBuilder:
+        if "builder" not in built:
+            tokenizer, how = run_tokenizer(config)
+            built["builder"], built["how"] = PromptBuilder(tokenizer, uncut), how
+        return built["builder"]
+
+    def count(task: str, history: Sequence[tuple[str, str]], observation: str,
+              actions: Sequence[str]) -> int:
+        prompts = builder()
+        if prompt.layout == "window":
+            return len(prompts.build(task, history, observation, actions).token_ids)
+        texts = [*(seen for seen, _ in history), observation]
+        total = len(prompts.build(task, [], texts[0], actions).token_ids)
+        for text in texts[1:]:
+            appended = len(prompts.encode_text(text))
+            if prompt.max_observation_tokens is not None:
+                appended = min(appended, prompt.max_observation_tokens)
+            total += config.generation.max_new_tokens + appended
+        return total
+
+    def how() -> str:  # known once the tokenizer loaded
+        builder()
+        layout = ("" if prompt.layout == "window" else
+                  "; transcripts with responses of --generation.max-new-tokens")
+        return f"the run's prompts, {built['how']}{layout}"
+
+    return PromptCounter(count=count, budget=prompt.max_prompt_tokens,
+                         flag="--prompt.max-prompt-tokens", how=how)
