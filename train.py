@@ -161,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     from algorithms.runs.run_folder import default_run_dir, finished_run
     from algorithms.runs.termination import Terminated
     from algorithms.sft.stage import STAGE_DIR, needs_stage, run_stage
+    from algorithms.training.run_tokenizer import run_tokenizer
     from algorithms.training.trainer import Trainer
 
     ranks = distributed.init_from_environment(device=config.run.device,
@@ -173,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         if finished is not None:
             say(finished[0])
             return finished[1]
-        check_run_env(config, say)
+        check_run_env(config, say, lambda: run_tokenizer(config))
         if needs_stage(config):  # --sft.warm-start: the SFT stage first, in <run>/sft
             run_dir = default_run_dir(config)
             try:
@@ -320,7 +321,8 @@ def cli() -> None:
     ``--run.max-untrained-iterations`` iterations in a row had nothing to train on -- ends
     with one line and exit status 1. Ctrl-C ends with one line saying where
     the last checkpoint is (exit status 130); SIGTERM likewise (143), after a checkpoint
-    of the iteration in progress when it ends within ``--run.term-grace`` seconds."""
+    of the newest state that holds together (:mod:`algorithms.runs.termination`), with
+    the command that resumes it."""
     import gymnasium
 
     from algorithms.agent.env_check import EnvContractError

@@ -29,11 +29,13 @@ class EnvContractError(ConfigError):
     """The run's env breaks the env contract (one line; ``train.py`` exits with 2)."""
 
 
-def check_run_env(config: TrainConfig, say: Callable[[str], None] = lambda line: None
-                  ) -> None:
+def check_run_env(config: TrainConfig, say: Callable[[str], None] = lambda line: None,
+                  load_tokenizer: Callable[[], tuple[Any, str]] | None = None) -> None:
     """Run the fast contract checks on ``config``'s env unless it is AgentGym's own; say
     one line when the env is trained through :class:`agentgym.PlainTextEnv`, and one
-    for each warning (prompts longer than the budget).
+    for each warning (prompts longer than the budget, counted with ``load_tokenizer``'s
+    tokenizer: :func:`~algorithms.agent.prompt_budget.run_prompt_counter`; by default
+    estimated).
 
     Raises:
         EnvContractError: a check failed; the message names it, what it saw, how many
@@ -41,7 +43,7 @@ def check_run_env(config: TrainConfig, say: Callable[[str], None] = lambda line:
     """
     from agentgym.check import ContractCheck
     from agentgym.registration import is_agentgym_env
-    from algorithms.agent.prompt_budget import run_prompt_counter
+    from algorithms.agent.prompt_budget import estimating_tokenizer, run_prompt_counter
 
     env = config.env
     if is_agentgym_env(env.env_id):
@@ -51,7 +53,7 @@ def check_run_env(config: TrainConfig, say: Callable[[str], None] = lambda line:
     if evaluated and json.loads(env.eval_env_kwargs):
         kinds.append({**kinds[0], **json.loads(env.eval_env_kwargs)})
     plain = False
-    prompts = run_prompt_counter(config)
+    prompts = run_prompt_counter(config, load_tokenizer or estimating_tokenizer)
     warned: set[str] = set()
     for kwargs in kinds:
         check = ContractCheck(env.env_id, kwargs, anchor=env.anchor, max_steps=env.max_steps,

@@ -5,12 +5,11 @@ env's first steps, measured against ``--prompt.max-prompt-tokens``.
 counts the env's text only, as it must stay free of ``algorithms``; this module gives it
 a :class:`~agentgym.check.prompt_length.PromptCounter` that builds each step's whole prompt
 with the run's :class:`~algorithms.agent.prompts.PromptBuilder` -- its wording or template,
-answer format, chat template and response prefix -- and counts it with the run's
-tokenizer (:func:`run_tokenizer`), loaded alone where that is cheap: the smoke model's
-word tokenizer, a local model folder or the Hugging Face cache (never the network), the
-default model's converted copy. Elsewhere (the default model before its first
-conversion, which takes tens of seconds) the same prompts are counted by
-:func:`~agentgym.check.prompt_length.estimate_tokens`, and the line says so.
+answer format, chat template and response prefix -- and counts it with the tokenizer
+``train.py`` gives (the run's, loaded alone where that is cheap:
+:func:`algorithms.training.run_tokenizer.run_tokenizer`), else with an
+:class:`EstimatingTokenizer` (:func:`~agentgym.check.prompt_length.estimate_tokens`), and
+the line says which.
 
 Window layout: each step's prompt uncut (the budget it is compared with is what would cut
 it). Transcript layout: the first prompt, then for each later step the env's texts so far
@@ -21,11 +20,11 @@ hold by then).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentgym.check.prompt_length import PromptCounter, estimate_tokens
-from algorithms.config import TINY_MODEL, TrainConfig
+from algorithms.config import TrainConfig
 
 
 class EstimatingTokenizer:
@@ -39,48 +38,23 @@ class EstimatingTokenizer:
         return {"input_ids": [0] * estimate_tokens(text)}
 
 
-def run_tokenizer(config: TrainConfig) -> tuple[Any, str]:
-    """The run's tokenizer, loaded without its model where that is cheap, and how the
-    check's line names the count; an :class:`EstimatingTokenizer` elsewhere."""
-    model = config.model
-    if model.name_or_path == TINY_MODEL:
-        from algorithms.training.tiny_model import run_texts, text_words, word_tokenizer
-
-        return word_tokenizer(text_words(run_texts(config))), "the smoke model's tokenizer"
-    try:
-        from transformers import AutoTokenizer
-    except ImportError:
-        return EstimatingTokenizer(), "estimated (transformers is not installed)"
-    if model.name_or_path is None:
-        from algorithms.training.policy import PolicyLoadError, converted_default_model
-
-        try:
-            cached = converted_default_model()
-        except PolicyLoadError as error:
-            return EstimatingTokenizer(), f"estimated ({error})"
-        if cached is None:
-            return EstimatingTokenizer(), ("estimated: the default model is converted when "
-                                           "it first loads")
-        path, gguf_file, name = str(cached), None, "the default model's tokenizer"
-    else:
-        path, gguf_file = model.name_or_path, model.gguf_file
-        name = f"{model.name_or_path}'s tokenizer"
-    kwargs: dict[str, Any] = {"local_files_only": True,
-                              "trust_remote_code": model.trust_remote_code}
-    if gguf_file is not None:
-        kwargs["gguf_file"] = gguf_file
-    try:
-        return AutoTokenizer.from_pretrained(path, **kwargs), name
-    except (OSError, ValueError, ImportError, KeyError) as error:
-        reason = str(error).strip().splitlines()[0][:120] if str(error).strip() else \
-            type(error).__name__
-        return EstimatingTokenizer(), f"estimated (no local tokenizer: {reason})"
+def estimating_tokenizer() -> tuple[Any, str]:
+    """The :class:`EstimatingTokenizer` and how the check's line names its count."""
+    return EstimatingTokenizer(), "estimated"
 
 
-def run_prompt_counter(config: TrainConfig) -> PromptCounter:
+def run_prompt_counter(config: TrainConfig,
+                       load_tokenizer: Callable[[], tuple[Any, str]] = estimating_tokenizer
+                       ) -> PromptCounter:
     """The :class:`~agentgym.check.prompt_length.PromptCounter` of ``config``'s prompts
-    (module docstring); the tokenizer loads on the first count, so a check that stops
-    before the prompt length check loads none."""
+    (module docstring).
+
+    Args:
+        config: the run's config (its prompt settings, budget, response length).
+        load_tokenizer: ``() -> (tokenizer, how the line names the count)``; called on
+            the first count, so a check that stops before the prompt length check loads
+            none.
+    """
     from algorithms.agent.prompts import PromptBuilder
 
     prompt = config.prompt
@@ -89,7 +63,7 @@ def run_prompt_counter(config: TrainConfig) -> PromptCounter:
 
     def builder() -> PromptBuilder:
         if "builder" not in built:
-            tokenizer, how = run_tokenizer(config)
+            tokenizer, how = load_tokenizer()
             built["builder"], built["how"] = PromptBuilder(tokenizer, uncut), how
         return built["builder"]
 
