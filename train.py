@@ -254,11 +254,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     if dry:
         sys.exit(dry_run(config))
     from algorithms.agent.env_check import check_run_env
-    from algorithms.agent.metrics import read_metrics, run_summary
+    from algorithms.agent.metrics import read_metrics
+    from algorithms.agent.summary import run_summary
     from algorithms.runs import distributed
     from algorithms.runs.run_folder import default_run_dir, finished_run
     from algorithms.runs.termination import Terminated
     from algorithms.sft.stage import STAGE_DIR, needs_stage, run_stage
+    from algorithms.training.run_tokenizer import run_tokenizer
     from algorithms.training.trainer import Trainer
 
     ranks = distributed.init_from_environment(device=config.run.device,
@@ -271,13 +273,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         if finished is not None:
             say(finished[0])
             return finished[1]
-        check_run_env(config, say)
+        check_run_env(config, say, lambda: run_tokenizer(config))
         if needs_stage(config):  # --sft.warm-start: the SFT stage first, in <run>/sft
             run_dir = default_run_dir(config)
             try:
                 config = run_stage(config, run_dir, ranks=ranks, say=say)
             except KeyboardInterrupt:
-                raise Interrupted(run_dir / STAGE_DIR) from None
+                raise Interrupted(run_dir / STAGE_DIR, argv=argv) from None
         if config.algo == "sft" and not config.run.eval_only:
             from algorithms.sft.trainer import SFTTrainer
 
@@ -294,9 +296,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
         try:
             metrics = trainer.run()
         except KeyboardInterrupt:
-            raise Interrupted(trainer.run_dir) from None
+            raise Interrupted(trainer.run_dir, argv=argv) from None
         except Terminated as stop:
-            raise Interrupted(trainer.run_dir, stop) from None
+            raise Interrupted(trainer.run_dir, stop, argv=argv) from None
     finally:
         distributed.shutdown()
     keys = [k for k in ("rollout/success", "rollout/return", "sft/loss", "eval/success",
@@ -306,7 +308,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
           flush=True)
     if not config.run.eval_only:
         records = read_metrics(trainer.run_dir / "metrics.jsonl")
-        report = run_summary(records, trainer.run_dir / "curves.png")
+        report = run_summary(records, trainer.run_dir / "curves.png",
+                             prompt_budget=config.prompt.max_prompt_tokens)
         if report:
             print("[agentgym] " + report.replace("\n", "\n[agentgym] "), flush=True)
         evaluations = evaluation_line(records)
@@ -359,27 +362,66 @@ def data_note(config: TrainConfig) -> str | None:
 
 class Interrupted(Exception):
     """Ctrl-C (exit status 130) or SIGTERM (143) during a run; the message says where its
-    newest checkpoint is.
+    newest checkpoint is and the command that resumes it.
 
     Args:
         run_dir: the run folder.
         stop: the SIGTERM stop (``None``: Ctrl-C).
+        argv: the command line's arguments (default: this process's), for the resume
+            command.
     """
 
-    def __init__(self, run_dir: Path, stop: Terminated | None = None):
+    def __init__(self, run_dir: Path, stop: Terminated | None = None,
+                 argv: Sequence[str] | None = None):
         from algorithms.runs.checkpoint import latest_checkpoint
 
         self.status = 130 if stop is None else 143
-        resume = "(continue with --resume and the same flags)"
+        resume = f"resume with: {resume_command(argv)}"
         if stop is not None and stop.checkpoint is not None:
-            super().__init__(f"terminated (SIGTERM) after iteration {stop.iteration}, "
-                             f"checkpointed in {stop.checkpoint} {resume}")
+            if not stop.how:
+                super().__init__(f"terminated (SIGTERM) after iteration {stop.iteration}, "
+                                 f"checkpointed in {stop.checkpoint}; {resume}")
+            else:
+                super().__init__(f"terminated (SIGTERM) {stop.how}; iteration "
+                                 f"{stop.iteration}, the last finished update, is "
+                                 f"checkpointed in {stop.checkpoint}; {resume}")
             return
-        latest = latest_checkpoint(run_dir) if run_dir.exists() else None
-        where = (f"the last checkpoint is {latest} {resume}" if latest is not None
-                 else f"no checkpoint was written in {run_dir}")
         what = "interrupted" if stop is None else f"terminated by SIGTERM: {stop.reason}"
+        if not run_dir.exists():  # a new run stopped before its first update: removed
+            super().__init__(what)
+            return
+        latest = latest_checkpoint(run_dir)
+        where = (f"the last checkpoint is {latest}; {resume}" if latest is not None
+                 else f"no checkpoint was written in {run_dir}")
         super().__init__(f"{what}; {where}")
+
+
+def resume_command(argv: Sequence[str] | None = None) -> str:
+    """The command that resumes this run: the program as it was started, its arguments
+    (``argv``; default this process's) and ``--resume``; under torchrun on one machine
+    the ``torchrun --nproc-per-node N`` launch in front.
+
+    >>> resume_command(["--algo", "grpo", "--run.run-name", "my run"])  # python train.py
+    "python train.py --algo grpo --run.run-name 'my run' --resume"
+    """
+    import shlex
+
+    from algorithms.runs.launch import launched_with_ranks
+
+    args = [a for a in (sys.argv[1:] if argv is None else argv)
+            if a not in ("--resume", "--run.resume")]
+    started = sys.argv[0] or ""
+    if os.path.basename(started) == "train.py":  # as it was typed, relative if below here
+        program = f"python {os.path.relpath(started) if os.path.isabs(started) else started}"
+    elif os.path.basename(started).startswith("agentgym"):  # an installed command
+        program = os.path.basename(started)
+    else:  # called from Python (a test, a notebook)
+        program = "python train.py"
+    if launched_with_ranks():
+        local = os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1"))
+        if local == os.environ.get("WORLD_SIZE"):
+            program = f"torchrun --nproc-per-node {local} {program.removeprefix('python ')}"
+    return f"{program} {shlex.join([*args, '--resume'])}"
 
 
 def cli() -> None:
@@ -399,8 +441,8 @@ def cli() -> None:
       no env made a step, or ``--run.max-untrained-iterations`` iterations in a row had
       nothing to train on.
     - 130, Ctrl-C, with one line saying where the last checkpoint is; 143, SIGTERM
-      likewise, after a checkpoint of the iteration in progress when it ends within
-      ``--run.term-grace`` seconds.
+      likewise, after a checkpoint of the newest state that holds together
+      (:mod:`algorithms.runs.termination`), with the command that resumes it.
 
     The current folder is put on ``sys.path`` first (:func:`importable_here`)."""
     import gymnasium

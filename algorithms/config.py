@@ -802,12 +802,15 @@ class RunConfig:
     ``python -m agentgym.viewer RUN_DIR``."""
 
     term_grace: float = 20.0
-    """Seconds the iteration in progress may still take after a SIGTERM (what SLURM,
+    """Seconds an iteration past its rollout may still take after a SIGTERM (what SLURM,
     Kubernetes and torchrun send before they kill a job): if it ends in time, a checkpoint
-    of it is written and the run exits with status 143; if not, the run stops there with
-    the last checkpoint it has. 20 s leaves 10 s of SLURM's and torchrun's default 30 s
-    before SIGKILL for that checkpoint; raise it when the scheduler signals earlier (say
-    ``sbatch --signal=TERM@300``). 0: stop at once, like Ctrl-C."""
+    of it is written and the run exits with status 143; if not, the run checkpoints the
+    state before its update (never a half-applied one). A SIGTERM in a rollout
+    checkpoints the last finished update at once (``algorithms.runs.termination``;
+    torchrun: the iteration finishes within the grace, or the run stops with the last
+    checkpoint it has). 20 s leaves 10 s of SLURM's and torchrun's default 30 s before
+    SIGKILL for that checkpoint; raise it when the scheduler signals earlier (say
+    ``sbatch --signal=TERM@300``). 0: no grace."""
 
     eval_before_train: bool = False
     """Evaluate the starting model on the held-out tasks before the first iteration

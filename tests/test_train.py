@@ -443,14 +443,27 @@ def test_sigterm_lines_say_where_the_checkpoint_is(tmp_path):
     from algorithms.runs.termination import Terminated
 
     saved = tmp_path / "run" / "checkpoints" / "iter_000007"
-    finished = train.Interrupted(tmp_path / "run", Terminated(checkpoint=saved, iteration=7))
+    argv = ["--algo", "grpo", "--run.run-name", "my run"]
+    resume = "resume with: python train.py --algo grpo --run.run-name 'my run' --resume"
+    finished = train.Interrupted(tmp_path / "run", Terminated(checkpoint=saved, iteration=7),
+                                 argv=argv)
     assert finished.status == 143
-    assert str(finished) == (f"terminated (SIGTERM) after iteration 7, checkpointed in {saved} "
-                             "(continue with --resume and the same flags)")
+    assert str(finished) == (f"terminated (SIGTERM) after iteration 7, checkpointed in "
+                             f"{saved}; {resume}")
+    rollout = train.Interrupted(tmp_path / "run", Terminated(
+        checkpoint=saved, iteration=7, how="in iteration 8's rollout"), argv=argv)
+    assert str(rollout) == (f"terminated (SIGTERM) in iteration 8's rollout; iteration 7, "
+                            f"the last finished update, is checkpointed in {saved}; {resume}")
+    (tmp_path / "run").mkdir()
     late = train.Interrupted(tmp_path / "run", Terminated(
         iteration=2, reason="iteration 3 did not finish within --run.term-grace 20 s"))
     assert str(late) == ("terminated by SIGTERM: iteration 3 did not finish within "
                          f"--run.term-grace 20 s; no checkpoint was written in {tmp_path / 'run'}")
+    gone = train.Interrupted(tmp_path / "new", Terminated(iteration=0, reason=(
+        "in iteration 1's rollout, before any update: nothing to keep; the same command "
+        "starts the run again")))
+    assert str(gone) == ("terminated by SIGTERM: in iteration 1's rollout, before any update: "
+                         "nothing to keep; the same command starts the run again")
     assert train.Interrupted(tmp_path).status == 130
 
 
@@ -498,6 +511,29 @@ def test_an_env_that_breaks_the_contract_exits_2_before_the_model_loads(
                                                "with no env kwargs) breaks the env contract: ")
     assert message in err[0] and f"python -m agentgym.check {env_id}" in err[0]
     assert not (tmp_path / "runs").exists()
+
+
+def test_prompts_longer_than_the_budget_are_said_before_the_model_loads(tmp_path, capsys):
+    """Issue 60: a TextArena game's prompts were cut 60-65% of the time without a word.
+    The check before the model loads builds the run's prompts of the env's first steps
+    with the run's tokenizer (the smoke model's words here) and says they do not fit;
+    the run then says its first cut prompts, and its summary the share."""
+    metrics = train.main(["--env.env-id", OWN, "--prompt.max-prompt-tokens", "60",
+                          "--run.output-dir", str(tmp_path),
+                          *(flag for flag in SMOKE if flag != "--run.no-progress")])
+    out = capsys.readouterr().out.splitlines()
+    warning = next(i for i, line in enumerate(out) if line.startswith(
+        f"[agentgym] warning: prompt length of {OWN}: "))
+    assert "are longer than --prompt.max-prompt-tokens 60 (up to " in out[warning]
+    assert "the run's prompts, the smoke model's tokenizer): a run cuts them" in out[warning]
+    assert warning < next(i for i, line in enumerate(out) if line.startswith("[agentgym] preset="))
+    rate = metrics["rollout/prompt_cut_rate"]
+    assert rate > 0
+    assert any(line.startswith(f"[agentgym] prompts cut: {rate:.0%} of the steps of "
+                               "iteration 1 did not fit --prompt.max-prompt-tokens 60")
+               for line in out)
+    assert any(line.startswith(f"[agentgym] prompts cut to fit --prompt.max-prompt-tokens 60: "
+                               f"{rate:.0%} of the run's steps") for line in out)
 
 
 def test_a_kwargs_constructor_refusing_an_argument_is_one_line_and_no_traceback(tmp_path):

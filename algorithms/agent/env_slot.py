@@ -39,6 +39,9 @@ class StepRecord:
     images: tuple[np.ndarray, ...] = ()
     """The images the step's prompt showed (a visual env's observation), as the env drew
     them."""
+    reply: str = ""
+    """The env's text after the action (its next observation; the last step's is the
+    episode's final observation)."""
 
 
 def split_observation(observation: Any) -> tuple[str, np.ndarray | None]:

@@ -307,6 +307,7 @@ def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
             continue
         answer = parsed[position]
         valid = bool(next_rows[index].get("valid_action", True))
+        reply, next_image = split_observation(next_observations[index])
         penalty = settings.invalid_action_penalty if not (answer.format_ok and valid) else 0.0
         slot.steps.append(StepRecord(
             prompt=prompt.token_ids, response=tuple(responses[position]),
@@ -317,9 +318,10 @@ def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
             task_type=str(slot.info.get("task_type", "") or ""), action=answer.action,
             text=texts[position], prompt_cut=prompt.was_cut, observation=slot.observation,
             task=str(slot.info.get("task", "")),
-            log_probs=getattr(responses[position], "log_probs", None), images=prompt.images))
+            log_probs=getattr(responses[position], "log_probs", None), images=prompt.images,
+            reply=reply))
         slot.history.append((slot.observation, answer.action))
-        slot.observation, slot.image = split_observation(next_observations[index])
+        slot.observation, slot.image = reply, next_image
         slot.info = next_rows[index]
         finished = bool(terminated[index]) or bool(truncated[index])
         if finished:

@@ -41,6 +41,9 @@ class StepLog:
         observations: N observations each action answered (the env's raw text; empty
             for batches built without them).
         tasks: N task instructions (``info["task"]``; empty likewise).
+        replies: N texts the env answered each action with (its next observation: the
+            last step's is the episode's final one, "Game over ..." or "Invalid move";
+            empty likewise).
     """
 
     task_ids: tuple[str, ...] = per_row()
@@ -49,6 +52,7 @@ class StepLog:
     response_texts: tuple[str, ...] = per_row()
     observations: tuple[str, ...] = per_row(default=())
     tasks: tuple[str, ...] = per_row(default=())
+    replies: tuple[str, ...] = per_row(default=())
 
     def __len__(self) -> int:
         return len(self.task_ids)
@@ -423,7 +427,8 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
                     actions=tuple(s.action for s in steps),
                     response_texts=tuple(s.text for s in steps),
                     observations=tuple(s.observation for s in steps),
-                    tasks=tuple(s.task for s in steps)),
+                    tasks=tuple(s.task for s in steps),
+                    replies=tuple(s.reply for s in steps)),
         env_error=np.array([slot.env_error for slot in owners], dtype=bool),
         env_errors=sum(slot.env_error for slot in slots),
         env_error_steps=env_error_steps,

@@ -70,6 +70,7 @@ optimizer state and the batch -- which is what makes ``--resume`` exact.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -231,7 +232,8 @@ class Learner:
         return learner.epochs * (full * per_mini + last)
 
     def update(self, batch: StepBatch, signals: Advantages, *, seed: int,
-               progress: Any = None) -> dict[str, float]:
+               progress: Any = None, before_step: Callable[[], None] | None = None
+               ) -> dict[str, float]:
         """PPO-clip epochs over mini-batches; return averaged diagnostics.
 
         Args:
@@ -240,6 +242,9 @@ class Learner:
             seed: seeds mini-batch shuffling (``learner.shuffle``) and torch's RNG for
                 this update.
             progress: optional tqdm-like bar, advanced once per micro-batch.
+            before_step: called before each optimizer step, while the weights and the
+                optimizer state are still those before it (a SIGTERM's fallback copy,
+                :mod:`algorithms.runs.termination`).
 
         Returns:
             ``policy_loss``, ``kl_ref``, ``entropy``, ``approx_kl``, ``clip_fraction``,
@@ -269,7 +274,8 @@ class Learner:
                 order = (rng.permutation(self.num_samples(batch)) if learner.shuffle
                          else np.arange(self.num_samples(batch)))
                 for mini in chunks(order, learner.mini_batch_size):
-                    stats = self._mini_batch_step(batch, view, signals, mini, progress)
+                    stats = self._mini_batch_step(batch, view, signals, mini, progress,
+                                                  before_step)
                     mini_rows = mini if view is None else view.rows_of(mini)
                     tokens += int(batch.response_mask[mini_rows].sum())
                     for key, value in stats.items():
@@ -317,7 +323,8 @@ class Learner:
         return loss_recipe(self.config)
 
     def _mini_batch_step(self, batch: StepBatch, view: TranscriptView | None,
-                         signals: Advantages, mini: np.ndarray, progress: Any = None
+                         signals: Advantages, mini: np.ndarray, progress: Any = None,
+                         before_step: Callable[[], None] | None = None
                          ) -> dict[str, float]:
         """One optimizer step over the samples ``mini`` (steps, or trajectories with a
         ``view``)."""
@@ -381,6 +388,8 @@ class Learner:
                 sums[key] += float(stats[key].item()) * stats_weight
             if progress is not None:
                 progress.update(1)
+        if before_step is not None:
+            before_step()
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         grad_norm = distributed.global_norm(
             torch.nn.utils.clip_grad_norm_(parameters, learner.max_grad_norm))

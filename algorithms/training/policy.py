@@ -117,6 +117,17 @@ def _converted_default(folder: str, gguf_file: str) -> Path:
     return model_cache_dir() / f"{stem}-{stat.st_size}-{int(stat.st_mtime)}"
 
 
+def converted_default_model() -> Path | None:
+    """The default model's converted copy when it is cached (a tokenizer loads from it
+    alone), else ``None``.
+
+    Raises:
+        PolicyLoadError: the package that ships the default model is not installed.
+    """
+    cached = _converted_default(*default_model_file())
+    return cached if (cached / "config.json").exists() else None
+
+
 def default_model_conversion() -> Path | None:
     """Where loading the default model now will cache its converted copy, or ``None`` when
     there is nothing to convert (the copy is cached, or the package is missing: loading

@@ -48,20 +48,23 @@ from algorithms.config import ConfigError, TrainConfig
 from algorithms.engines.hf_worker import trainable_names
 from algorithms.runs import distributed
 from algorithms.runs.console import (
+    iteration_figures,
     iteration_line,
     on_terminal,
     progress_bar,
+    prompt_cut_note,
     quiet_dependency_bars,
     torchrun_line,
 )
 from algorithms.runs.distributed import SINGLE, Ranks, WeightMirror
 from algorithms.runs.run_checkpoint import (
+    learner_state_copy,
     restore_run_checkpoint,
     restored_message,
     save_run_checkpoint,
 )
 from algorithms.runs.run_folder import default_run_dir, discard_new_run, prepare_on_rank0
-from algorithms.runs.termination import Terminated, TermSignal
+from algorithms.runs.termination import StopNow, Terminated, TermSignal
 from algorithms.training.batch_scoring import worker_reference_log_probs
 from algorithms.training.build import (
     VecEnvFactory,
@@ -123,6 +126,8 @@ class Trainer:
         self.overlap: OverlappedSampler | None = None
         self.logger: MetricsLogger | None = None
         self.start_iteration = 0
+        self.resumed_from: Path | None = None  # the checkpoint a resumed run started from
+        self.term = TermSignal(0.0)  # marks the iteration's phases (run() installs one)
         self.group_first, self.group_count = distributed.group_block(
             config.env.num_groups, ranks)
 
@@ -205,6 +210,8 @@ class Trainer:
         payload = restore_run_checkpoint(self.learner, checkpoint, device=self.device,
                                          optimizer=self.config.run.resume)
         self.start_iteration = int(payload["iteration"])
+        if self.config.run.resume:
+            self.resumed_from = Path(payload["path"])
         self._sync_engine()
         self._say(restored_message(payload, self.run_dir, resume=self.config.run.resume,
                                    world_size=self.ranks.world_size))
@@ -253,14 +260,18 @@ class Trainer:
         # GiGPO/GRPO leave out trajectories that ended on an env error (learner docstring).
         batch = self.learner.training_batch(sampled)
         signals, stats, lr = None, {}, None
+        self.term.phase("update")  # a SIGTERM from here on: finish, or fall back
         if len(batch):
-            batch, signals, stats, lr = learn(self.learner, batch, self.config,
-                                              iteration=iteration, timings=timings,
-                                              sync_weights=sync, bars=self.bars)
+            batch, signals, stats, lr = learn(
+                self.learner, batch, self.config, iteration=iteration, timings=timings,
+                sync_weights=sync, bars=self.bars,
+                before_step=lambda: self.term.changing(lambda: learner_state_copy(
+                    self.learner)))
         else:
             self._say(f"iteration {iteration + 1}: every trajectory ended on an env error; "
                       "nothing to train on, the update is skipped")
             timings.update({f"time/{name}": 0.0 for name in UPDATE_PHASES})
+        self.term.phase("finish")
         timings.update(overlap_times)
         metrics = iteration_metrics(rollout, sampling, len(batch), signals, stats, lr, timings)
         self.last_batch = batch
@@ -292,12 +303,15 @@ class Trainer:
         """Train (or evaluate) as configured; return the last metrics.
 
         Raises:
-            Terminated: a SIGTERM stopped the run (see :mod:`algorithms.runs.termination`):
-                after the iteration in progress, with a checkpoint of it, when that
-                iteration ended within ``run.term_grace`` seconds; else at once.
+            Terminated: a SIGTERM stopped the run, with a checkpoint of the newest state
+                that holds together: the last finished update for a signal in a rollout,
+                the iteration in progress when it ended within ``run.term_grace`` seconds,
+                else the state before its update (:mod:`algorithms.runs.termination`).
         """
         config = self.config
-        with TermSignal(config.run.term_grace, announce=self.progress) as term:
+        with TermSignal(config.run.term_grace, announce=self.progress,
+                        mid_iteration=not self.ranks.distributed) as term:
+            self.term = term
             if self.learner is None:
                 self.setup()
             try:
@@ -314,35 +328,45 @@ class Trainer:
                 self.logger.log(self.start_iteration, last)
             return last
         started = time.perf_counter()
-        saved: Path | None = None  # the checkpoint of the last completed iteration, if any
+        # the checkpoint of the last completed iteration, if there is one
+        saved: Path | None = self.resumed_from
         if config.run.eval_before_train and self.start_iteration == 0:
             last = self.evaluate(0)
             if self.logger is not None:
                 self.logger.log(0, last)
         term.loop_started()
         untrained = 0  # iterations in a row with nothing to train on
+        cut_said = False  # the first prompts cut to fit the budget are said in one line
         with progress_bar(self.bars, total=config.run.iterations,
                           initial=self.start_iteration, desc="training (iterations)") as bar:
             for iteration in range(self.start_iteration, config.run.iterations):
                 # every rank stops before the same iteration (a rank that saw no SIGTERM
                 # follows the others)
-                if (iteration > self.start_iteration
-                        and distributed.any_rank(term.requested, self.ranks)):
-                    raise Terminated(checkpoint=saved or self.save(iteration, last),
-                                     iteration=iteration)
-                term.iteration_started(iteration)
-                last = self.train_iteration(iteration)
-                done = iteration + 1
-                if config.run.eval_every and done % config.run.eval_every == 0:
-                    last.update(self.evaluate(done))
+                if distributed.any_rank(term.requested, self.ranks):
+                    raise self._terminated(iteration, saved, last)
+                previous = last
+                try:
+                    term.iteration_started(iteration)
+                    last = self.train_iteration(iteration)
+                    done = iteration + 1
+                    if config.run.eval_every and done % config.run.eval_every == 0:
+                        term.phase("evaluation")
+                        last.update(self.evaluate(done))
+                        term.phase("finish")
+                except StopNow as stop:
+                    term.iteration_finished()  # a further SIGTERM cannot cut what follows
+                    raise self._stopped(stop, saved, previous, last) from None
                 if self.logger is not None:
                     self.logger.log(done, last)
                 untrained = untrained + 1 if last["update/steps"] == 0 else 0
                 check_untrained(untrained, done, config.run.max_untrained_iterations, last)
                 term.iteration_finished()
                 bar.update(1)
-                bar.set_postfix(success=f"{last['rollout/success']:.2f}",
-                                ret=f"{last['rollout/return']:.2f}")
+                bar.set_postfix(**iteration_figures(last))
+                note = None if cut_said else prompt_cut_note(last, config.prompt, done)
+                if note:
+                    self._say(note)
+                    cut_said = True
                 if not self.bars:
                     self._say(iteration_line(done, config.run.iterations,
                                              self.start_iteration,
@@ -354,13 +378,46 @@ class Trainer:
                     plot_curves(self.logger.path, self.run_dir / "curves.png")
         return last
 
-    def save(self, iteration: int, metrics: dict[str, float]) -> Path:
+    def save(self, iteration: int, metrics: dict[str, float],
+             state: dict[str, Any] | None = None) -> Path:
         """Write an atomic checkpoint after ``iteration`` completed iterations
-        (:func:`~algorithms.runs.run_checkpoint.save_run_checkpoint`) and say what it holds."""
+        (:func:`~algorithms.runs.run_checkpoint.save_run_checkpoint`; ``state``: a copy
+        taken earlier instead of the learner's state now) and say what it holds."""
         path, message = save_run_checkpoint(self.learner, self.config, self.run_dir,
-                                            iteration, metrics, self.ranks)
+                                            iteration, metrics, self.ranks, state=state)
         self._say(message)
         return path
+
+    def _terminated(self, done: int, saved: Path | None, metrics: dict[str, float],
+                    how: str = "", state: dict[str, Any] | None = None) -> Terminated:
+        """The stop of a SIGTERM with ``done`` iterations completed: a checkpoint of them
+        (``saved`` when it is theirs already; ``state``: their state, copied earlier);
+        none when no iteration was completed (a new run's folder is then removed, so that
+        the same command starts it again)."""
+        if saved is None and done > 0:
+            saved = self.save(done, metrics, state)
+        if saved is None and done == 0:
+            if not self.config.run.resume and self.ranks.main:
+                self.close()
+                discard_new_run(self.run_dir)
+            return Terminated(iteration=0, how=how, reason=(
+                f"{how or 'it came before the first iteration'}, before any update: nothing "
+                "to keep; the same command starts the run again"))
+        return Terminated(checkpoint=saved, iteration=done, how=how)
+
+    def _stopped(self, stop: StopNow, saved: Path | None, previous: dict[str, float],
+                 last: dict[str, float]) -> Terminated:
+        """The :class:`Terminated` of a SIGTERM that cut iteration ``stop.iteration``:
+        checkpointed after it (``keep`` ``"after"``: its update finished, its metrics
+        ``last`` are logged first), else before it (``previous``: the metrics of the
+        iteration before)."""
+        if stop.keep == "after":
+            done = stop.iteration + 1
+            if self.logger is not None:
+                self.logger.log(done, last)
+            return self._terminated(done, None, last, stop.how)
+        state = self.term.fallback if stop.keep == "copy" else None
+        return self._terminated(stop.iteration, saved, previous, stop.how, state)
 
     def close(self) -> None:
         """Close the envs, the logger and the engine (a vLLM engine shuts down here, while
@@ -377,6 +434,7 @@ class Trainer:
             self.vec_env = None
         if self.logger is not None:
             self.logger.close()
+            self.logger = None
         if self.engine is not None and hasattr(self.engine, "close"):
             self.engine.close()
             self.engine = None
