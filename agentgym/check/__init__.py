@@ -363,6 +363,27 @@ def check_state_keys(env: Any, max_steps: int | None) -> str:
     return f"{len(keys)} state keys hash and pickle ({', '.join(kinds)})"
 
 
+def info_hint(problem: str, *, plain: bool, text_env: bool) -> str:
+    """What to do about an info ``problem``: for an env built on ``TextEnv``, which
+    fills the keys in, the part of the env that fed the wrong value; for a plain env,
+    the info key the adapter copied; for any other, the contract, or ``TextEnv``."""
+    if plain and "admissible_actions" in problem:
+        return ("agentgym.PlainTextEnv copies your env's info['admissible_actions']: "
+                "list str actions")
+    if not text_env:
+        return ("the contract: agentgym/core.py, or build the env on agentgym.TextEnv, "
+                "which fills them in")
+    if "'task'" in problem:
+        return "TextEnv takes info['task'] from your env's task property: return a str"
+    if "admissible_actions" in problem:
+        return ("TextEnv takes info['admissible_actions'] from your env's "
+                "admissible_actions(): return str actions")
+    if "'success'" in problem:
+        return "TextEnv takes info['success'] from your env's success property"
+    return ("TextEnv fills these keys in: a wrapper around the env, or an override of "
+            "TextEnv's reset or step, changed them")
+
+
 class ContractCheck:
     """The checks of one env id and its keyword arguments (module docstring).
 
@@ -426,7 +447,9 @@ class ContractCheck:
         if texts or episode.error is None:  # not the same failure twice
             self._check("episode", lambda: check_episode(episode))
         if episode.infos:
-            self._check("info keys", lambda: check_info_keys(episode, self._info_hint))
+            self._check("info keys", lambda: check_info_keys(
+                episode, lambda problem: info_hint(problem, plain=self.plain,
+                                                   text_env=self.text_env)))
             self._check(f"anchors ({self.anchor})", lambda: check_anchors(episode))
             if self.anchor == "observation":
                 self._check("state keys", lambda: check_state_keys(env, self.max_steps))
@@ -523,26 +546,6 @@ class ContractCheck:
             return ("built by a function: a TextEnv it returns is used as it is, another "
                     f"env {plain}")
         return f"not built on agentgym.TextEnv: {plain}"
-
-    def _info_hint(self, problem: str) -> str:
-        """What to do about an info ``problem``: for an env built on ``TextEnv``, which
-        fills the keys in, the part of the env that fed the wrong value; for a plain env,
-        the info key the adapter copied; for any other, the contract, or ``TextEnv``."""
-        if self.plain and "admissible_actions" in problem:
-            return ("agentgym.PlainTextEnv copies your env's info['admissible_actions']: "
-                    "list str actions")
-        if not self.text_env:
-            return ("the contract: agentgym/core.py, or build the env on agentgym.TextEnv, "
-                    "which fills them in")
-        if "'task'" in problem:
-            return "TextEnv takes info['task'] from your env's task property: return a str"
-        if "admissible_actions" in problem:
-            return ("TextEnv takes info['admissible_actions'] from your env's "
-                    "admissible_actions(): return str actions")
-        if "'success'" in problem:
-            return "TextEnv takes info['success'] from your env's success property"
-        return ("TextEnv fills these keys in: a wrapper around the env, or an override of "
-                "TextEnv's reset or step, changed them")
 
     def _seeds(self, env: Any) -> str:
         # a step that raises is the "episode" check's; here the episodes up to it count

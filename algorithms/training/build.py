@@ -16,7 +16,7 @@ import torch
 
 from algorithms.agent.sampling import Sampler
 from algorithms.agent.step_batch import StepBatch
-from algorithms.config import TINY_MODEL, EnvConfig, TrainConfig
+from algorithms.config import TINY_MODEL, ConfigError, EnvConfig, TrainConfig
 from algorithms.engines import make_engine, resolve_engine
 from algorithms.precision import cpu_kernels
 from algorithms.precision import describe as describe_precision
@@ -33,6 +33,22 @@ from algorithms.training.policy import (
 
 VecEnvFactory = Callable[[dict[str, Any], int, int], Any]
 """``(env kwargs, num_envs, group_size) -> vector env``."""
+
+
+def check_sft_stage_ran(config: TrainConfig) -> None:
+    """Refuse an RL trainer for a config whose SFT warm start has not run yet (it would
+    train silently without the warm start asked for).
+
+    Raises:
+        ConfigError: ``sft.warm_start`` is set and the stage's checkpoint is not the
+            config's start yet.
+    """
+    if config.sft_stage_first:
+        raise ConfigError(
+            "sft.warm_start: the SFT stage runs before the RL trainer is built; call "
+            "algorithms.sft.stage.run_stage(config, run_dir) first and build the Trainer "
+            "with the config it returns (train.py does), or pass "
+            "--model.init-checkpoint of an SFT run")
 
 
 def check_model_sources(config: TrainConfig, *, policy_given: bool) -> None:

@@ -306,17 +306,6 @@ class Learner:
         return (self.config.run.max_staleness > 0
                 and self.learner.staleness_correction == "behaviour-clip")
 
-    def _token_weights(self, rows: dict[str, torch.Tensor], old_log_probs: torch.Tensor,
-                       mask: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, Any]]:
-        """The micro-batch's behaviour weights and their statistics (``None`` and none when
-        the loss is not weighted)."""
-        if not self.behaviour_weighting:
-            return None, {}
-        drop = (self.learner.behaviour_weight_cap if self.config.run.max_staleness > 0
-                else None)
-        return behaviour_weights(old_log_probs, rows["behaviour_log_probs"], mask,
-                                 truncate_at=self.learner.tis_cap, drop_above=drop)
-
     @cached_property
     def loss_recipe(self) -> losses.LossRecipe:
         """The actor loss's terms (:func:`~algorithms.training.learner_setup.loss_recipe`)."""
@@ -355,7 +344,7 @@ class Learner:
                                         with_values=self.value_head is not None)
             token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
             old_log_probs = rows.get("old_log_probs", scored.log_probs.detach())
-            token_weights, weight_stats = self._token_weights(rows, old_log_probs, mask)
+            token_weights, weight_stats = micro_batch_token_weights(self, rows, old_log_probs, mask)
             kl_weights = None
             if self.behaviour_clip:
                 # PPO's ratio against the behaviour policy (staleness_correction
@@ -415,3 +404,16 @@ class Learner:
         """:func:`~algorithms.training.policy.model_identity` of the policy, computed once (the
         frozen weights it hashes never change during a run)."""
         return model_identity(self.policy)
+
+
+def micro_batch_token_weights(learner: Learner, rows: dict[str, torch.Tensor],
+                              old_log_probs: torch.Tensor, mask: torch.Tensor
+                              ) -> tuple[torch.Tensor | None, dict[str, Any]]:
+    """A :class:`Learner` micro-batch's behaviour weights and their statistics (``None``
+    and none when the loss is not weighted)."""
+    if not learner.behaviour_weighting:
+        return None, {}
+    drop = (learner.learner.behaviour_weight_cap if learner.config.run.max_staleness > 0
+            else None)
+    return behaviour_weights(old_log_probs, rows["behaviour_log_probs"], mask,
+                             truncate_at=learner.learner.tis_cap, drop_above=drop)

@@ -44,7 +44,7 @@ from algorithms.agent.metrics import (
 from algorithms.agent.records import trajectory_records, write_run_records
 from algorithms.agent.sampling import Sampler, rollout_settings
 from algorithms.agent.step_batch import StepBatch
-from algorithms.config import ConfigError, TrainConfig
+from algorithms.config import TrainConfig
 from algorithms.engines.hf_worker import trainable_names
 from algorithms.runs import distributed
 from algorithms.runs.console import (
@@ -64,7 +64,7 @@ from algorithms.runs.run_checkpoint import (
     save_run_checkpoint,
 )
 from algorithms.runs.run_folder import default_run_dir, discard_new_run, prepare_on_rank0
-from algorithms.runs.termination import StopNow, Terminated, TermSignal
+from algorithms.runs.termination import StopNow, TermSignal
 from algorithms.training.batch_scoring import worker_reference_log_probs
 from algorithms.training.build import (
     VecEnvFactory,
@@ -73,6 +73,7 @@ from algorithms.training.build import (
     build_samplers,
     build_vec_env,
     check_model_sources,
+    check_sft_stage_ran,
     engine_source,
     make_run_engine,
     sync_engine_weights,
@@ -84,6 +85,7 @@ from algorithms.training.policy import (
     Policy,
     resolve_device,
 )
+from algorithms.training.run_end import close_run, stopped, terminated
 from algorithms.training.update_phases import UPDATE_PHASES, learn, timed
 
 
@@ -105,12 +107,7 @@ class Trainer:
                  engine: Any = None, make_vec_env: VecEnvFactory | None = None,
                  run_dir: Path | None = None, ranks: Ranks = SINGLE):
         self.config = config.validate()
-        if config.sft_stage_first:  # silently training without the warm start asked for
-            raise ConfigError(
-                "sft.warm_start: the SFT stage runs before the RL trainer is built; call "
-                "algorithms.sft.stage.run_stage(config, run_dir) first and build the Trainer "
-                "with the config it returns (train.py does), or pass "
-                "--model.init-checkpoint of an SFT run")
+        check_sft_stage_ran(config)
         self.ranks = ranks
         self.device = distributed.training_device(ranks, resolve_device(config.run.device))
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)
@@ -343,7 +340,7 @@ class Trainer:
                 # every rank stops before the same iteration (a rank that saw no SIGTERM
                 # follows the others)
                 if distributed.any_rank(term.requested, self.ranks):
-                    raise self._terminated(iteration, saved, last)
+                    raise terminated(self, iteration, saved, last)
                 previous = last
                 try:
                     term.iteration_started(iteration)
@@ -355,7 +352,7 @@ class Trainer:
                         term.phase("finish")
                 except StopNow as stop:
                     term.iteration_finished()  # a further SIGTERM cannot cut what follows
-                    raise self._stopped(stop, saved, previous, last) from None
+                    raise stopped(self, stop, saved, previous, last) from None
                 if self.logger is not None:
                     self.logger.log(done, last)
                 untrained = untrained + 1 if last["update/steps"] == 0 else 0
@@ -388,56 +385,9 @@ class Trainer:
         self._say(message)
         return path
 
-    def _terminated(self, done: int, saved: Path | None, metrics: dict[str, float],
-                    how: str = "", state: dict[str, Any] | None = None) -> Terminated:
-        """The stop of a SIGTERM with ``done`` iterations completed: a checkpoint of them
-        (``saved`` when it is theirs already; ``state``: their state, copied earlier);
-        none when no iteration was completed (a new run's folder is then removed, so that
-        the same command starts it again)."""
-        if saved is None and done > 0:
-            saved = self.save(done, metrics, state)
-        if saved is None and done == 0:
-            if not self.config.run.resume and self.ranks.main:
-                self.close()
-                discard_new_run(self.run_dir)
-            return Terminated(iteration=0, how=how, reason=(
-                f"{how or 'it came before the first iteration'}, before any update: nothing "
-                "to keep; the same command starts the run again"))
-        return Terminated(checkpoint=saved, iteration=done, how=how)
-
-    def _stopped(self, stop: StopNow, saved: Path | None, previous: dict[str, float],
-                 last: dict[str, float]) -> Terminated:
-        """The :class:`Terminated` of a SIGTERM that cut iteration ``stop.iteration``:
-        checkpointed after it (``keep`` ``"after"``: its update finished, its metrics
-        ``last`` are logged first), else before it (``previous``: the metrics of the
-        iteration before)."""
-        if stop.keep == "after":
-            done = stop.iteration + 1
-            if self.logger is not None:
-                self.logger.log(done, last)
-            return self._terminated(done, None, last, stop.how)
-        state = self.term.fallback if stop.keep == "copy" else None
-        return self._terminated(stop.iteration, saved, previous, stop.how, state)
-
     def close(self) -> None:
-        """Close the envs, the logger and the engine (a vLLM engine shuts down here, while
-        a torchrun job's process group still exists). An overlapped rollout still running
-        ends on the closed engine's error first."""
-        if self.overlap is not None:  # kept, closed: its spans stay readable
-            self.overlap.cancel()
-            if self.engine is not None and hasattr(self.engine, "close"):
-                self.engine.close()
-                self.engine = None
-            self.overlap.close()
-        if self.vec_env is not None:
-            self.vec_env.close()
-            self.vec_env = None
-        if self.logger is not None:
-            self.logger.close()
-            self.logger = None
-        if self.engine is not None and hasattr(self.engine, "close"):
-            self.engine.close()
-            self.engine = None
+        """Close the envs, the logger and the engine (:func:`close_run`)."""
+        close_run(self)
 
 
 class UntrainedRunError(RuntimeError):
