@@ -156,7 +156,8 @@ def test_cpu_demo_shortened(tmp_path, capsys):
     assert metrics["rollout/trajectories"] == 2 and metrics["rollout/steps"] == 2
     assert metrics["update/optimizer_steps"] == 1
     out = capsys.readouterr().out
-    assert "what moved, iteration 1 (before any update) -> iteration 1" in out
+    assert ("what moved: only iteration 1 (sampled before any update); nothing was trained "
+            "before its rollout") in out
     assert f"curves: {tmp_path / 'demo' / 'curves.png'}" in out
     run = tmp_path / "demo"
     saved = json.loads((run / "config.json").read_text())
@@ -258,8 +259,9 @@ def test_the_run_says_its_task_source_first(tmp_path, monkeypatch, capsys):
     lines = captured.out.splitlines()
     assert lines[0].startswith("[agentgym] preset=cpu-demo")
     assert lines[1].startswith("[agentgym] tasks: ALFWorld games generated from the alfworld")
-    assert captured.err.strip() == (f"train.py: interrupted; no checkpoint was written in "
-                                    f"{tmp_path / 'demo'}")
+    # a new run stopped before its first update leaves no folder behind
+    assert captured.err.strip() == "train.py: interrupted"
+    assert not (tmp_path / "demo").exists()
 
 
 def test_ctrl_c_says_where_the_last_checkpoint_is(tmp_path, monkeypatch, capsys):
@@ -280,8 +282,9 @@ def test_ctrl_c_says_where_the_last_checkpoint_is(tmp_path, monkeypatch, capsys)
     assert exit_info.value.code == 130
     err = capsys.readouterr().err.strip()
     assert err == (f"train.py: interrupted; the last checkpoint is "
-                   f"{tmp_path / 'demo' / 'checkpoints' / 'iter_000001'} (continue with "
-                   "--resume and the same flags)")
+                   f"{tmp_path / 'demo' / 'checkpoints' / 'iter_000001'}; resume with: python "
+                   f"train.py --preset cpu-demo --run.output-dir {tmp_path} --run.run-name demo "
+                   "--run.no-progress --resume")
 
 
 def test_a_missing_optional_package_is_one_line(monkeypatch, capsys):
