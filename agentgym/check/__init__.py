@@ -4,7 +4,7 @@
 (:func:`agentgym.plain.make_text_env`: a plain Gymnasium env inside
 :class:`~agentgym.plain.PlainTextEnv`) and returns one :class:`CheckResult` per check, in
 this order (the *fast* part, which ``train.py`` runs before the model loads on any env
-that is not AgentGym's own, is the first ten):
+that is not AgentGym's own, is the first eleven):
 
 ``env id``            the id is registered (``"module:Env-v0"``: the module imports and
                       registers it)
@@ -26,6 +26,12 @@ that is not AgentGym's own, is the first ten):
                       ``b"..."``) never raise; non-strings are ``valid_action=False``
 ``finished episode``  stepping an episode that ended repeats its last observation with
                       reward 0, the same flags and the same info
+``tools``             the env's tools (:func:`agentgym.tools.env_tools`: its own, or the
+                      generic one) are valid schemas (:func:`agentgym.tools.tool_problems`)
+                      that JSON can write, and every admissible action of the probe
+                      episode and every action of the env's expert (when it declares one)
+                      is written by a call, which writes it back (``to_action(to_call(a))
+                      == a``)
 
 and in the full check also:
 
@@ -291,6 +297,7 @@ class ContractCheck:
             self._check("bad actions", lambda: self._bad_actions(env))
             if episode.error is None:
                 self._check("finished episode", lambda: self._finished(episode))
+            self._check("tools", lambda: self._tools(env, episode))
         return all(result.passed for result in self.results[before:])
 
     def _check(self, name: str, check: Callable[[], str]) -> bool:
@@ -489,6 +496,60 @@ class ContractCheck:
                          "with reward 0, the same flags and the same info (TextEnv does it)")
         return (f"step {len(episode.rewards) + 1}, after the end, repeats step "
                 f"{len(episode.rewards)} with reward 0")
+
+    def _tools(self, env: Any, episode: Episode) -> str:
+        import json
+
+        from agentgym.tools import env_tools, tool_problems
+
+        tools = env_tools(env, self._kwargs(self.anchor))
+        problems = tool_problems(tools)
+        if problems:
+            raise Breach(f"{problems[0]}" + (f" (and {len(problems) - 1} more)"
+                                             if len(problems) > 1 else "")
+                         + "; docs/own-env.md says how an env declares its tools")
+        json.dumps(tools.schemas)
+        names = ", ".join(tools.names)
+        if tools.generic:
+            return (f"no tools of its own: one generic tool ({names}) whose argument is the "
+                    "action text (docs/own-env.md declares tools)")
+        actions: dict[str, str] = {}
+        for index, info in enumerate(episode.infos):
+            for action in info.get("admissible_actions") or ():
+                actions.setdefault(str(action), f"the admissible action {action!r} at step "
+                                                f"{index}")
+        for action in self._expert_actions(env):
+            actions.setdefault(action, f"the expert's action {action!r}")
+        for action, where in actions.items():
+            call = tools.to_call(action)
+            if call is None:
+                raise Breach(f"{where} is written by no tool ({names}); every action an "
+                             "agent may take must be a call")
+            again = tools.to_action(*call)
+            if again != action:
+                raise Breach(f"{where} reads as {call[0]}({call[1]}), which writes "
+                             f"{again!r}: the call does not write the action back")
+        return (f"{len(tools.tools)} tool(s) ({names}); {len(actions)} admissible and expert "
+                "actions are calls that write them back")
+
+    def _expert_actions(self, env: Any) -> list[str]:
+        """The actions of one expert episode from ``reset(seed=0)`` (none without an
+        expert)."""
+        actions: list[str] = []
+        env.reset(seed=0)
+        limit = self.max_steps if self.max_steps is not None else PROBE_MAX_STEPS
+        for _ in range(limit):
+            try:
+                action = env.unwrapped.expert_action()
+            except (NotImplementedError, AttributeError):
+                return actions
+            if action is None:
+                break
+            actions.append(str(action))
+            _, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                break
+        return actions
 
     def _gymnasium_check_env(self) -> str:
         import gymnasium as gym

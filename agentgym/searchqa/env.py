@@ -74,6 +74,7 @@ from agentgym.searchqa.tags import (
     ActionRule,
     parse_action,
 )
+from agentgym.tools import EnvTools, string_argument, tool
 from retrieval.base import Retriever, SearchResult
 
 DEFAULT_RETRIEVER = "bm25"
@@ -300,6 +301,17 @@ class SearchQAEnv(TextEnv):
 
     def state_key(self) -> Hashable:
         return (self.task, self._retrieved)
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> EnvTools:
+        """``search(query)`` -> ``<search>query</search>`` and ``answer(answer)`` ->
+        ``<answer>answer</answer>``: the env's own tags, read by its ``action_rule``."""
+        return EnvTools((
+            tool("search", "Search the corpus; the top passages come back.",
+                 "<search>{query}</search>", query=string_argument("The search query.")),
+            tool("answer", "Give the final answer to the question (ends the episode).",
+                 "<answer>{answer}</answer>",
+                 answer=string_argument("The answer, as short as possible."))))
 
     def expert_action(self) -> str | None:
         """The privileged expert's next turn (it reads the gold answers and, on the

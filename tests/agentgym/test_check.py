@@ -35,7 +35,7 @@ def test_our_envs_pass_every_check(env_id):
     assert [r.name for r in results] == [
         "env id", "kind", "build", "observations", "episode", "info keys",
         "anchors (observation)", "seeds and task ids", "bad actions", "finished episode",
-        "anchors (state)", "gymnasium check_env", "vector env groups"]
+        "tools", "anchors (state)", "gymnasium check_env", "vector env groups"]
 
 
 def test_the_fast_part_stops_before_the_slow_checks_and_uses_the_anchor_asked():
@@ -130,12 +130,12 @@ def test_a_probe_records_what_it_saw_and_the_step_after_the_end():
 def test_the_command_line_prints_a_line_per_check_and_exits_1_on_a_breach(capsys):
     assert main(["AgentGym/Scripted-v0"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 14 and lines[-1].startswith("all 13 checks passed")
+    assert len(lines) == 15 and lines[-1].startswith("all 14 checks passed")
     assert all(line.startswith("PASS  ") for line in lines[:-1])
     assert main([f"{M}:AgentGymTest/UnhashableAnchor-v0", "--anchor", "state",
                  "--fast"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1].startswith("1 of 10 checks failed")
+    assert lines[-1].startswith("1 of 11 checks failed")
     assert [line[:4] for line in lines[:-1]].count("FAIL") == 1
     with pytest.raises(SystemExit) as exit_info:
         main(["AgentGym/Scripted-v0", "--env-kwargs", "[1]"])
