@@ -358,6 +358,37 @@ class PromptConfig:
     as verl-agent's Gym Cards prompts begin with it. A template with an ``{image}``
     placeholder puts it there instead."""
 
+    action_format: Literal["tags", "tool-call"] = "tags"
+    """How the model acts. ``tags``: an action inside ``action_tag`` (or the env's own
+    tags, ``env_style``) in a prompt this project writes, as verl-agent does. ``tool-call``:
+    the model's chat template shows the env's tools (:mod:`agentgym.tools`), the model
+    calls one per turn (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, or a
+    Llama 3.x JSON call, read from the template), the call becomes the env's action, and
+    the env's observation comes back as a ``tool`` message; the task and the first
+    observation are the user message. ``window`` layout: the last ``history_window`` turns
+    as messages; ``transcript``: one growing chat, bridged turn by turn without
+    re-tokenizing what was sampled (docs/tool-calls.md)."""
+
+    tool_template: str | None = None
+    """``tool-call`` format: a Jinja chat template file to render the chat with instead of
+    the tokenizer's own. ``None``: the tokenizer's own when it shows tools (Qwen2.5,
+    Qwen3, Llama 3.x Instruct), else AgentGym's ChatML tool template
+    (``algorithms/agent/chat_templates/chatml_tools.jinja``: SmolLM2 and the tiny model,
+    whose format an SFT stage teaches)."""
+
+    max_tool_calls: int = 1
+    """``tool-call`` format: calls allowed per answer (the env takes one action a turn);
+    a call after them makes the turn ``too_many_calls``, an invalid action."""
+
+    bridge_rewrite: Literal["keep", "end"] = "keep"
+    """``tool-call`` format, ``transcript`` layout: what happens when the chat template
+    rewrites an earlier turn, so that rendering the chat again does not extend the
+    prompt already sampled from (Qwen3 without thinking drops the last turn's empty
+    ``<think></think>`` once a tool message follows). ``keep``: keep every token as
+    sampled and render only the new messages as a suffix (counted as
+    ``rollout/bridge_kept``). ``end``: end the trajectory there, truncated
+    (``rollout/bridge_ended``)."""
+
     response_prefix: str = ""
     """Text placed after the chat template's generation prompt, as if the model had
     begun its answer with it (e.g. ``"<action>"`` opens the action tag for a small model).
@@ -393,6 +424,8 @@ def default_stop_strings(prompt: PromptConfig) -> tuple[str, ...]:
     (the GiGPO prompts end an action at ``</action>``), none when ``action_tag`` is empty
     (the whole answer is the action).
     """
+    if prompt.action_format == "tool-call":
+        return ("</tool_call>",)
     if prompt.env_style != "default":
         from agentgym.registration import tag_actions
 
@@ -973,6 +1006,7 @@ class TrainConfig:
                 load_template(self.prompt.template)
             except (OSError, ValueError) as error:
                 problems.append(f"prompt.template: {error}")
+        problems += self._tool_call_problems()
         if self.prompt.env_style != "default":
             from agentgym.registration import TAG_ACTION_FORMATS
 
@@ -1033,6 +1067,30 @@ class TrainConfig:
         if problems:
             raise ConfigError("invalid config: " + "; ".join(problems))
         return self
+
+    def _tool_call_problems(self) -> list[str]:
+        """Settings of the ``tool-call`` action format that cannot work."""
+        prompt = self.prompt
+        if prompt.action_format != "tool-call":
+            if prompt.tool_template is not None:
+                return ["prompt.tool_template is for prompt.action_format tool-call"]
+            return []
+        problems = []
+        if prompt.template is not None:
+            problems.append("prompt.template writes the tag format's user message; the "
+                            "tool-call format's prompt is the chat template's "
+                            "(prompt.tool_template)")
+        if not prompt.chat_template:
+            problems.append("the tool-call format renders the chat template: drop "
+                            "--prompt.no-chat-template")
+        if prompt.max_tool_calls < 1:
+            problems.append("prompt.max_tool_calls must be >= 1")
+        if prompt.tool_template is not None:
+            from pathlib import Path
+
+            if not Path(prompt.tool_template).expanduser().is_file():
+                problems.append(f"prompt.tool_template: no file {prompt.tool_template}")
+        return problems
 
     def _overlap_problems(self) -> list[str]:
         """Settings of the overlapped rollout and its corrections that cannot work."""
@@ -1352,6 +1410,33 @@ def _cpu_demo() -> TrainConfig:
     )
 
 
+def _cpu_demo_tools() -> TrainConfig:
+    """The cpu-demo's house through tool calls: SmolLM2-135M calls KeyDoor's tools
+    (``go(direction)``, ``open_door()``; :mod:`agentgym.tools`) in AgentGym's ChatML tool
+    template (SmolLM2's own template shows no tools), an SFT stage on the env's expert
+    with its actions written as calls first (the raw model has never seen the format),
+    then GiGPO, in one run (docs/tool-calls.md).
+
+    As the cpu-demo: the 2 x 2 house without key, 2 groups x 4, 6 steps, LoRA rank 16,
+    lr 5e-4, KL 0.2, its loss, 6 iterations. Differs: ``prompt.action_format tool-call``
+    (the window layout: the last step's answer and tool message kept), no response
+    prefix, prompts of at most 640 tokens (the tools' schemas are a system turn of about
+    290 of SmolLM2's tokens) and answers of at most 32 (a call is about 25, with
+    ``</tool_call>``); micro-batches of 4 rows (SFT and update); an SFT stage of 32 expert
+    episodes, 8 optimizer steps of 8 samples at lr 5e-4.
+    """
+    base = dataclasses.replace(_cpu_demo(), preset="cpu-demo-tools")
+    return replace(
+        base,
+        generation={"max_new_tokens": 32, "batch_size": 16},
+        prompt={"action_format": "tool-call", "response_prefix": "", "max_prompt_tokens": 640,
+                "history_window": 1},
+        sft={"warm_start": True, "episodes": 32, "max_steps": 8, "batch_size": 8,
+             "micro_batch_size": 4, "lr": 5e-4},
+        learner={"micro_batch_size": 4},
+    )
+
+
 CPU_ALFWORLD_TASK_TYPES: tuple[str, ...] = ("pick_and_place_simple", "look_at_obj_in_light")
 """The cpu-alfworld preset's ALFWorld task types: the two with the shortest expert
 walkthroughs (3-6 steps on generated games, against 5-10 for the other four)."""
@@ -1553,6 +1638,27 @@ def _webshop_1_5b() -> TrainConfig:
                  "micro_batch_size": 4},
         run={"iterations": 150, "eval_every": 5},
     )
+
+
+def _alfworld_1_5b_tools() -> TrainConfig:
+    """``alfworld-1.5b`` through tool calls: Qwen2.5-1.5B-Instruct calls ALFWorld's tools
+    (one per command of its grammar, :meth:`agentgym.alfworld.env.ALFWorldEnv.tools`) in
+    its own chat template (Hermes/Qwen ``<tool_call>`` layout), each observation a tool
+    message, the last 2 steps as messages (the window layout), reasoning in ``<think>``
+    before the call. As ``alfworld-1.5b`` otherwise, except prompts of at most 4096 tokens
+    (the 15 tools' schemas add a system turn of about 1,500 tokens to verl-agent's 2048)."""
+    base = dataclasses.replace(_alfworld_1_5b(), preset="alfworld-1.5b-tools")
+    return replace(base, prompt={"action_format": "tool-call", "max_prompt_tokens": 4096})
+
+
+def _webshop_1_5b_tools() -> TrainConfig:
+    """``webshop-1.5b`` through tool calls: Qwen2.5-1.5B-Instruct calls WebShop's
+    ``search(query)`` and ``click(target)`` in its own chat template, each page a tool
+    message, the last 2 steps as messages, reasoning in ``<think>`` before the call. As
+    ``webshop-1.5b`` otherwise, except prompts of at most 2560 tokens (the two tools'
+    schemas add a system turn of about 300 tokens)."""
+    base = dataclasses.replace(_webshop_1_5b(), preset="webshop-1.5b-tools")
+    return replace(base, prompt={"action_format": "tool-call", "max_prompt_tokens": 2560})
 
 
 def _hgpo_alfworld_1_5b() -> TrainConfig:
@@ -1859,12 +1965,15 @@ def _searchqa_3b_transcript() -> TrainConfig:
 
 PRESETS: dict[str, TrainConfig] = {
     "cpu-demo": _cpu_demo(),
+    "cpu-demo-tools": _cpu_demo_tools(),
     "cpu-alfworld": _cpu_alfworld(),
     "cpu-webshop": _cpu_webshop(),
     "cpu-searchqa": _cpu_searchqa(),
     "alfworld-1.5b": _alfworld_1_5b(),
     "alfworld-7b-lora": _alfworld_7b_lora(),
     "webshop-1.5b": _webshop_1_5b(),
+    "alfworld-1.5b-tools": _alfworld_1_5b_tools(),
+    "webshop-1.5b-tools": _webshop_1_5b_tools(),
     "hgpo-alfworld-1.5b": _hgpo_alfworld_1_5b(),
     "hgpo-webshop-1.5b": _hgpo_webshop_1_5b(),
     "graphgpo-alfworld-1.5b": _graphgpo_alfworld_1_5b(),
@@ -1883,6 +1992,9 @@ PRESET_HELP: dict[str, str] = {
     "cpu-demo": "SmolLM2-135M with LoRA (rank 16) on a 2x2 KeyDoor house (no key), "
                 "2 groups x 4, 6 steps, answers opened with <action>, lr 5e-4, KL 0.2, "
                 "6 iterations.",
+    "cpu-demo-tools": "The cpu-demo's house through tool calls: SmolLM2-135M calls "
+                      "KeyDoor's tools (AgentGym's ChatML tool template), an SFT stage on "
+                      "the expert's calls, then GiGPO, 6 iterations.",
     "cpu-alfworld": "SmolLM2-135M with LoRA on ALFWorld (generated games, or "
                     "$ALFWORLD_DATA), 2 task types, 8 steps: an SFT stage on the env's "
                     "expert (12 steps), then GiGPO, 2 groups x 4, 2 iterations.",
@@ -1899,6 +2011,10 @@ PRESET_HELP: dict[str, str] = {
                         "(rank 64), lr 3e-6, no KL.",
     "webshop-1.5b": "verl-agent's run_webshop.sh: Qwen2.5-1.5B-Instruct on WebShop, 6 "
                     "groups x 8, 15 steps, mean-only normalization.",
+    "alfworld-1.5b-tools": "alfworld-1.5b through tool calls: Qwen2.5-1.5B-Instruct calls "
+                           "ALFWorld's tools in its own chat template, prompts 4096.",
+    "webshop-1.5b-tools": "webshop-1.5b through tool calls: Qwen2.5-1.5B-Instruct calls "
+                          "search and click in its own chat template, prompts 2560.",
     "hgpo-alfworld-1.5b": "verl-agent's recipe/hgpo 1.5B ALFWorld script: HGPO (history 2, "
                           "alpha 1, no base group), 16 groups x 8, 50 steps, prompts 4096.",
     "hgpo-webshop-1.5b": "verl-agent's recipe/hgpo 1.5B WebShop script: HGPO, 16 groups x 8, "

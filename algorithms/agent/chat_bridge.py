@@ -9,34 +9,36 @@ write earlier turns as it wrote them before; neither holds in general (rLLM #352
 blocks: prime-rl #1334, SkyRL #410). :class:`ChatBridge` never re-tokenizes a sampled
 token. For a completion ``C`` (ids as sampled) that answered a prompt ``P`` (ids, and the
 text they stand for) and the new messages ``M`` (the env's tool message), it renders the
-chat *with* the assistant's answer and *with and without* ``M``::
+chat with the assistant's answer (its text as decoded) and ``M``, generation prompt on::
 
-    A = render(chat + [assistant], generation prompt off)
-    B = render(chat + [assistant] + M, generation prompt on)
+    B = render(chat + [assistant] + M)
 
-and, when ``A`` starts with ``P``'s text followed by the completion's text and ``B``
-starts with ``A`` (the template *extends* the earlier render), the next prompt is ::
+and, when ``B`` starts with ``P``'s text followed by the completion's text (and its end
+token, when it ended on one) -- the template *extends* the earlier render -- the next
+prompt is ::
 
-    P ids + C ids + tokens(the rest of A's assistant turn + B[len(A):] + response prefix)
+    P ids + C ids + tokens(the rest of B + response prefix)
 
-where "the rest of A's assistant turn" is its end-of-turn text (``<|im_end|>\\n``) less
-the end token the completion already holds (a completion that stopped on EOS holds it;
-one cut by ``max_new_tokens`` or a stop string does not, and the template's end of turn
-is added as prompt tokens). Then the bridged prompt's text equals a full re-render of the
-chat (:meth:`ChatBridge.render`), and the ids differ from tokenizing that text only where
-the sampled ids are not the text's own tokenization -- which is the point.
+where the rest of ``B`` is the assistant turn's end (``<|im_end|>\n``; only its newline
+when the completion stopped on EOS and so holds ``<|im_end|>``; all of it when a stop
+string or ``max_new_tokens`` cut the completion), the new messages and the generation
+prompt. Then the bridged prompt's text equals a full re-render of the chat
+(:meth:`ChatBridge.render`), and its ids differ from tokenizing that text only where the
+sampled ids are not the text's own tokenization -- which is the point.
 
-**Templates that rewrite earlier turns** (``A`` or ``B`` does not extend the earlier
-text): Qwen3 with thinking off writes an empty ``<think></think>`` before the *last*
-assistant turn only, so the turn loses it once a tool message follows; Llama 3.x trims an
+**Templates that rewrite earlier turns** (``B`` does not start with the earlier prompt
+and the completion): Qwen3 with thinking off opens the answer with an empty
+``<think></think>`` in the generation prompt but writes it before the *last* assistant
+turn only, so the turn loses it once a tool message follows; Llama 3.x trims an
 assistant turn's whitespace; any template may rewrite an answer whose text is not in its
 canonical form (Qwen3's ``<think>`` newlines). The policy (``prompt.bridge_rewrite``):
 
 ``keep`` (default)  keep every token as sampled -- the model is trained on the context it
-                    saw -- and take the new messages' suffix from a stand-in chat (the
+                    saw -- and render the new messages as a suffix: a stand-in chat (the
                     system message if any, a user turn, an assistant turn holding a
-                    marker): ``B'`` after the marker's end of turn. The next prompt then
-                    differs from a full re-render exactly where the template rewrote.
+                    marker) rendered with and without them, the difference taken after
+                    the marker's end of turn. The next prompt then differs from a full
+                    re-render exactly where the template rewrote.
 ``end``             end the trajectory there, truncated (its earlier steps stay).
 
 A turn whose suffix cannot be rendered at all (the template raises, or even the stand-in
@@ -215,19 +217,15 @@ class ChatBridge:
         content, end = self.answer_text(completion_ids)
         sampled = content[len(self.response_prefix):]
         assistant = {"role": "assistant", "content": content}
-        chat = (*transcript.messages, assistant)
-        after = (*chat, *map(dict, new_messages))
+        after = (*transcript.messages, assistant, *map(dict, new_messages))
         kind, tail = "extended", None
         try:
-            before_text = self.render(chat, generation_prompt=False)
             after_text = self.render(after, generation_prompt=True)
         except Exception:  # noqa: BLE001 - counted; the trajectory ends
             return BridgeStep(None, "ended")
-        head = transcript.text + sampled
-        turn_end = before_text[len(head):]
-        if before_text.startswith(head) and after_text.startswith(before_text) and \
-                turn_end.startswith(end):
-            tail = turn_end[len(end):] + after_text[len(before_text):]
+        head = transcript.text + sampled + end
+        if after_text.startswith(head):
+            tail = after_text[len(head):]
         if tail is None:
             kind = "kept"
             if self.rewrite == "end":

@@ -39,6 +39,11 @@ class StepRecord:
     images: tuple[np.ndarray, ...] = ()
     """The images the step's prompt showed (a visual env's observation), as the env drew
     them."""
+    call_statuses: str = ""
+    """The ``tool-call`` format: the statuses of the answer's call attempts, joined by
+    ``,`` (:mod:`algorithms.agent.tool_calls`); ``""`` in the tag format."""
+    tool_result: str = ""
+    """The ``tool-call`` format: the tool message that answered the step."""
 
 
 def split_observation(observation: Any) -> tuple[str, np.ndarray | None]:
@@ -76,6 +81,13 @@ class EnvSlot:
         budget_cut: the trajectory ended because its transcript outgrew the budget.
         bootstrap: token ids of the prompt after the trajectory's last step, when kept.
         steps: the trajectory's steps, in order.
+        views: the ``tool-call`` format: each observation as the chat shows it, the
+            first one's first.
+        answers: each step's answer as the model wrote it (response prefix included).
+        feedbacks: each step's parser error line (``""`` where the call was ``ok``).
+        chat: the ``tool-call`` transcript's chat so far
+            (:class:`~algorithms.agent.chat_bridge.ChatTranscript`), else ``None``.
+        bridge_ended: the trajectory ended because its next turn could not be bridged.
     """
 
     index: int
@@ -92,6 +104,11 @@ class EnvSlot:
     budget_cut: bool = False
     bootstrap: tuple[int, ...] | None = None
     steps: list[StepRecord] = field(default_factory=list)
+    views: list[str] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    feedbacks: list[str] = field(default_factory=list)
+    chat: Any = None
+    bridge_ended: bool = False
 
     @classmethod
     def after_reset(cls, index: int, observation: Any, info: dict[str, Any]) -> EnvSlot:
@@ -113,7 +130,8 @@ class EnvSlot:
 
 
 def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, layout: str,
-             env_error_steps: int, prompt_overflows: int) -> StepBatch:
+             env_error_steps: int, prompt_overflows: int,
+             bridge: Any = None) -> StepBatch:
     """The :class:`StepBatch` of the slots' steps, sorted by trajectory then step.
 
     Args:
@@ -123,6 +141,8 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
         layout: the prompt layout.
         env_error_steps: agent steps whose env call failed.
         prompt_overflows: steps not taken because no prompt fitted.
+        bridge: the chat bridge's :class:`~algorithms.agent.chat_bridge.BridgeCounts`
+            (``tool-call`` transcripts), or ``None``.
     """
     steps = [step for slot in slots for step in slot.steps]
     owners = [slot for slot in slots for _ in slot.steps]
@@ -167,7 +187,9 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
                     actions=tuple(s.action for s in steps),
                     response_texts=tuple(s.text for s in steps),
                     observations=tuple(s.observation for s in steps),
-                    tasks=tuple(s.task for s in steps)),
+                    tasks=tuple(s.task for s in steps),
+                    call_statuses=tuple(s.call_statuses for s in steps),
+                    tool_results=tuple(s.tool_result for s in steps)),
         env_error=np.array([slot.env_error for slot in owners], dtype=bool),
         env_errors=sum(slot.env_error for slot in slots),
         env_error_steps=env_error_steps,
@@ -178,5 +200,8 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
         behaviour_log_probs=behaviour,
         images=(tuple(s.images for s in steps) if any(s.images for s in steps) else None),
         layout=layout,
+        bridge_extended=0 if bridge is None else bridge.extended,
+        bridge_kept=0 if bridge is None else bridge.kept,
+        bridge_ended=0 if bridge is None else bridge.ended,
         **bootstrap,
     )

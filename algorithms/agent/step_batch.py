@@ -37,6 +37,11 @@ class StepLog:
         observations: N observations each action answered (the env's raw text; empty
             for batches built without them).
         tasks: N task instructions (``info["task"]``; empty likewise).
+        call_statuses: N ``tool-call`` answers' attempt statuses joined by ``,``
+            (:mod:`algorithms.agent.tool_calls`; ``""`` in the tag format; empty for
+            batches built without them).
+        tool_results: N tool messages that answered each ``tool-call`` step (empty
+            likewise).
     """
 
     task_ids: tuple[str, ...] = per_row()
@@ -45,6 +50,8 @@ class StepLog:
     response_texts: tuple[str, ...] = per_row()
     observations: tuple[str, ...] = per_row(default=())
     tasks: tuple[str, ...] = per_row(default=())
+    call_statuses: tuple[str, ...] = per_row(default=())
+    tool_results: tuple[str, ...] = per_row(default=())
 
     def __len__(self) -> int:
         return len(self.task_ids)
@@ -122,6 +129,11 @@ class StepBatch:
             generation had).
         layout: ``"window"`` (each row's prompt built afresh) or ``"transcript"`` (each
             row's prompt is the trajectory's transcript so far; see the module docstring).
+        bridge_extended: ``tool-call`` transcripts: turns whose chat render extended the
+            earlier one (:class:`~algorithms.agent.chat_bridge.BridgeCounts`).
+        bridge_kept: turns the chat template rewrote, bridged keeping the sampled tokens.
+        bridge_ended: turns that ended their trajectory because they could not be
+            bridged.
     """
 
     prompt_ids: np.ndarray = per_row()
@@ -161,6 +173,9 @@ class StepBatch:
     policy_version: np.ndarray | None = per_row(default=None)
     images: tuple[tuple[np.ndarray, ...], ...] | None = per_row(default=None, repr=False)
     layout: str = "window"
+    bridge_extended: int = 0
+    bridge_kept: int = 0
+    bridge_ended: int = 0
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
@@ -333,6 +348,8 @@ def concat_batches(batches: Sequence[StepBatch], group_offsets: Sequence[int],
         "env_errors": sum(b.env_errors for b in batches),
         "env_error_steps": sum(b.env_error_steps for b in batches),
         "prompt_overflows": sum(b.prompt_overflows for b in batches),
+        **{name: sum(getattr(b, name) for b in batches)
+           for name in ("bridge_extended", "bridge_kept", "bridge_ended")},
     }
     for name in ("behaviour_log_probs", "ref_log_probs"):  # recorded or scored by the engine
         changes[name] = (padded(name, left=False)
