@@ -5,8 +5,9 @@
 settings (``--episode-stats trajectories`` against the recipe's), or one measure other than
 the final held-out success (training-rollout success over some iterations). This script
 reads two of the study's result JSONs, pairs the seeds both have, and prints each side's
-mean with its 95% bootstrap interval, every seed, the mean paired difference and the
-two-sided paired permutation p-value (``benchmarks/study_stats.py``)::
+mean with its 95% bootstrap interval, every seed, the mean paired difference with its 95%
+paired-bootstrap interval (the seeds resampled with replacement, 10,000 resamples, seed 0)
+and the two-sided paired permutation p-value (``benchmarks/study_stats.py``)::
 
     python -m benchmarks.compare_studies \\
         benchmarks/results/credit_assignment_full_h48-eq3.json:gigpo-state-std \\
@@ -158,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         low, high = row["ci95"]
         print(f"  {side}: {method} ({path.name}) {row['mean']:.3f} [{low:.3f}, {high:.3f}]  "
               + " ".join(f"{v:.3f}" for v in row["values"]))
-    print(f"a - b: {result['mean_difference']:+.3f}, paired permutation p = "
-          f"{result['p_value']:.3f} ({len(result['seeds'])} seeds)")
+    low, high = result["difference_ci95"]
+    print(f"a - b: {result['mean_difference']:+.3f} [{low:+.3f}, {high:+.3f}], paired "
+          f"permutation p = {result['p_value']:.3f} ({len(result['seeds'])} seeds)")
     return 0
 
 

@@ -11,6 +11,7 @@ import pytest
 from benchmarks.compare_studies import main, seed_values
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+T4 = "credit_assignment_smollm2_g8_mb16_kl0.01_sft2p0.5_t4.json"
 
 
 def _study(method: str, seeds: dict[int, tuple[float, list[float]]]) -> dict:
@@ -56,23 +57,45 @@ def test_unknown_task_method_measure_and_iterations_are_named():
     (["--measure", "train", "--iterations", "5", "8",
       f"{RESULTS}/credit_assignment_full_h48-g16.json:gigpo-state-std",
       f"{RESULTS}/credit_assignment_full_h48-g16.json:grpo-std"],
-     "keydoor", "a - b: +0.033, paired permutation p = 0.016 (10 seeds)"),
+     "keydoor", "a - b: +0.033 [+0.014, +0.053], paired permutation p = 0.016 (10 seeds)"),
     ([f"{RESULTS}/credit_assignment_full_h48-eq3.json:gigpo-state-std",
       f"{RESULTS}/credit_assignment_full_h48-omega1.json:gigpo-state-std"],
-     "keydoor", "a - b: +0.055, paired permutation p = 0.016 (10 seeds)"),
+     "keydoor", "a - b: +0.055 [+0.020, +0.098], paired permutation p = 0.016 (10 seeds)"),
     # T1 of docs/credit-assignment.md (GiGPO against GRPO with SmolLM2), from its JSON
     (["--measure", "train", "--iterations", "2", "6",
       f"{RESULTS}/credit_assignment_smollm2.json:gigpo",
       f"{RESULTS}/credit_assignment_smollm2.json:grpo"],
-     "cpu-demo", "a - b: +0.182, paired permutation p = 0.016 (10 seeds)"),
+     "cpu-demo", "a - b: +0.182 [+0.090, +0.268], paired permutation p = 0.016 (10 seeds)"),
     ([f"{RESULTS}/credit_assignment_smollm2.json:gigpo",
       f"{RESULTS}/credit_assignment_smollm2.json:grpo"],
-     "cpu-demo", "a - b: +0.106, paired permutation p = 0.359 (10 seeds)"),
+     "cpu-demo", "a - b: +0.106 [-0.087, +0.294], paired permutation p = 0.359 (10 seeds)"),
+    # T4 of docs/credit-assignment.md (GiGPO against GRPO where GRPO learns), from its JSON
+    (["--measure", "train", "--iterations", "2", "12",
+      f"{RESULTS}/{T4}:gigpo", f"{RESULTS}/{T4}:grpo"],
+     "cpu-demo", "a - b: +0.057 [-0.045, +0.186], paired permutation p = 0.467 (10 seeds)"),
 ])
 def test_the_documented_comparisons_are_reproduced(argv, task, line, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(f"{task}, ") and out[-1] == line
+
+
+def test_the_interval_is_the_paired_bootstrap_of_the_differences(tmp_path, capsys):
+    """Seeds whose differences are all 0.25 give a zero-width interval at 0.25 whatever the
+    sides' own spread; one seed with a larger difference widens it on that side only."""
+    same = _study("gigpo-state-std", {s: (0.25 + s / 8, [0.0]) for s in range(4)})
+    other = _study("grpo-std", {s: (s / 8, [0.0]) for s in range(4)})
+    for name, study in (("a.json", same), ("b.json", other)):
+        (tmp_path / name).write_text(json.dumps(study))
+    assert main([f"{tmp_path}/a.json:gigpo-state-std", f"{tmp_path}/b.json:grpo-std"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == \
+        "a - b: +0.250 [+0.250, +0.250], paired permutation p = 0.125 (4 seeds)"
+    same["runs"]["keydoor"]["gigpo-state-std"]["3"]["final_success"] = 1.375  # diff 1.0
+    (tmp_path / "a.json").write_text(json.dumps(same))
+    assert main([f"{tmp_path}/a.json:gigpo-state-std", f"{tmp_path}/b.json:grpo-std"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    low, high = (float(x) for x in last.split("[")[1].split("]")[0].split(", "))
+    assert last.startswith("a - b: +0.438 [") and low == 0.25 and 0.438 < high <= 1.0
 
 
 LM_STUDY = {"task": "keydoor-key", "runs": {"gigpo": {
