@@ -250,6 +250,18 @@ class ToolTranscriptPrompts:
             slot.budget_cut = True
 
 
+def tool_call_line(config: Any, tokenizer: Any) -> str:
+    """The line a run prints about its tool-call format: the env's tools, the chat
+    template and where it comes from, the call layout, the layout of the prompts."""
+    from agentgym.tools import env_tools
+
+    tools = env_tools(config.env.env_id, config.env.kwargs())
+    chat = ToolChat(tokenizer, config.prompt, tools)
+    kind = "one generic tool" if tools.generic else f"{len(tools.tools)} tools"
+    return (f"tool calls: {kind} ({', '.join(tools.names)}) in {chat.template_source}, "
+            f"{chat.layout} call layout, {config.prompt.layout} layout")
+
+
 END_TOKENS: tuple[str, ...] = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>")
 """Tokens that end a turn in the chat templates here (ChatML/Qwen, Llama 3.x)."""
 

@@ -180,6 +180,10 @@ class Trainer:
         transport = getattr(self.engine, "weight_transport", None)
         self._say(f"generation engine: {type(self.engine).__name__}"
                   + (f" (weight sync: {transport})" if transport else ""))
+        if config.prompt.action_format == "tool-call":
+            from algorithms.agent.tool_prompts import tool_call_line
+
+            self._say(tool_call_line(config, self.policy.tokenizer))
         if checkpoint is not None:
             self._restore(checkpoint)
         elif config.model.init_checkpoint is not None:
