@@ -296,6 +296,14 @@ class TextEnv(gym.Env[str, str]):
         ``python -m agentgym.check`` checks what an env declares."""
         return None
 
+    @classmethod
+    def data_problems(cls, kwargs: dict[str, Any]) -> list[str]:
+        """What keeps an env built with ``kwargs`` from finding its data, one line each
+        saying what to do (``train.py --dry-run`` prints them), read without building the
+        env or generating anything: a data path that does not exist, a split that is not
+        there, a server that does not answer. ``[]`` (the default): nothing to check."""
+        return []
+
     # ------------------------------------------------------------------ overridable
     def observation_anchor(self, observation: str) -> Hashable:
         """The ``"observation"`` anchor of ``observation`` (default: the text itself)."""

@@ -48,8 +48,8 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 import agentgym  # noqa: F401  (registers the env ids)
-from algorithms.config import PRESETS
 from algorithms.integrations.episode import ChatEpisode
+from algorithms.presets import PRESETS
 from algorithms.training.policy import load_causal_lm
 
 DEMO = PRESETS["cpu-demo"]

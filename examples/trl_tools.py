@@ -36,7 +36,7 @@ from typing import Any, Literal
 import agentgym
 from agentgym.tools import EnvTools, ToolCallError, env_tools
 from algorithms.agent.tool_prompts import observation_view
-from algorithms.config import PRESETS
+from algorithms.presets import PRESETS
 from algorithms.training.policy import load_causal_lm
 
 DEMO = PRESETS["cpu-demo-tools"]

@@ -1,4 +1,5 @@
-"""Shared fixtures: where the real benchmark samples live."""
+"""Shared fixtures: where the real benchmark samples live; differential tests that may not
+skip."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("AGENTGYM_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 REQUIRE_SHARED_DATA = os.environ.get("AGENTGYM_REQUIRE_SHARED_DATA") == "1"
 """Set by CI (``.ci/run``): a missing data file fails its test instead of skipping it."""
+REQUIRE_DIFFERENTIAL_ENV = "AGENTGYM_REQUIRE_DIFFERENTIAL"
+"""Set to 1 by CI (``.ci/run``): a test marked ``differential`` that skips fails instead."""
 
 
 def missing_shared_data(path: Path) -> str:
@@ -55,3 +58,20 @@ def cpu_without_bf16(request):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(precision, "cpu_has_bf16", lambda: False)
         yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under ``AGENTGYM_REQUIRE_DIFFERENTIAL=1`` a skipped ``differential`` test (in any
+    phase: a ``skipif`` mark, a skipping fixture, ``pytest.skip`` in the test) is
+    reported as failed, with the skip's reason."""
+    outcome = yield
+    report = outcome.get_result()
+    if (report.skipped and not hasattr(report, "wasxfail")
+            and os.environ.get(REQUIRE_DIFFERENTIAL_ENV) == "1"
+            and item.get_closest_marker("differential") is not None):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        reason = str(reason).removeprefix("Skipped: ")
+        report.outcome = "failed"
+        report.longrepr = (f"a differential test skipped under {REQUIRE_DIFFERENTIAL_ENV}=1 "
+                           f"(CI): {reason}")

@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.alfworld.data import (
+    GAME_FILENAME,
+    GAMES_DIRNAME,
     TASK_TYPES,
     TRAJ_FILENAME,
     GameRecord,
@@ -79,6 +81,34 @@ def task_of(intro: str) -> str:
     return task.strip() if found else ""
 
 
+def alfworld_data_problems(cls: type, kwargs: dict[str, Any]) -> list[str]:
+    """A data path that holds no games, a split that is not there, an official split
+    without game files, or no alfworld package to generate games with (the
+    constructor reads no game, so building one here is cheap)."""
+    download = ("run alfworld-download (it writes to $ALFWORLD_DATA, else "
+                "~/.cache/alfworld) or point $ALFWORLD_DATA at its folder")
+    try:
+        env = cls(**kwargs)
+    except FileNotFoundError as error:
+        return [f"{error}; {download}"]
+    except (ValueError, TypeError) as error:
+        return [str(error)]
+    root, split = env.data_root, env.split
+    env.close()
+    if root is None:
+        import importlib.util
+
+        if importlib.util.find_spec("alfworld") is None:
+            return ["ALFWorld games are generated with the alfworld package, which is not "
+                    "installed: pip install -e '.[alfworld]'"]
+        return []
+    games = root / GAMES_DIRNAME / split
+    if next(games.glob(f"*/*/{GAME_FILENAME}"), None) is None:
+        return [f"no ALFWorld game files ({GAME_FILENAME}) in {games}: an incomplete "
+                f"download? {download}"]
+    return []
+
+
 class ALFWorldEnv(TextEnv):
     """ALFWorld (Shridhar et al., ICLR 2021) text games through TextWorld's PDDL engine.
 
@@ -107,8 +137,12 @@ class ALFWorldEnv(TextEnv):
         root = find_data_root(kwargs.get("data_path"))
         return (f"official ALFWorld games in {root}" if root is not None else
                 "ALFWorld games generated from the alfworld package (no official data: "
-                "set $ALFWORLD_DATA or data_path for it)")
+                "alfworld-download fetches it to $ALFWORLD_DATA, else ~/.cache/alfworld)")
 
+    @classmethod
+    def data_problems(cls, kwargs: dict[str, Any]) -> list[str]:
+        """What is missing for ``cls(**kwargs)`` (:func:`alfworld_data_problems`)."""
+        return alfworld_data_problems(cls, kwargs)
 
     def __init__(
         self,

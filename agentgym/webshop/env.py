@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -62,6 +63,7 @@ from agentgym.webshop.actions import (
     parse_action,
 )
 from agentgym.webshop.browser import Browser
+from agentgym.webshop.data import WebShopDataError, WebShopFiles
 from agentgym.webshop.goals import (
     DEFAULT_PRICE_SEED,
     GOAL_SOURCES,
@@ -113,6 +115,26 @@ class WebShopEnv(TextEnv):
     def task_source(cls, kwargs: dict[str, Any]) -> str:
         data = kwargs.get("data")
         return f"WebShop data in {data}" if data else "the generated WebShop catalog"
+
+    @classmethod
+    def data_problems(cls, kwargs: dict[str, Any]) -> list[str]:
+        """A ``data`` path that does not exist, or a folder without WebShop's product file
+        (or with several); nothing is read but the folder's listing (the generated
+        catalog needs no check)."""
+        data = kwargs.get("data")
+        if not data or isinstance(data, WebShopFiles):
+            return []
+        path = Path(data).expanduser()
+        if not path.exists():
+            return [f"WebShop data {str(path)!r} does not exist: download WebShop's data (its "
+                    "setup.sh: items_shuffle.json, items_ins_v2.json, items_human_ins.json) "
+                    "and pass that folder as the env's data"]
+        if path.is_dir():
+            try:
+                WebShopFiles.find(path)
+            except WebShopDataError as error:
+                return [str(error)]
+        return []
 
 
     def __init__(

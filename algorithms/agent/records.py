@@ -21,7 +21,13 @@ The first line is a header, every further line one trajectory (the format
                 "env_reward": 0.0, "reward": -0.1, "anchor": null, "prompt_cut": false,
                 "advantage": 0.41, "episode_advantage": 0.3, "step_advantage": 0.11,
                 "step_group": 5, "step_group_size": 2,
-                "step_group_members": [[0, 0], [1, 0]]}, ...]}
+                "step_group_members": [[0, 0], [1, 0]]}, ...],
+     "final_observation": "..."}
+
+``final_observation`` is the env's reply to the last step's action (its observation after
+it: "Game over: ...", "Invalid move", a turn-limit message), which no step shows as its
+``observation``; ``null`` for batches built without the env's replies. The reply to any
+earlier step is the next step's ``observation``.
 
 ``prompt`` is the prompt as the model saw it (chat template included, special tokens
 kept); gzip shares its repeated instructions across steps, so no prefix table is needed.
@@ -217,6 +223,8 @@ def trajectory_records(batch: StepBatch, tokenizer: Any, *, iteration: int, spli
                 "length": len(rows),
             },
             "steps": steps,
+            "final_observation": (batch.log.replies[rows[-1]] if batch.log.replies
+                                  else None),
         })
     return records
 

@@ -79,10 +79,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agentgym.vector.observations import observation_rows
-from algorithms.agent.env_slot import EnvSlot, StepRecord, assemble, split_observation
+from algorithms.agent.env_slot import EnvSlot, StepRecord, split_observation
 from algorithms.agent.prompt_strategies import PromptStrategy, prompt_strategy
 from algorithms.agent.prompts import BuiltPrompt, PromptBuilder, PromptTooLongError
-from algorithms.agent.step_batch import StepBatch  # the rollout's output
+from algorithms.agent.step_batch import StepBatch, assemble  # the rollout's output
 from algorithms.config import PromptConfig
 from algorithms.engines import FailedGeneration
 
@@ -320,6 +320,7 @@ def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
             continue
         answer = parsed[position]
         valid = bool(next_rows[index].get("valid_action", True))
+        reply, next_image = split_observation(next_observations[index])
         penalty = settings.invalid_action_penalty if not (answer.format_ok and valid) else 0.0
         slot.steps.append(StepRecord(
             prompt=prompt.token_ids, response=tuple(responses[position]),
@@ -331,11 +332,12 @@ def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
             text=texts[position], prompt_cut=prompt.was_cut, observation=slot.observation,
             task=str(slot.info.get("task", "")),
             log_probs=getattr(responses[position], "log_probs", None), images=prompt.images,
+            reply=reply,
             call_statuses=",".join(a.status for a in getattr(answer, "attempts", ()))))
         slot.history.append((slot.observation, answer.action))
         slot.answers.append(prefix + texts[position])
         slot.feedbacks.append(getattr(answer, "feedback", ""))
-        slot.observation, slot.image = split_observation(next_observations[index])
+        slot.observation, slot.image = reply, next_image
         slot.info = next_rows[index]
         finished = bool(terminated[index]) or bool(truncated[index])
         if finished:

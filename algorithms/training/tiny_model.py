@@ -267,5 +267,16 @@ def load_tiny_policy(config: TrainConfig, device: torch.device, *, seed: int = 0
     return wrap_model(model, tokenizer, config.model,
                       source=f"the tiny smoke model (a random Llama: {TINY_LAYERS} layers of "
                              f"width {TINY_HIDDEN}, {len(tokenizer)} words from "
-                             f"{config.env.env_id}'s text)",
+                             f"{config.env.env_id}'s text, vocabulary "
+                             f"{vocabulary_digest(tokenizer)})",
                       path="tiny", gguf_file=None, seed=seed)
+
+
+def vocabulary_digest(tokenizer: Any) -> str:
+    """The first 12 hex digits of the SHA-256 of a word tokenizer's vocabulary (its words
+    in id order): equal exactly when two smoke models read text alike, which their
+    checkpoints' identities then say (:func:`~algorithms.runs.checkpoint.check_model_identity`)."""
+    import hashlib
+
+    words = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    return hashlib.sha256("\n".join(word for word, _ in words).encode()).hexdigest()[:12]

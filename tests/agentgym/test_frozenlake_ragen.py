@@ -13,12 +13,8 @@ read as its env-state manager reads them (lower-cased, whole word).
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
 import types
-from pathlib import Path
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -26,32 +22,17 @@ from gymnasium.envs.toy_text.frozen_lake import MAPS, generate_random_map
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymnasiumFrozenLake
 
 from agentgym.frozenlake import FrozenLakeEnv
+from tests.differential import live_original
+from tools import originals
 
 ENV_VAR = "AGENTGYM_RAGEN_PATH"
 WORDS = ("Left", "Down", "Right", "Up", " up ", "LEFT", "Left || Up", "go left", "")
 
 
 @pytest.fixture(scope="module")
-def ragen() -> types.SimpleNamespace:
-    root = os.environ.get(ENV_VAR)
-    if not root:
-        pytest.skip(f"set {ENV_VAR} to a RAGEN checkout to compare with its FrozenLake env")
-    if not (Path(root) / "ragen/env/frozen_lake/env.py").is_file():
-        pytest.fail(f"{ENV_VAR}={root} has no ragen/env/frozen_lake/env.py")
-    if importlib.util.find_spec("omegaconf") is None:
-        pytest.skip("RAGEN's ragen.utils needs omegaconf (not importable here)")
-    for name in ("ragen", "ragen.env"):
-        module = types.ModuleType(name)
-        module.__path__ = [str(Path(root).joinpath(*name.split(".")))]
-        sys.modules[name] = module
-    try:
-        yield types.SimpleNamespace(
-            env=importlib.import_module("ragen.env.frozen_lake.env"),
-            config=importlib.import_module("ragen.env.frozen_lake.config"),
-        )
-    finally:
-        for name in [m for m in sys.modules if m.split(".")[0] == "ragen"]:
-            del sys.modules[name]
+def ragen() -> Iterator[types.SimpleNamespace]:
+    yield from live_original(ENV_VAR, originals.ragen_frozenlake,
+                             what="RAGEN's FrozenLake env")
 
 
 def _their_env(ragen, desc: list[str], *, is_slippery: bool, success_rate: float, seed: int):

@@ -18,22 +18,18 @@ and with our own card faces: the same pixels everywhere outside the cards.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
 import types
-from pathlib import Path
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from agentgym.gym_cards.env import BlackjackEnv, EZPointsEnv, GymCardsEnv, NumberLineEnv
 from agentgym.gym_cards.rules import action_text
+from tests.differential import live_original
+from tools import originals
 
 ENV_VAR = "AGENTGYM_VERL_AGENT_PATH"
-PACKAGE = "agent_system.environments.env_package.gym_cards"
-GYM_CARDS = "agent_system/environments/env_package/gym_cards/gym-cards"
 SEEDS = [*range(240), *(65_536 + 7_919 * k for k in range(60))]
 THEIR_NAMES = {"ezpoints": "gym_cards/EZPoints-v0", "numberline": "gym_cards/NumberLine-v0",
                "blackjack": "gym_cards/Blackjack-v0"}
@@ -56,49 +52,12 @@ CARD_BOXES = {  # (x, y, width, height) of every card on their frames
 
 
 @pytest.fixture(scope="module")
-def verl_agent() -> types.SimpleNamespace:
-    root = os.environ.get(ENV_VAR)
-    if not root:
-        pytest.skip(f"set {ENV_VAR} to a verl-agent checkout to compare with its gym_cards")
-    source = Path(root) / GYM_CARDS / "gym_cards" / "envs"
-    if not source.is_dir():
-        pytest.fail(f"{ENV_VAR}={root} has no {GYM_CARDS}/gym_cards/envs")
-    missing = [name for name in ("PIL", "torch") if importlib.util.find_spec(name) is None]
-    if missing:
-        pytest.skip(f"verl-agent's gym_cards needs {', '.join(missing)} (not importable here)")
-    from PIL import ImageFont
-
-    try:
-        ImageFont.truetype("dejavu/DejaVuSans.ttf", 20)
-        ImageFont.truetype("dejavu/DejaVuSans-Bold.ttf", 20)
-    except OSError:
-        pytest.skip("gym-cards draws with the DejaVu fonts, which are not installed here")
-    stubs = {"gym_cards": source.parent, "gym_cards.envs": source}
-    parts = PACKAGE.split(".")
-    for depth in range(1, len(parts) + 1):
-        stubs[".".join(parts[:depth])] = Path(root).joinpath(*parts[:depth])
-    clashes = [name for name in stubs if name in sys.modules]
-    if clashes:
-        pytest.skip(f"modules {clashes} are already imported from elsewhere")
-    for name, path in stubs.items():
-        module = types.ModuleType(name)
-        module.__path__ = [str(path)]
-        sys.modules[name] = module
-    try:
-        yield types.SimpleNamespace(
-            envs={"ezpoints": importlib.import_module("gym_cards.envs.ezpoints").EZPointEnv,
-                  "numberline": importlib.import_module("gym_cards.envs.numberline")
-                  .NumberLineEnv,
-                  "blackjack": importlib.import_module("gym_cards.envs.blackjack").BlackjackEnv},
-            projection=importlib.import_module(f"{PACKAGE}.projection").gym_projection,
-            img=source / "img",
-        )
-    finally:
-        for name in [m for m in sys.modules if m.split(".")[0] in ("gym_cards", parts[0])]:
-            del sys.modules[name]
+def verl_agent() -> Iterator[types.SimpleNamespace]:
+    yield from live_original(ENV_VAR, originals.verl_agent_gym_cards,
+                             what="verl-agent's gym_cards")
 
 
-def _outside_cards(image: np.ndarray, game: str) -> np.ndarray:
+def outside_cards(image: np.ndarray, game: str) -> np.ndarray:
     """The frame with every card's box blanked (where our card faces differ)."""
     masked = image.copy()
     for x, y, width, height in CARD_BOXES.get(game, []):
@@ -123,7 +82,7 @@ def _compare(info: dict, image: np.ndarray, their_image: np.ndarray, their_info:
     if exact:
         assert np.array_equal(image, their_image), where
     else:
-        assert np.array_equal(_outside_cards(image, game), _outside_cards(their_image, game)), \
+        assert np.array_equal(outside_cards(image, game), outside_cards(their_image, game)), \
             where
 
 

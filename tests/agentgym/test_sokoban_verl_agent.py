@@ -14,12 +14,8 @@ whether the player moved, and success.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
 import types
-from pathlib import Path
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -34,45 +30,19 @@ from agentgym.sokoban.rooms import (
     room_topology,
 )
 from tests.agentgym.test_sokoban import solve
+from tests.differential import live_original
+from tools import originals
 
 ENV_VAR = "AGENTGYM_VERL_AGENT_PATH"
-THEIR_DEPENDENCIES = ("gym", "gym_sokoban", "imageio", "pkg_resources", "torch", "transformers",
-                      "matplotlib")
-PACKAGE = "agent_system.environments.env_package.sokoban"
 CODES = {WALL: 0, FLOOR: 1, TARGET: 2}
 ACTION_TEXTS = ("up", "Down", "push left", "RIGHT", "still", "upward", "go north", "", "hop",
                 "Move Right.", "down up")
 
 
 @pytest.fixture(scope="module")
-def verl_agent() -> types.SimpleNamespace:
-    root = os.environ.get(ENV_VAR)
-    if not root:
-        pytest.skip(f"set {ENV_VAR} to a verl-agent checkout to compare with its Sokoban env")
-    package_dir = Path(root) / PACKAGE.replace(".", "/")
-    if not package_dir.is_dir():
-        pytest.fail(f"{ENV_VAR}={root} has no {package_dir.relative_to(root)}")
-    missing = [name for name in THEIR_DEPENDENCIES if importlib.util.find_spec(name) is None]
-    if missing:
-        pytest.skip(f"verl-agent's Sokoban env needs {', '.join(missing)} (not importable here)")
-    parts = PACKAGE.split(".")
-    stubs = []
-    for depth in range(1, len(parts) + 1):
-        name = ".".join(parts[:depth])
-        if name not in sys.modules:
-            module = types.ModuleType(name)
-            module.__path__ = [str(Path(root).joinpath(*parts[:depth]))]
-            sys.modules[name] = module
-            stubs.append(name)
-    try:
-        yield types.SimpleNamespace(
-            env=importlib.import_module(f"{PACKAGE}.sokoban.env"),
-            room_utils=importlib.import_module(f"{PACKAGE}.sokoban.room_utils"),
-            projection=importlib.import_module(f"{PACKAGE}.projection"),
-        )
-    finally:
-        for name in [m for m in sys.modules if m.split(".")[0] == parts[0]]:
-            del sys.modules[name]
+def verl_agent() -> Iterator[types.SimpleNamespace]:
+    yield from live_original(ENV_VAR, originals.verl_agent_sokoban,
+                             what="verl-agent's Sokoban env")
 
 
 def _their_env(verl_agent, dim_room=(6, 6), num_boxes=1, max_steps=15):

@@ -1,6 +1,6 @@
 """Vision-language policies: loading, what trains, images in prompts, pixel encoding.
 
-The tiny random Qwen2.5-VL / Qwen3-VL of :mod:`benchmarks.tiny_vlm` stands in for the
+The tiny random Qwen2.5-VL / Qwen3-VL of :mod:`studies.tiny_vlm` stands in for the
 real models; the visual grid of :mod:`tests.algorithms.visual_env` for a visual env.
 verl-agent's image resizing is compared with its own ``process_image`` when
 ``AGENTGYM_VERL_AGENT_PATH`` names a checkout.
@@ -30,9 +30,10 @@ from algorithms.engines.vision import (  # noqa: E402
     png_data_url,
     resize_like_verl_agent,
 )
-from algorithms.training.policy import adapters_only, load_policy  # noqa: E402
+from algorithms.training.lora import adapters_only  # noqa: E402
+from algorithms.training.policy import load_policy  # noqa: E402
 from algorithms.training.vision_model import resolve_model_kind, vision_tower  # noqa: E402
-from benchmarks.tiny_vlm import save_tiny_vlm  # noqa: E402
+from studies.tiny_vlm import save_tiny_vlm  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 from tests.algorithms.visual_env import (  # noqa: E402
     MOVES,
@@ -40,6 +41,7 @@ from tests.algorithms.visual_env import (  # noqa: E402
     make_vision_policy,
     vocabulary_texts,
 )
+from tools import originals  # noqa: E402
 
 IMAGE = np.random.default_rng(0).integers(0, 256, (24, 24, 3), dtype=np.uint8)
 
@@ -101,7 +103,7 @@ def test_a_saved_vlm_loads_through_load_policy_as_a_vision_policy(tmp_path):
 
 
 def test_a_text_tokenizer_is_refused_by_the_vision_processor():
-    from benchmarks.tiny_vlm import tiny_image_processor
+    from studies.tiny_vlm import tiny_image_processor
 
     policy = make_policy()
     with pytest.raises(ValueError, match="no <|vision_start|> token"):
@@ -253,56 +255,16 @@ def test_resize_equals_verl_agents_process_image():
 
 # --- against verl-agent's rollout -------------------------------------------------------
 
-DISCOVERY_ACTIONS = "agent_system.environments.env_package.discovery.actions"
-
-
 def _verl_agent_collector(root: Path):
-    """verl-agent's ``TrajectoryCollector`` (``agent_system/multi_turn_rollout/rollout_loop.py``),
-    its prompts modules and its env managers (``agent_system/environments/env_manager.py``),
-    imported from the checkout with the parts of their packages that do not import here
-    stood in for: ``datasets`` (unused by the rollout), the env managers' package
-    ``__init__`` (it imports every env), DiscoveryWorld's action mapper (its game is not in
-    the checkout; the Sokoban and Gym Cards managers never use it), and verl's Qwen2-VL
-    module, whose ``get_rope_index`` (3-D positions, not compared here) imports names
-    transformers 5 no longer has."""
-    deps = os.environ.get("VERL_AGENT_DEPS")
-    added = [str(root)] + ([deps] if deps else [])
-    missing = [name for name in ("omegaconf", "tensordict", "codetiming")
-               if importlib.util.find_spec(name) is None and not deps]
-    if missing:
-        pytest.skip(f"verl-agent's rollout needs {', '.join(missing)} (set VERL_AGENT_DEPS)")
-    saved = dict(sys.modules)
-    sys.path[:0] = added
-    stand_ins = {"datasets": types.ModuleType("datasets"),
-                 "agent_system.environments": types.ModuleType("agent_system.environments"),
-                 "verl.models.transformers.qwen2_vl": types.ModuleType("qwen2_vl"),
-                 DISCOVERY_ACTIONS: types.ModuleType(DISCOVERY_ACTIONS)}
-    stand_ins["agent_system.environments"].EnvironmentManagerBase = object
-    stand_ins[DISCOVERY_ACTIONS].all_plausible_action_mapper = None
-    stand_ins["agent_system.environments"].__path__ = [
-        str(root / "agent_system" / "environments")]
-    stand_ins["verl.models.transformers.qwen2_vl"].get_rope_index = (
-        lambda processor, input_ids, image_grid_thw=None, attention_mask=None, **_:
-        torch.zeros((3, input_ids.shape[-1]), dtype=torch.long))
-    sys.modules.update(stand_ins)
+    """verl-agent's ``TrajectoryCollector``, its prompts modules, ``OmegaConf`` and its env
+    managers, imported from the checkout (:func:`tools.originals.verl_agent_rollout`, its
+    extra packages from ``$VERL_AGENT_DEPS``); skips when they do not import here. A
+    generator: the first ``next`` loads them, the second forgets them."""
     try:
-        rollout = importlib.import_module("agent_system.multi_turn_rollout.rollout_loop")
-        prompts = {name: importlib.import_module(f"agent_system.environments.prompts.{name}")
-                   for name in ("sokoban", "gym_cards")}
-        managers = importlib.import_module("agent_system.environments.env_manager")
-        from omegaconf import OmegaConf
-    except ImportError as error:
-        pytest.skip(f"verl-agent's rollout does not import here: {error}")
-    finally:
-        for path in added:
-            sys.path.remove(path)
-    yield rollout, prompts, OmegaConf, managers
-    # forget the checkout's modules and the stand-ins; libraries they imported stay (torch
-    # registers its operators once per process)
-    for name in set(sys.modules) - set(saved):
-        if name.split(".")[0] in ("agent_system", "verl", "datasets"):
-            del sys.modules[name]
-    sys.modules.update(saved)
+        with originals.verl_agent_rollout(root, os.environ.get("VERL_AGENT_DEPS")) as theirs:
+            yield theirs.rollout, theirs.prompts, theirs.omegaconf, theirs.managers
+    except originals.OriginalUnavailable as error:
+        pytest.skip(str(error))
 
 
 @pytest.mark.skipif(not VERL_AGENT, reason="set AGENTGYM_VERL_AGENT_PATH to a verl-agent "
@@ -312,7 +274,7 @@ def test_prompt_ids_and_pixels_equal_verl_agents_rollout(tmp_path):
     against our prompt builder given the same wording as a template (``<image>`` written
     ``{image}``): the same token ids (the image's tokens where theirs are) and the same
     pixel values, bit for bit, for frames of several sizes."""
-    from benchmarks.tiny_vlm import tiny_image_processor, vlm_tokenizer
+    from studies.tiny_vlm import tiny_image_processor, vlm_tokenizer
 
     collector_source = _verl_agent_collector(Path(VERL_AGENT))
     rollout, prompts, omegaconf, _ = next(collector_source)
@@ -383,7 +345,7 @@ def as_our_template(text: str, formatted: bool) -> str:
     return text.replace("{", "{{").replace("}", "}}").replace("<image>", "{image}")
 
 
-def _their_manager(managers, omegaconf, env_name: str):
+def their_manager(managers, omegaconf, env_name: str):
     """verl-agent's env manager of ``env_name`` without its envs: only its prompt building
     (``build_text_obs``) is called, with our env's info."""
     if env_name == "Sokoban":
@@ -415,7 +377,7 @@ def test_real_envs_prompts_equal_verl_agents_env_managers(tmp_path, env_id):
     )
 
     import agentgym  # noqa: F401  (registers the ids)
-    from benchmarks.tiny_vlm import vlm_tokenizer
+    from studies.tiny_vlm import vlm_tokenizer
 
     env_name, module, name, formatted = VERL_AGENT_PROMPTS[env_id]
     source = _verl_agent_collector(Path(VERL_AGENT))
@@ -440,7 +402,7 @@ def test_real_envs_prompts_equal_verl_agents_env_managers(tmp_path, env_id):
         rng = np.random.default_rng(0)
         checked = 0
         for episode in range(3):
-            manager = _their_manager(managers, omegaconf, env_name)
+            manager = their_manager(managers, omegaconf, env_name)
             observation, info = env.reset(seed=100 + episode)
             history: list[tuple[str, str]] = []
             for step in range(5):
