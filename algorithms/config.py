@@ -437,6 +437,30 @@ def default_stop_strings(prompt: PromptConfig) -> tuple[str, ...]:
     return (f"</{prompt.action_tag}>",) if prompt.action_tag else ()
 
 
+def tool_call_problems(prompt: PromptConfig) -> list[str]:
+    """Settings of the ``tool-call`` action format that cannot work."""
+    if prompt.action_format != "tool-call":
+        if prompt.tool_template is not None:
+            return ["prompt.tool_template is for prompt.action_format tool-call"]
+        return []
+    problems = []
+    if prompt.template is not None:
+        problems.append("prompt.template writes the tag format's user message; the "
+                        "tool-call format's prompt is the chat template's "
+                        "(prompt.tool_template)")
+    if not prompt.chat_template:
+        problems.append("the tool-call format renders the chat template: drop "
+                        "--prompt.no-chat-template")
+    if prompt.max_tool_calls < 1:
+        problems.append("prompt.max_tool_calls must be >= 1")
+    if prompt.tool_template is not None:
+        from pathlib import Path
+
+        if not Path(prompt.tool_template).expanduser().is_file():
+            problems.append(f"prompt.tool_template: no file {prompt.tool_template}")
+    return problems
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     """The environments rolled out each iteration."""
@@ -1019,7 +1043,7 @@ class TrainConfig:
                 load_template(self.prompt.template)
             except (OSError, ValueError) as error:
                 problems.append(f"prompt.template: {error}")
-        problems += self._tool_call_problems()
+        problems += tool_call_problems(self.prompt)
         if self.prompt.env_style != "default":
             from agentgym.registration import TAG_ACTION_FORMATS
 
@@ -1080,30 +1104,6 @@ class TrainConfig:
         if problems:
             raise ConfigError("invalid config: " + "; ".join(problems))
         return self
-
-    def _tool_call_problems(self) -> list[str]:
-        """Settings of the ``tool-call`` action format that cannot work."""
-        prompt = self.prompt
-        if prompt.action_format != "tool-call":
-            if prompt.tool_template is not None:
-                return ["prompt.tool_template is for prompt.action_format tool-call"]
-            return []
-        problems = []
-        if prompt.template is not None:
-            problems.append("prompt.template writes the tag format's user message; the "
-                            "tool-call format's prompt is the chat template's "
-                            "(prompt.tool_template)")
-        if not prompt.chat_template:
-            problems.append("the tool-call format renders the chat template: drop "
-                            "--prompt.no-chat-template")
-        if prompt.max_tool_calls < 1:
-            problems.append("prompt.max_tool_calls must be >= 1")
-        if prompt.tool_template is not None:
-            from pathlib import Path
-
-            if not Path(prompt.tool_template).expanduser().is_file():
-                problems.append(f"prompt.tool_template: no file {prompt.tool_template}")
-        return problems
 
     def _overlap_problems(self) -> list[str]:
         """Settings of the overlapped rollout and its corrections that cannot work."""

@@ -250,15 +250,18 @@ class ToolTranscriptPrompts:
             slot.budget_cut = True
 
 
-def tool_call_line(config: Any, tokenizer: Any) -> str:
-    """The line a run prints about its tool-call format: the env's tools, the chat
-    template and where it comes from, the call layout, the layout of the prompts."""
+def tool_call_note(config: Any, tokenizer: Any) -> str:
+    """What a run says about its ``tool-call`` format after naming its engine: the env's
+    tools, the chat template and where it comes from, the call layout, the prompts'
+    layout (``""`` in the tag format)."""
     from agentgym.tools import env_tools
 
+    if config.prompt.action_format != "tool-call":
+        return ""
     tools = env_tools(config.env.env_id, config.env.kwargs())
     chat = ToolChat(tokenizer, config.prompt, tools)
     kind = "one generic tool" if tools.generic else f"{len(tools.tools)} tools"
-    return (f"tool calls: {kind} ({', '.join(tools.names)}) in {chat.template_source}, "
+    return (f"; tool calls: {kind} ({', '.join(tools.names)}) in {chat.template_source}, "
             f"{chat.layout} call layout, {config.prompt.layout} layout")
 
 

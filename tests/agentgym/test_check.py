@@ -223,7 +223,7 @@ def test_the_command_line_prints_a_line_per_check_and_exits_1_on_a_breach(capsys
     assert [line[:4] for line in lines[:-1]].count("FAIL") == 1
     assert main(["AgentGym/Scripted-v0", "--fast", "--max-prompt-tokens", "5"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1].startswith("all 12 checks passed, 1 with a warning (")
+    assert lines[-1].startswith("all 13 checks passed, 1 with a warning (")
     assert [line[:4] for line in lines[:-1]].count("WARN") == 1
     with pytest.raises(SystemExit) as exit_info:
         main(["AgentGym/Scripted-v0", "--env-kwargs", "[1]"])
