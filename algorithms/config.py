@@ -362,6 +362,37 @@ class PromptConfig:
     as verl-agent's Gym Cards prompts begin with it. A template with an ``{image}``
     placeholder puts it there instead."""
 
+    action_format: Literal["tags", "tool-call"] = "tags"
+    """How the model acts. ``tags``: an action inside ``action_tag`` (or the env's own
+    tags, ``env_style``) in a prompt this project writes, as verl-agent does. ``tool-call``:
+    the model's chat template shows the env's tools (:mod:`agentgym.tools`), the model
+    calls one per turn (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, or a
+    Llama 3.x JSON call, read from the template), the call becomes the env's action, and
+    the env's observation comes back as a ``tool`` message; the task and the first
+    observation are the user message. ``window`` layout: the last ``history_window`` turns
+    as messages; ``transcript``: one growing chat, bridged turn by turn without
+    re-tokenizing what was sampled (docs/tool-calls.md)."""
+
+    tool_template: str | None = None
+    """``tool-call`` format: a Jinja chat template file to render the chat with instead of
+    the tokenizer's own. ``None``: the tokenizer's own when it shows tools (Qwen2.5,
+    Qwen3, Llama 3.x Instruct), else AgentGym's ChatML tool template
+    (``algorithms/agent/chat_templates/chatml_tools.jinja``: SmolLM2 and the tiny model,
+    whose format an SFT stage teaches)."""
+
+    max_tool_calls: int = 1
+    """``tool-call`` format: calls allowed per answer (the env takes one action a turn);
+    a call after them makes the turn ``too_many_calls``, an invalid action."""
+
+    bridge_rewrite: Literal["keep", "end"] = "keep"
+    """``tool-call`` format, ``transcript`` layout: what happens when the chat template
+    rewrites an earlier turn, so that rendering the chat again does not extend the
+    prompt already sampled from (Qwen3 without thinking drops the last turn's empty
+    ``<think></think>`` once a tool message follows). ``keep``: keep every token as
+    sampled and render only the new messages as a suffix (counted as
+    ``rollout/bridge_kept``). ``end``: end the trajectory there, truncated
+    (``rollout/bridge_ended``)."""
+
     response_prefix: str = ""
     """Text placed after the chat template's generation prompt, as if the model had
     begun its answer with it (e.g. ``"<action>"`` opens the action tag for a small model).
@@ -397,11 +428,37 @@ def default_stop_strings(prompt: PromptConfig) -> tuple[str, ...]:
     (the GiGPO prompts end an action at ``</action>``), none when ``action_tag`` is empty
     (the whole answer is the action).
     """
+    if prompt.action_format == "tool-call":
+        return ("</tool_call>",)
     if prompt.env_style != "default":
         from agentgym.registration import tag_actions
 
         return tuple(tag_actions(prompt.env_style).stop_strings)
     return (f"</{prompt.action_tag}>",) if prompt.action_tag else ()
+
+
+def tool_call_problems(prompt: PromptConfig) -> list[str]:
+    """Settings of the ``tool-call`` action format that cannot work."""
+    if prompt.action_format != "tool-call":
+        if prompt.tool_template is not None:
+            return ["prompt.tool_template is for prompt.action_format tool-call"]
+        return []
+    problems = []
+    if prompt.template is not None:
+        problems.append("prompt.template writes the tag format's user message; the "
+                        "tool-call format's prompt is the chat template's "
+                        "(prompt.tool_template)")
+    if not prompt.chat_template:
+        problems.append("the tool-call format renders the chat template: drop "
+                        "--prompt.no-chat-template")
+    if prompt.max_tool_calls < 1:
+        problems.append("prompt.max_tool_calls must be >= 1")
+    if prompt.tool_template is not None:
+        from pathlib import Path
+
+        if not Path(prompt.tool_template).expanduser().is_file():
+            problems.append(f"prompt.tool_template: no file {prompt.tool_template}")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -986,6 +1043,7 @@ class TrainConfig:
                 load_template(self.prompt.template)
             except (OSError, ValueError) as error:
                 problems.append(f"prompt.template: {error}")
+        problems += tool_call_problems(self.prompt)
         if self.prompt.env_style != "default":
             from agentgym.registration import TAG_ACTION_FORMATS
 

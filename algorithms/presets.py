@@ -71,6 +71,34 @@ def _cpu_demo() -> TrainConfig:
     )
 
 
+def _cpu_demo_tools() -> TrainConfig:
+    """The cpu-demo's house through tool calls: SmolLM2-135M calls KeyDoor's tools
+    (``go(direction)``, ``open_door()``; :mod:`agentgym.tools`) in AgentGym's ChatML tool
+    template (SmolLM2's own template shows no tools), an SFT stage on the env's expert
+    with its actions written as calls first (the raw model has never seen the format),
+    then GiGPO, in one run (docs/tool-calls.md).
+
+    As the cpu-demo: the 2 x 2 house without key, 2 groups x 4, 6 steps, LoRA rank 16,
+    lr 5e-4, KL 0.2, its loss, 6 iterations. Differs: ``prompt.action_format tool-call``
+    (the window layout: the last step's answer and tool message kept), no response
+    prefix, prompts of at most 640 tokens (the tools' schemas are a system turn of 230 of
+    SmolLM2's tokens; measured on 20 expert episodes, prompts of 358 tokens on average, 399
+    at most) and answers of at most 32 (an expert call is at most 28, with
+    ``</tool_call>``); micro-batches of 4 rows (SFT and update); an SFT stage of 32 expert
+    episodes, 8 optimizer steps of 8 samples at lr 5e-4.
+    """
+    base = dataclasses.replace(_cpu_demo(), preset="cpu-demo-tools")
+    return replace(
+        base,
+        generation={"max_new_tokens": 32, "batch_size": 16},
+        prompt={"action_format": "tool-call", "response_prefix": "", "max_prompt_tokens": 640,
+                "history_window": 1},
+        sft={"warm_start": True, "episodes": 32, "max_steps": 8, "batch_size": 8,
+             "micro_batch_size": 4, "lr": 5e-4},
+        learner={"micro_batch_size": 4},
+    )
+
+
 CPU_ALFWORLD_TASK_TYPES: tuple[str, ...] = ("pick_and_place_simple", "look_at_obj_in_light")
 """The cpu-alfworld preset's ALFWorld task types: the two with the shortest expert
 walkthroughs (3-6 steps on generated games, against 5-10 for the other four)."""
@@ -298,6 +326,30 @@ def _webshop_7b() -> TrainConfig:
     """
     return replace(dataclasses.replace(_webshop_1_5b(), preset="webshop-7b"),
                    model={"name_or_path": "Qwen/Qwen2.5-7B-Instruct"})
+
+
+def _alfworld_1_5b_tools() -> TrainConfig:
+    """``alfworld-1.5b`` through tool calls: Qwen2.5-1.5B-Instruct calls ALFWorld's tools
+    (one per command of its grammar, :meth:`agentgym.alfworld.env.ALFWorldEnv.tools`) in
+    its own chat template (Hermes/Qwen ``<tool_call>`` layout), each observation a tool
+    message, the last 2 steps as messages (the window layout), reasoning in ``<think>``
+    before the call. As ``alfworld-1.5b`` otherwise, except prompts of at most 4096 tokens
+    (Qwen2.5's template with the 15 tools' schemas writes a system turn of 1,773 tokens,
+    against 23 without tools, measured with SmolLM2's tokenizer: 2048 would leave little
+    for the task and history)."""
+    base = dataclasses.replace(_alfworld_1_5b(), preset="alfworld-1.5b-tools")
+    return replace(base, prompt={"action_format": "tool-call", "max_prompt_tokens": 4096})
+
+
+def _webshop_1_5b_tools() -> TrainConfig:
+    """``webshop-1.5b`` through tool calls: Qwen2.5-1.5B-Instruct calls WebShop's
+    ``search(query)`` and ``click(target)`` in its own chat template, each page a tool
+    message, the last 2 steps as messages, reasoning in ``<think>`` before the call. As
+    ``webshop-1.5b`` otherwise, except prompts of at most 2560 tokens (Qwen2.5's template
+    with the two tools' schemas writes a system turn of 321 tokens, against 23 without,
+    measured with SmolLM2's tokenizer)."""
+    base = dataclasses.replace(_webshop_1_5b(), preset="webshop-1.5b-tools")
+    return replace(base, prompt={"action_format": "tool-call", "max_prompt_tokens": 2560})
 
 
 def _hgpo_alfworld_1_5b() -> TrainConfig:
@@ -606,6 +658,7 @@ def _searchqa_3b_transcript() -> TrainConfig:
 
 PRESETS: dict[str, TrainConfig] = {
     "cpu-demo": _cpu_demo(),
+    "cpu-demo-tools": _cpu_demo_tools(),
     "cpu-alfworld": _cpu_alfworld(),
     "cpu-webshop": _cpu_webshop(),
     "cpu-searchqa": _cpu_searchqa(),
@@ -614,6 +667,8 @@ PRESETS: dict[str, TrainConfig] = {
     "alfworld-7b-lora": _alfworld_7b_lora(),
     "webshop-1.5b": _webshop_1_5b(),
     "webshop-7b": _webshop_7b(),
+    "alfworld-1.5b-tools": _alfworld_1_5b_tools(),
+    "webshop-1.5b-tools": _webshop_1_5b_tools(),
     "hgpo-alfworld-1.5b": _hgpo_alfworld_1_5b(),
     "hgpo-webshop-1.5b": _hgpo_webshop_1_5b(),
     "graphgpo-alfworld-1.5b": _graphgpo_alfworld_1_5b(),
@@ -630,6 +685,7 @@ numbers came, or Search-R1's) and lists where it differs."""
 
 GPU_PRESETS: frozenset[str] = frozenset({
     "alfworld-1.5b", "alfworld-7b", "alfworld-7b-lora", "webshop-1.5b", "webshop-7b",
+    "alfworld-1.5b-tools", "webshop-1.5b-tools",
     "hgpo-alfworld-1.5b", "hgpo-webshop-1.5b", "graphgpo-alfworld-1.5b",
     "graphgpo-webshop-1.5b", "sokoban", "sokoban-vl-3b", "ezpoints-vl-3b", "searchqa-3b",
     "searchqa-3b-transcript"})
@@ -641,6 +697,9 @@ PRESET_HELP: dict[str, str] = {
     "cpu-demo": "SmolLM2-135M with LoRA (rank 16) on a 2x2 KeyDoor house (no key), "
                 "2 groups x 4, 6 steps, answers opened with <action>, lr 5e-4, KL 0.2, "
                 "6 iterations.",
+    "cpu-demo-tools": "The cpu-demo's house through tool calls: SmolLM2-135M calls "
+                      "KeyDoor's tools (AgentGym's ChatML tool template), an SFT stage on "
+                      "the expert's calls, then GiGPO, 6 iterations.",
     "cpu-alfworld": "SmolLM2-135M with LoRA on ALFWorld (generated games, or "
                     "$ALFWORLD_DATA), 2 task types, 8 steps: an SFT stage on the env's "
                     "expert (12 steps), then GiGPO, 2 groups x 4, 2 iterations.",
@@ -661,6 +720,10 @@ PRESET_HELP: dict[str, str] = {
                     "groups x 8, 15 steps, mean-only normalization.",
     "webshop-7b": "webshop-1.5b with Qwen2.5-7B-Instruct (the paper's 7B row), every weight "
                   "trained.",
+    "alfworld-1.5b-tools": "alfworld-1.5b through tool calls: Qwen2.5-1.5B-Instruct calls "
+                           "ALFWorld's tools in its own chat template, prompts 4096.",
+    "webshop-1.5b-tools": "webshop-1.5b through tool calls: Qwen2.5-1.5B-Instruct calls "
+                          "search and click in its own chat template, prompts 2560.",
     "hgpo-alfworld-1.5b": "verl-agent's recipe/hgpo 1.5B ALFWorld script: HGPO (history 2, "
                           "alpha 1, no base group), 16 groups x 8, 50 steps, prompts 4096.",
     "hgpo-webshop-1.5b": "verl-agent's recipe/hgpo 1.5B WebShop script: HGPO, 16 groups x 8, "

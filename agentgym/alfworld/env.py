@@ -54,6 +54,7 @@ from agentgym.alfworld.data import (
     validate_task_types,
 )
 from agentgym.core import AnchorMode, TextEnv, Transition
+from agentgym.tools import EnvTools, string_argument, tool
 
 BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 TASK_PREFIX = "Your task is to: "
@@ -108,6 +109,52 @@ def alfworld_data_problems(cls: type, kwargs: dict[str, Any]) -> list[str]:
     return []
 
 
+def alfworld_tools() -> EnvTools:
+    """One tool per command of ALFWorld's grammar (``alfworld/data/alfred.twl2``; not
+    ``help``): ``go_to(receptacle)`` -> ``go to {receptacle}``, ``take(object, source)`` ->
+    ``take {object} from {source}``, ``move(object, target)`` -> ``move {object} to
+    {target}``, ..., ``look()``, ``inventory()``."""
+    def thing(what: str) -> dict[str, Any]:
+        return string_argument(f"The {what}'s name with its number, as the observation "
+                               "writes it (e.g. 'cabinet 1').")
+
+    return EnvTools((
+        tool("go_to", "Walk to a receptacle.", "go to {receptacle}",
+             receptacle=thing("receptacle")),
+        tool("take", "Pick up an object from a receptacle.", "take {object} from {source}",
+             object=thing("object"), source=thing("receptacle")),
+        tool("move", "Put the object you hold in or on a receptacle.",
+             "move {object} to {target}", object=thing("object"),
+             target=thing("receptacle")),
+        tool("put_into", "Put an object into a container object you hold.",
+             "put {object} into {container}", object=thing("object"),
+             container=thing("container")),
+        tool("put_in", "Put a container object you hold in a receptacle.",
+             "put {object} in {receptacle}", object=thing("container"),
+             receptacle=thing("receptacle")),
+        tool("open", "Open a receptacle.", "open {receptacle}",
+             receptacle=thing("receptacle")),
+        tool("close", "Close a receptacle.", "close {receptacle}",
+             receptacle=thing("receptacle")),
+        tool("heat", "Heat an object with an appliance (e.g. a microwave).",
+             "heat {object} with {appliance}", object=thing("object"),
+             appliance=thing("appliance")),
+        tool("cool", "Cool an object with an appliance (e.g. a fridge).",
+             "cool {object} with {appliance}", object=thing("object"),
+             appliance=thing("appliance")),
+        tool("clean", "Clean an object with an appliance (e.g. a sink basin).",
+             "clean {object} with {appliance}", object=thing("object"),
+             appliance=thing("appliance")),
+        tool("slice", "Slice an object with a knife you hold.", "slice {object} with {knife}",
+             object=thing("object"), knife=thing("knife")),
+        tool("use", "Use an object (e.g. turn on a desk lamp).", "use {object}",
+             object=thing("object")),
+        tool("examine", "Look closely at an object or a receptacle.", "examine {target}",
+             target=thing("object or receptacle")),
+        tool("look", "Look around where you are.", "look"),
+        tool("inventory", "List what you carry.", "inventory")))
+
+
 class ALFWorldEnv(TextEnv):
     """ALFWorld (Shridhar et al., ICLR 2021) text games through TextWorld's PDDL engine.
 
@@ -130,6 +177,9 @@ class ALFWorldEnv(TextEnv):
         FileNotFoundError: ``data_path`` holds no ``json_2.1.1`` folder.
         ValueError: unknown split, task type or expert.
     """
+
+    tools = alfworld_tools()
+    """The env's actions as tools (:func:`alfworld_tools`)."""
 
     @classmethod
     def task_source(cls, kwargs: dict[str, Any]) -> str:

@@ -4,7 +4,7 @@
 (:func:`agentgym.plain.make_text_env`: a plain Gymnasium env inside
 :class:`~agentgym.plain.PlainTextEnv`) and returns one :class:`CheckResult` per check, in
 this order (the *fast* part, which ``train.py`` runs before the model loads on any env
-that is not AgentGym's own, is the first twelve; eleven in the ``state`` anchor mode,
+that is not AgentGym's own, is the first thirteen; twelve in the ``state`` anchor mode,
 which has no ``state keys`` check of its own):
 
 ``env id``            the id is registered (``"module:Env-v0"``: the module imports and
@@ -33,6 +33,12 @@ which has no ``state keys`` check of its own):
 ``prompt length``     the prompts of the probe episode's steps against a token budget
                       (:mod:`agentgym.check.prompt_length`): a warning, not a failure,
                       when one is longer (a run would cut it)
+``tools``             the env's tools (:func:`agentgym.tools.env_tools`: its own, or the
+                      generic one) are valid schemas (:func:`agentgym.tools.tool_problems`)
+                      that JSON can write, and every admissible action of the probe
+                      episode and every action of the env's expert (when it declares one)
+                      is written by a call, which writes it back (``to_action(to_call(a))
+                      == a``)
 
 and in the full check also:
 
@@ -66,6 +72,7 @@ from agentgym.check.prompt_length import (
     prompt_length_detail,
     text_counter,
 )
+from agentgym.check.tools_check import check_tools
 from agentgym.core import ANCHOR_MODES, INFO_KEYS
 
 PROBE_MAX_STEPS = 8
@@ -461,6 +468,8 @@ class ContractCheck:
                 self._check("prompt length", lambda: prompt_length_detail(
                     probe_steps(episode.observations, episode.infos, episode.actions,
                                 episode.ended), self.prompts))
+            self._check("tools", lambda: check_tools(env, episode, self._kwargs(self.anchor),
+                                                     self.max_steps))
         return all(result.passed for result in self.results[before:])
 
     def _check(self, name: str, check: Callable[[], str | tuple[str, bool]]) -> bool:

@@ -79,6 +79,7 @@ from agentgym.searchqa.tags import (
     ActionRule,
     parse_action,
 )
+from agentgym.tools import EnvTools, string_argument, tool
 from retrieval.base import Retriever, SearchResult
 
 DEFAULT_RETRIEVER = "bm25"
@@ -126,6 +127,16 @@ def information_observation(results: Sequence[SearchResult]) -> str:
     return "\n\n" + format_information(results) + "\n\n"
 
 
+SEARCHQA_TOOLS = EnvTools((
+    tool("search", "Search the corpus; the top passages come back.", "<search>{query}</search>",
+         query=string_argument("The search query.")),
+    tool("answer", "Give the final answer to the question (ends the episode).",
+         "<answer>{answer}</answer>", answer=string_argument("The answer, as short as possible."))))
+"""Search-QA's actions as tools: ``search(query)`` -> ``<search>query</search>`` and
+``answer(answer)`` -> ``<answer>answer</answer>``, the env's own tags, read by its
+``action_rule``."""
+
+
 class SearchQAEnv(TextEnv):
     """Search-augmented question answering on the Search-R1 protocol (module docstring).
 
@@ -155,6 +166,8 @@ class SearchQAEnv(TextEnv):
     Construction only checks arguments; questions are read on first use, the knowledge
     base is written and the index is built or loaded on first use too.
     """
+
+    tools = SEARCHQA_TOOLS
 
     invalid_action_penalty: ClassVar[float] = 0.01
     """verl-agent's ``run_search.sh`` (``invalid_action_penalty_coef=0.01``)."""

@@ -53,6 +53,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from agentgym.core import AnchorMode, TextEnv, Transition
+from agentgym.tools import EnvTools, string_argument, tool
 from agentgym.webshop import pages
 from agentgym.webshop.actions import (
     ACTION_PARSINGS,
@@ -236,6 +237,19 @@ class WebShopEnv(TextEnv):
     def selected_options(self) -> Mapping[str, str]:
         """Option name -> value chosen on the open product (read-only view)."""
         return MappingProxyType(self._browser.options)
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> EnvTools:
+        """WebShop's two actions: ``search(query)`` -> ``search[query]`` and
+        ``click(target)`` -> ``click[target]``."""
+        return EnvTools((
+            tool("search", "Search the shop (from a page with a search bar).",
+                 "search[{query}]", query=string_argument("The search keywords.")),
+            tool("click", "Click something clickable on the page: a product id, an "
+                          "option value, 'buy now', 'back to search', 'next >', '< prev', "
+                          "or a product page's 'description', 'features' or 'reviews'.",
+                 "click[{target}]", target=string_argument(
+                     "The clickable's text, as the page shows it (lowercased)."))))
 
     def admissible_actions(self) -> tuple[str, ...]:
         return admissible_actions(self._browser.page)

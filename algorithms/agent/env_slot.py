@@ -39,6 +39,11 @@ class StepRecord:
     images: tuple[np.ndarray, ...] = ()
     """The images the step's prompt showed (a visual env's observation), as the env drew
     them."""
+    call_statuses: str = ""
+    """The ``tool-call`` format: the statuses of the answer's call attempts, joined by
+    ``,`` (:mod:`algorithms.agent.tool_calls`); ``""`` in the tag format."""
+    tool_result: str = ""
+    """The ``tool-call`` format: the tool message that answered the step."""
     reply: str = ""
     """The env's text after the action (its next observation; the last step's is the
     episode's final observation)."""
@@ -79,6 +84,13 @@ class EnvSlot:
         budget_cut: the trajectory ended because its transcript outgrew the budget.
         bootstrap: token ids of the prompt after the trajectory's last step, when kept.
         steps: the trajectory's steps, in order.
+        views: the ``tool-call`` format: each observation as the chat shows it, the
+            first one's first.
+        answers: each step's answer as the model wrote it (response prefix included).
+        feedbacks: each step's parser error line (``""`` where the call was ``ok``).
+        chat: the ``tool-call`` transcript's chat so far
+            (:class:`~algorithms.agent.chat_bridge.ChatTranscript`), else ``None``.
+        bridge_ended: the trajectory ended because its next turn could not be bridged.
     """
 
     index: int
@@ -95,6 +107,11 @@ class EnvSlot:
     budget_cut: bool = False
     bootstrap: tuple[int, ...] | None = None
     steps: list[StepRecord] = field(default_factory=list)
+    views: list[str] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)
+    feedbacks: list[str] = field(default_factory=list)
+    chat: Any = None
+    bridge_ended: bool = False
 
     @classmethod
     def after_reset(cls, index: int, observation: Any, info: dict[str, Any]) -> EnvSlot:

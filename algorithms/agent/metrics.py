@@ -94,12 +94,33 @@ def rollout_metrics(batch: StepBatch, prefix: str = "rollout") -> dict[str, floa
         f"{prefix}/env_error_rate": batch.env_errors / episodes if episodes else 0.0,
         f"{prefix}/prompt_overflows": float(batch.prompt_overflows),
     }
+    metrics.update(tool_call_metrics(batch, prefix))
     by_type: dict[str, list[bool]] = defaultdict(list)
     for task_type, success in zip(table["task_types"][ended], table["success"][ended],
                                   strict=True):
         by_type[str(task_type) or "all"].append(bool(success))
     for task_type, values in sorted(by_type.items()):
         metrics[f"{prefix}/success/{task_type}"] = float(np.mean(values))
+    return metrics
+
+
+def tool_call_metrics(batch: StepBatch, prefix: str = "rollout") -> dict[str, float]:
+    """The ``tool-call`` format's counts (none for a batch of the tag format): call
+    attempts by status (``tool_calls/<status>``, every status of
+    :data:`~algorithms.agent.tool_calls.CALL_STATUSES`), and the chat bridge's turns
+    (``bridge_extended``, ``bridge_kept``, ``bridge_ended``; zeros in the window layout,
+    which renders each prompt afresh)."""
+    statuses = [status for row in batch.log.call_statuses if row for status in row.split(",")]
+    if not statuses:
+        return {}
+    from algorithms.agent.tool_calls import CALL_STATUSES
+
+    counts = dict.fromkeys(CALL_STATUSES, 0)
+    for status in statuses:
+        counts[status] = counts.get(status, 0) + 1
+    metrics = {f"{prefix}/tool_calls/{status}": float(count) for status, count in counts.items()}
+    metrics.update({f"{prefix}/{name}": float(getattr(batch, name)) for name in
+                    ("bridge_extended", "bridge_kept", "bridge_ended")})
     return metrics
 
 

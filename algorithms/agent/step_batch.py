@@ -41,6 +41,11 @@ class StepLog:
         observations: N observations each action answered (the env's raw text; empty
             for batches built without them).
         tasks: N task instructions (``info["task"]``; empty likewise).
+        call_statuses: N ``tool-call`` answers' attempt statuses joined by ``,``
+            (:mod:`algorithms.agent.tool_calls`; ``""`` in the tag format; empty for
+            batches built without them).
+        tool_results: N tool messages that answered each ``tool-call`` step (empty
+            likewise).
         replies: N texts the env answered each action with (its next observation: the
             last step's is the episode's final one, "Game over ..." or "Invalid move";
             empty likewise).
@@ -52,6 +57,8 @@ class StepLog:
     response_texts: tuple[str, ...] = per_row()
     observations: tuple[str, ...] = per_row(default=())
     tasks: tuple[str, ...] = per_row(default=())
+    call_statuses: tuple[str, ...] = per_row(default=())
+    tool_results: tuple[str, ...] = per_row(default=())
     replies: tuple[str, ...] = per_row(default=())
 
     def __len__(self) -> int:
@@ -130,6 +137,11 @@ class StepBatch:
             generation had).
         layout: ``"window"`` (each row's prompt built afresh) or ``"transcript"`` (each
             row's prompt is the trajectory's transcript so far; see the module docstring).
+        bridge_extended: ``tool-call`` transcripts: turns whose chat render extended the
+            earlier one (:class:`~algorithms.agent.chat_bridge.BridgeCounts`).
+        bridge_kept: turns the chat template rewrote, bridged keeping the sampled tokens.
+        bridge_ended: turns that ended their trajectory because they could not be
+            bridged.
     """
 
     prompt_ids: np.ndarray = per_row()
@@ -169,6 +181,9 @@ class StepBatch:
     policy_version: np.ndarray | None = per_row(default=None)
     images: tuple[tuple[np.ndarray, ...], ...] | None = per_row(default=None, repr=False)
     layout: str = "window"
+    bridge_extended: int = 0
+    bridge_kept: int = 0
+    bridge_ended: int = 0
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
@@ -341,6 +356,8 @@ def concat_batches(batches: Sequence[StepBatch], group_offsets: Sequence[int],
         "env_errors": sum(b.env_errors for b in batches),
         "env_error_steps": sum(b.env_error_steps for b in batches),
         "prompt_overflows": sum(b.prompt_overflows for b in batches),
+        **{name: sum(getattr(b, name) for b in batches)
+           for name in ("bridge_extended", "bridge_kept", "bridge_ended")},
     }
     for name in ("behaviour_log_probs", "ref_log_probs"):  # recorded or scored by the engine
         changes[name] = (padded(name, left=False)
@@ -373,7 +390,8 @@ def intern_anchors(anchors: Sequence[Hashable]) -> np.ndarray:
 
 
 def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, layout: str,
-             env_error_steps: int, prompt_overflows: int) -> StepBatch:
+             env_error_steps: int, prompt_overflows: int,
+             bridge: Any = None) -> StepBatch:
     """The :class:`StepBatch` of the slots' steps, sorted by trajectory then step.
 
     Args:
@@ -383,6 +401,8 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
         layout: the prompt layout.
         env_error_steps: agent steps whose env call failed.
         prompt_overflows: steps not taken because no prompt fitted.
+        bridge: the chat bridge's :class:`~algorithms.agent.chat_bridge.BridgeCounts`
+            (``tool-call`` transcripts), or ``None``.
     """
     steps = [step for slot in slots for step in slot.steps]
     owners = [slot for slot in slots for _ in slot.steps]
@@ -428,7 +448,9 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
                     response_texts=tuple(s.text for s in steps),
                     observations=tuple(s.observation for s in steps),
                     tasks=tuple(s.task for s in steps),
-                    replies=tuple(s.reply for s in steps)),
+                    replies=tuple(s.reply for s in steps),
+                    call_statuses=tuple(s.call_statuses for s in steps),
+                    tool_results=tuple(s.tool_result for s in steps)),
         env_error=np.array([slot.env_error for slot in owners], dtype=bool),
         env_errors=sum(slot.env_error for slot in slots),
         env_error_steps=env_error_steps,
@@ -439,5 +461,8 @@ def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, lay
         behaviour_log_probs=behaviour,
         images=(tuple(s.images for s in steps) if any(s.images for s in steps) else None),
         layout=layout,
+        bridge_extended=0 if bridge is None else bridge.extended,
+        bridge_kept=0 if bridge is None else bridge.kept,
+        bridge_ended=0 if bridge is None else bridge.ended,
         **bootstrap,
     )

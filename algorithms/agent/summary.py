@@ -34,7 +34,8 @@ def run_summary(records: list[dict[str, float]], plot_path: Path | None = None, 
     :data:`SUMMARY_METRICS` is shown at iteration 1, as the mean over the later
     iterations (one iteration of a small preset holds few episodes, so the mean says more
     than the last alone), the change between the two, and at the last iteration. Then a
-    noise line (:func:`noise_lines`), GiGPO's step groups (:func:`step_group_lines`), and
+    noise line (:func:`noise_lines`), the tool-call format's attempts by status and chat
+    bridge turns (:func:`tool_call_lines`), GiGPO's step groups (:func:`step_group_lines`), and
     the share of prompts cut to fit the budget (:func:`prompt_cut_line`). Evaluation
     records (no ``rollout/`` keys) are skipped.
 
@@ -56,6 +57,7 @@ def run_summary(records: list[dict[str, float]], plot_path: Path | None = None, 
     else:
         lines = _table(first, later, baseline)
     lines += noise_lines(rows)
+    lines += tool_call_lines(rows)
     lines += step_group_lines(rows)
     cut = prompt_cut_line(rows, prompt_budget)
     if cut:
@@ -235,3 +237,23 @@ def prompt_cut_line(rows: list[dict[str, float]], budget: int | None = None) -> 
     return (f"prompts cut to fit {flag}: {share:.0%} of the run's steps ({ends}); the "
             "model did not see all of their history or observation (raise the flag to keep "
             "them whole)")
+
+
+def tool_call_lines(rows: list[dict[str, float]]) -> list[str]:
+    """The summary's count of tool-call attempts by status and of the chat bridge's turns,
+    over the whole run (none in the tag format)."""
+    calls = {key.rpartition("/")[2]: sum(r.get(key, 0.0) for r in rows)
+             for key in rows[0] if key.startswith("rollout/tool_calls/")}
+    if not calls:
+        return []
+    total = sum(calls.values())
+    lines = [f"tool calls ({int(total)} attempts over {len(rows)} iterations): "
+             + ", ".join(f"{status} {int(count)}" for status, count in calls.items())]
+    bridge = {name: int(sum(r.get(f"rollout/bridge_{name}", 0.0) for r in rows))
+              for name in ("extended", "kept", "ended")}
+    turns = sum(bridge.values())
+    lines.append(f"chat bridge: {turns} turns bridged, {bridge['extended']} extended the "
+                 f"earlier render, {bridge['kept']} kept the sampled tokens where the template "
+                 f"rewrote, {bridge['ended']} ended a trajectory" if turns else
+                 "chat bridge: no turn bridged (the window layout renders every prompt afresh)")
+    return lines

@@ -224,9 +224,15 @@ class SFTTrainer(Trainer):
                     info_keys=template_info_keys(config.prompt))
             where = self.run_dir / DATA_FILE
             write_trajectories(where, trajectories)
+        tools = None
+        if config.prompt.action_format == "tool-call":
+            from agentgym.tools import env_tools
+
+            tools = env_tools(config.env.env_id, config.env.kwargs())
         examples, stats = build_examples(
             trajectories, self.policy.tokenizer, config.prompt, stop=config.stop_strings,
-            max_new_tokens=config.generation.max_new_tokens, vision=self.policy.vision)
+            max_new_tokens=config.generation.max_new_tokens, vision=self.policy.vision,
+            tools=tools)
         if not examples:
             raise SFTDataError(f"{where}: no step fits the prompt settings")
         successes = [t.extra["success"] for t in trajectories if "success" in t.extra]

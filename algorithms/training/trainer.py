@@ -44,6 +44,7 @@ from algorithms.agent.metrics import (
 from algorithms.agent.records import trajectory_records, write_run_records
 from algorithms.agent.sampling import Sampler, rollout_settings
 from algorithms.agent.step_batch import StepBatch
+from algorithms.agent.tool_prompts import tool_call_note
 from algorithms.config import TrainConfig
 from algorithms.engines.hf_worker import trainable_names
 from algorithms.runs import distributed
@@ -182,7 +183,8 @@ class Trainer:
                                           trainable=trainable)
         transport = getattr(self.engine, "weight_transport", None)
         self._say(f"generation engine: {type(self.engine).__name__}"
-                  + (f" (weight sync: {transport})" if transport else ""))
+                  + (f" (weight sync: {transport})" if transport else "")
+                  + tool_call_note(config, self.policy.tokenizer))
         if checkpoint is not None:
             self._restore(checkpoint)
         elif config.model.init_checkpoint is not None:

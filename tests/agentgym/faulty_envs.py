@@ -231,6 +231,29 @@ class PlainGuessEnv(gym.Env):
         return hint, 0.0, False, self._left <= 0, {"guesses_left": self._left}
 
 
+class ToolsMissAnActionEnv(ScriptedTextEnv):
+    """Its tools write no ``jump``, one of its admissible actions."""
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> Any:
+        from agentgym.tools import EnvTools, tool
+
+        return EnvTools((tool("look", "Look around.", "look"),))
+
+    def admissible_actions(self) -> tuple[str, ...]:
+        return ("jump", *super().admissible_actions())
+
+
+class BadToolSchemaEnv(ScriptedTextEnv):
+    """A tool without a description."""
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> Any:
+        from agentgym.tools import EnvTools, tool
+
+        return EnvTools((tool("look", "", "look"),))
+
+
 class UnseededStepEnv(ScriptedTextEnv):
     """The scripted door env whose answers add a number from Python's global ``random``
     (which ``reset(seed=)`` does not seed): the task is the seed's, the episode is not."""
@@ -280,6 +303,8 @@ BREACHES = {
     "AgentGymTest/Kwargs-v0": KwargsEnv,
     "AgentGymTest/IntObservation-v0": IntObservationEnv,
     "AgentGymTest/PlainGuess-v0": PlainGuessEnv,
+    "AgentGymTest/ToolsMissAnAction-v0": ToolsMissAnActionEnv,
+    "AgentGymTest/BadToolSchema-v0": BadToolSchemaEnv,
 }
 """The envs of the contract tests, by the id they are registered under."""
 

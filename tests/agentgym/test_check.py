@@ -35,7 +35,7 @@ def test_our_envs_pass_every_check(env_id):
     assert [r.name for r in results] == [
         "env id", "kind", "build", "observations", "episode", "info keys",
         "anchors (observation)", "state keys", "seeds and task ids", "bad actions",
-        "finished episode", "prompt length", "anchors (state)", "gymnasium check_env",
+        "finished episode", "prompt length", "tools", "anchors (state)", "gymnasium check_env",
         "vector env groups"]
 
 
@@ -214,16 +214,16 @@ def test_a_probe_records_what_it_saw_and_the_step_after_the_end():
 def test_the_command_line_prints_a_line_per_check_and_exits_1_on_a_breach(capsys):
     assert main(["AgentGym/Scripted-v0"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 16 and lines[-1].startswith("all 15 checks passed (")
+    assert len(lines) == 17 and lines[-1].startswith("all 16 checks passed (")
     assert all(line.startswith("PASS  ") for line in lines[:-1])
     assert main([f"{M}:AgentGymTest/UnhashableAnchor-v0", "--anchor", "state",
                  "--fast"]) == 1
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1].startswith("1 of 11 checks failed")
+    assert lines[-1].startswith("1 of 12 checks failed")
     assert [line[:4] for line in lines[:-1]].count("FAIL") == 1
     assert main(["AgentGym/Scripted-v0", "--fast", "--max-prompt-tokens", "5"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1].startswith("all 12 checks passed, 1 with a warning (")
+    assert lines[-1].startswith("all 13 checks passed, 1 with a warning (")
     assert [line[:4] for line in lines[:-1]].count("WARN") == 1
     with pytest.raises(SystemExit) as exit_info:
         main(["AgentGym/Scripted-v0", "--env-kwargs", "[1]"])

@@ -96,6 +96,59 @@ def visual_run(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def tool_run(tmp_path_factory) -> Path:
+    """A recorded run of the tiny model acting through tool calls on the scripted env."""
+    pytest.importorskip("transformers")
+    import torch
+
+    from algorithms.config import replace
+    from algorithms.training.tiny_model import load_tiny_policy
+    from algorithms.training.trainer import Trainer
+    from tests.algorithms.scripted_config import scripted_config
+
+    config = replace(scripted_config("gigpo", iterations=1, eval_every=1),
+                     prompt={"action_format": "tool-call", "max_prompt_tokens": 2048},
+                     generation={"max_new_tokens": 24}, model={"name_or_path": "tiny"})
+    root = tmp_path_factory.mktemp("tools") / "tool-calls"
+    Trainer(config, policy=load_tiny_policy(config, torch.device("cpu")), run_dir=root).run()
+    return root
+
+
+def test_tool_call_records_carry_the_statuses_and_the_tool_results(tool_run):
+    records = read_records(tool_run / "records" / "train" / "iter_000001.jsonl.gz")
+    steps = [step for record in records for step in record["steps"]]
+    assert steps and all(step["tool_call"]["result"] for step in steps)
+    from algorithms.agent.tool_calls import CALL_STATUSES
+
+    assert all(set(step["tool_call"]["statuses"]) <= set(CALL_STATUSES) for step in steps)
+    bad = [step for step in steps if step["tool_call"]["statuses"] != ["ok"]]
+    assert all(not step["format_ok"] and step["action"] == "" for step in bad)
+    assert all(step["tool_call"]["result"].startswith("Error: ") for step in bad)
+
+
+@pytest.mark.browser
+def test_a_tool_call_step_shows_its_call_and_result(tool_run, browser, shots):
+    server = make_server([tool_run], port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page = _open(browser, f"http://127.0.0.1:{server.server_address[1]}")
+        records = read_records(tool_run / "records" / "train" / "iter_000001.jsonl.gz")
+        page.click("#tab-rollouts")
+        page.click('[data-testid="iteration-train-1"]')
+        record = records[0]
+        step = record["steps"][0]
+        page.click(f'.step[data-traj="{record["traj_id"]}"][data-step="{step["step"]}"]')
+        call = page.inner_text("#detail-tool-call")
+        assert call.startswith(", ".join(step["tool_call"]["statuses"]) + " → ")
+        assert page.inner_text("#detail-tool-result") == step["tool_call"]["result"]
+        page.screenshot(path=str(shots / "tool-call-step.png"), full_page=True)
+        page.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_api_serves_each_steps_image(visual_run):
     import io
 
