@@ -44,12 +44,15 @@ from __future__ import annotations
 import string
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils.shared_memory import create_shared_memory
+
+if TYPE_CHECKING:  # only annotations: agentgym.tools imports nothing of the contract
+    from agentgym.tools import EnvTools
 
 INFO_KEYS: tuple[str, ...] = (
     "task",
@@ -183,8 +186,8 @@ class TextEnv(gym.Env[str, str]):
 
     They may override :meth:`observation_anchor` (what part of the text forms the
     ``"observation"`` anchor) and :meth:`task_id_for_seed`, and declare what an agent
-    loop needs to know about them: :attr:`invalid_action_penalty` and
-    :meth:`task_source` (read by ``algorithms/``, which names no env).
+    loop needs to know about them: :attr:`invalid_action_penalty`, :meth:`task_source`
+    and :meth:`tools` (read by ``algorithms/``, which names no env).
 
     Args:
         anchor: ``"observation"`` or ``"state"``.
@@ -281,6 +284,25 @@ class TextEnv(gym.Env[str, str]):
         trainer prints it when a run starts), read without building the env; ``None``
         (the default): the env's own tasks, nothing to choose."""
         return None
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> EnvTools | None:
+        """The env's actions as tools (:mod:`agentgym.tools`), for agents that act through
+        their chat template's tools (``docs/tool-calls.md``), read without building the
+        env: ``kwargs`` are the constructor's keyword arguments. ``None`` (the default):
+        the env declares none, and such agents get one generic tool whose one string
+        argument is the action text (:func:`agentgym.tools.generic_tools`). A class
+        attribute holding an :class:`~agentgym.tools.EnvTools` declares them too.
+        ``python -m agentgym.check`` checks what an env declares."""
+        return None
+
+    @classmethod
+    def data_problems(cls, kwargs: dict[str, Any]) -> list[str]:
+        """What keeps an env built with ``kwargs`` from finding its data, one line each
+        saying what to do (``train.py --dry-run`` prints them), read without building the
+        env or generating anything: a data path that does not exist, a split that is not
+        there, a server that does not answer. ``[]`` (the default): nothing to check."""
+        return []
 
     # ------------------------------------------------------------------ overridable
     def observation_anchor(self, observation: str) -> Hashable:

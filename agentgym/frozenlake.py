@@ -41,6 +41,7 @@ from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymnasiumFrozen
 
 from agentgym.core import AnchorMode, TextEnv, Transition
 from agentgym.seeded_tasks import SeededTaskIds
+from agentgym.tools import EnvTools, string_argument, tool
 
 ACTIONS: dict[str, int] = {"left": 0, "down": 1, "right": 2, "up": 3}
 """RAGEN's action words (lower-cased) and Gymnasium's action numbers."""
@@ -182,6 +183,14 @@ class FrozenLakeEnv(TextEnv):
     @property
     def success(self) -> bool:
         return self._lake is not None and self._tile() == "G"
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> EnvTools:
+        """``move(direction)``, one of RAGEN's four words."""
+        return EnvTools((tool("move", "Move one cell on the lake (on slippery ice the move "
+                                      "may slide sideways).", "{direction}",
+                              direction=string_argument("The direction to move in.",
+                                                        ACTION_WORDS)),))
 
     def admissible_actions(self) -> tuple[str, ...]:
         return ACTION_WORDS

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from agentgym.core import AnchorMode, TextEnv, Transition
+from agentgym.tools import EnvTools, string_argument, tool
 
 ROOM_NAMES: tuple[str, ...] = (
     "hall", "kitchen", "library", "study", "pantry", "cellar", "attic", "garden",
@@ -104,6 +105,20 @@ class KeyDoorEnv(TextEnv):
         self._room = 0
         self._has_key = False
         self._won = False
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> EnvTools:
+        """``go(direction)``, ``take_key()`` (only in a house with a key) and
+        ``open_door()``: the three kinds of action."""
+        tools = [tool("go", "Walk through an exit to the neighbouring room.", "go {direction}",
+                      direction=string_argument("The exit to take.",
+                                                [name for name, _, _ in DIRECTIONS]))]
+        if kwargs.get("key", True):
+            tools.append(tool("take_key", "Take the key, where it lies in your room.",
+                              "take key"))
+        tools.append(tool("open_door", "Open the door, where it is in your room.",
+                          "open door"))
+        return EnvTools(tuple(tools))
 
     # ------------------------------------------------------------------ the house
     @property

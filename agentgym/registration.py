@@ -13,6 +13,7 @@ function here that takes an env id also takes Gymnasium's import form
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from types import MappingProxyType
@@ -22,9 +23,9 @@ import gymnasium as gym
 
 from agentgym.env_ids import EnvIdError, constructor_arguments, env_creator, find_spec
 
-__all__ = ["ENTRY_POINTS", "EnvIdError", "constructor_arguments", "env_creator", "find_spec",
-           "invalid_action_penalty", "is_agentgym_env", "register", "register_envs",
-           "tag_actions", "task_source"]
+__all__ = ["ENTRY_POINTS", "EnvIdError", "constructor_arguments", "data_problems",
+           "env_creator", "find_spec", "invalid_action_penalty", "is_agentgym_env", "register",
+           "register_envs", "tag_actions", "task_source"]
 
 ENTRY_POINTS = MappingProxyType(
     {
@@ -87,8 +88,10 @@ def register(id: str, entry_point: Any, *, kwargs: dict[str, Any] | None = None,
     the top level of that module (a script run as ``__main__`` is imported again by the
     workers anyway).
 
-    Registering an id again with the same entry point does nothing (a module imported
-    twice); with another entry point it replaces it, as in Gymnasium.
+    Registering an id again with the same entry point, kwargs and options does nothing
+    (a module imported twice: the spec, and the module its workers import, stay as they
+    are); with anything else changed it replaces the spec, as ``gym.register`` does (which
+    warns that it overrides it).
 
     Args:
         id: the env id, ``[namespace/]name-v<version>`` (e.g. ``"MyGames/Guess-v0"``).
@@ -101,12 +104,21 @@ def register(id: str, entry_point: Any, *, kwargs: dict[str, Any] | None = None,
         raise TypeError("agentgym.register sets the vector entry point itself; use "
                         "gym.register for a vector entry point of your own")
     existing = gym.registry.get(id)
-    if existing is not None and existing.entry_point == entry_point:
+    wanted = gym.envs.registration.EnvSpec(id=id, entry_point=entry_point,
+                                           kwargs=dict(kwargs or {}), **options)
+    if existing is not None and _same_registration(existing, wanted):
         return
     caller = sys._getframe(1).f_globals.get("__name__", "__main__")
     bound = id if caller in ("__main__", "__mp_main__") else f"{caller}:{id}"
     gym.register(id=id, entry_point=entry_point, kwargs=kwargs,
                  vector_entry_point=functools.partial(_make_vector_env, bound), **options)
+
+
+def _same_registration(spec: Any, wanted: Any) -> bool:
+    """Whether two ``EnvSpec`` agree on every field but the vector entry point (which
+    :func:`register` binds to the module that registered the id first)."""
+    return all(getattr(spec, f.name) == getattr(wanted, f.name)
+               for f in dataclasses.fields(wanted) if f.name != "vector_entry_point")
 
 
 def is_agentgym_env(env_id: str) -> bool:
@@ -137,6 +149,17 @@ def task_source(env_id: str, kwargs: dict[str, Any]) -> str:
         declared = None
     source = declared(kwargs) if callable(declared) else None
     return source if source is not None else f"{env_id}'s own tasks"
+
+
+def data_problems(env_id: str, kwargs: dict[str, Any]) -> list[str]:
+    """What keeps ``gym.make(env_id, **kwargs)`` from finding its data, one line each
+    (:meth:`agentgym.core.TextEnv.data_problems`), read without building the env; ``[]``
+    for an env that declares no such check."""
+    try:
+        declared = getattr(env_creator(env_id), "data_problems", None)
+    except gym.error.Error:  # not registered: nothing is declared
+        declared = None
+    return list(declared(kwargs)) if callable(declared) else []
 
 
 def tag_actions(name: str) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from agentgym.core import AnchorMode, TextEnv, Transition
+from agentgym.tools import EnvTools, string_argument, tool
 
 DEFAULT_DOORS: tuple[str, ...] = ("red", "green", "blue")
 
@@ -87,6 +88,15 @@ class ScriptedTextEnv(TextEnv):
     @property
     def success(self) -> bool:
         return self._won
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> EnvTools:
+        """``open_door(colour)`` and ``look()``."""
+        doors = tuple(kwargs.get("doors", DEFAULT_DOORS))
+        return EnvTools((
+            tool("open_door", "Open one of the room's doors.", "open {colour} door",
+                 colour=string_argument("The door's colour.", doors)),
+            tool("look", "Look around the room.", "look")))
 
     def admissible_actions(self) -> tuple[str, ...]:
         return () if self._won else self._actions

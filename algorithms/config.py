@@ -1,10 +1,10 @@
-"""Every training default, in one place: typed config dataclasses and named presets.
+"""Every training default, in one place: typed config dataclasses.
 
 One dataclass per concern (model, generation, env, prompt, learner, run), gathered in
 :class:`TrainConfig`. ``train.py`` turns these into a CLI with tyro, so the docstring under
 each field is its ``--help`` text. A preset is a :class:`TrainConfig` with some fields
-changed (:data:`PRESETS`); every field not named in a preset keeps the default written here
-and nowhere else.
+changed (:data:`algorithms.presets.PRESETS`, a module of its own that imports this one);
+every field not named in a preset keeps the default written here and nowhere else.
 
 The learner is chosen by :attr:`TrainConfig.algo`:
 
@@ -22,9 +22,10 @@ The learner is chosen by :attr:`TrainConfig.algo`:
 ``ppo``           turn-level GAE                               yes
 ================  ===========================================  ======
 
-``dr_grpo`` and ``gspo`` fix some learner settings, and ``gspo`` and ``graphgpo`` start
-others from their reference scripts' values (:data:`ALGO_SETTINGS`, applied by
-:func:`with_algo`; ``docs/estimators.md``).
+``dr_grpo`` and ``gspo`` fix some learner settings, and ``gspo`` starts others from its
+reference script's values (:data:`ALGO_SETTINGS`, applied by :func:`with_algo`;
+``docs/estimators.md``). GraphGPO's settings are fields of their own (``learner.graphgpo_*``),
+so switching ``--algo`` never leaves another algorithm's values behind.
 
 ``sft`` is no RL learner: supervised fine-tuning on expert trajectories in the RL prompt
 layout (:class:`SFTConfig`, :mod:`algorithms.sft.trainer`), whose checkpoint an RL run starts
@@ -36,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -72,14 +74,16 @@ ALGO_SETTINGS: dict[str, dict[str, Any]] = {
     # verl-agent's examples/gspo_trainer/run_alfworld.sh: loss_mode=gspo,
     # clip_ratio_low=0.0003, clip_ratio_high=0.0004
     "gspo": {"policy_loss": "gspo", "clip_eps_low": 3e-4, "clip_eps_high": 4e-4},
-    # the GraphGPO recipe's config/graphgpo_trainer.yaml and ALFWorld script:
-    # algorithm.gamma=0.10, the decay of its graph returns 10 * gamma^d
-    "graphgpo": {"gamma": 0.1},
 }
 """Learner settings each ``algo`` starts from (:func:`with_algo`). Those in
 :data:`ALGO_REQUIRED` define the algorithm and are checked by :meth:`TrainConfig.validate`;
-the rest (GSPO's clip ranges, GraphGPO's gamma) are its reference script's values and may be
-changed."""
+the rest (GSPO's clip ranges) are its reference script's values and may be changed.
+
+Only settings that other algorithms read too belong here: a later ``--algo`` keeps them.
+An algorithm's own setting is a field of its own with its default in
+:class:`LearnerConfig` (GraphGPO's graph decay: ``learner.graphgpo_decay``, which was
+``{"gamma": 0.1}`` here until ``--preset graphgpo-alfworld-1.5b --algo gigpo`` was found to
+train GiGPO with a discount of 0.1)."""
 
 ALGO_REQUIRED: dict[str, tuple[str, ...]] = {
     "dr_grpo": ("normalize", "loss_aggregation"), "gspo": ("policy_loss",)}
@@ -358,6 +362,37 @@ class PromptConfig:
     as verl-agent's Gym Cards prompts begin with it. A template with an ``{image}``
     placeholder puts it there instead."""
 
+    action_format: Literal["tags", "tool-call"] = "tags"
+    """How the model acts. ``tags``: an action inside ``action_tag`` (or the env's own
+    tags, ``env_style``) in a prompt this project writes, as verl-agent does. ``tool-call``:
+    the model's chat template shows the env's tools (:mod:`agentgym.tools`), the model
+    calls one per turn (``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, or a
+    Llama 3.x JSON call, read from the template), the call becomes the env's action, and
+    the env's observation comes back as a ``tool`` message; the task and the first
+    observation are the user message. ``window`` layout: the last ``history_window`` turns
+    as messages; ``transcript``: one growing chat, bridged turn by turn without
+    re-tokenizing what was sampled (docs/tool-calls.md)."""
+
+    tool_template: str | None = None
+    """``tool-call`` format: a Jinja chat template file to render the chat with instead of
+    the tokenizer's own. ``None``: the tokenizer's own when it shows tools (Qwen2.5,
+    Qwen3, Llama 3.x Instruct), else AgentGym's ChatML tool template
+    (``algorithms/agent/chat_templates/chatml_tools.jinja``: SmolLM2 and the tiny model,
+    whose format an SFT stage teaches)."""
+
+    max_tool_calls: int = 1
+    """``tool-call`` format: calls allowed per answer (the env takes one action a turn);
+    a call after them makes the turn ``too_many_calls``, an invalid action."""
+
+    bridge_rewrite: Literal["keep", "end"] = "keep"
+    """``tool-call`` format, ``transcript`` layout: what happens when the chat template
+    rewrites an earlier turn, so that rendering the chat again does not extend the
+    prompt already sampled from (Qwen3 without thinking drops the last turn's empty
+    ``<think></think>`` once a tool message follows). ``keep``: keep every token as
+    sampled and render only the new messages as a suffix (counted as
+    ``rollout/bridge_kept``). ``end``: end the trajectory there, truncated
+    (``rollout/bridge_ended``)."""
+
     response_prefix: str = ""
     """Text placed after the chat template's generation prompt, as if the model had
     begun its answer with it (e.g. ``"<action>"`` opens the action tag for a small model).
@@ -393,11 +428,37 @@ def default_stop_strings(prompt: PromptConfig) -> tuple[str, ...]:
     (the GiGPO prompts end an action at ``</action>``), none when ``action_tag`` is empty
     (the whole answer is the action).
     """
+    if prompt.action_format == "tool-call":
+        return ("</tool_call>",)
     if prompt.env_style != "default":
         from agentgym.registration import tag_actions
 
         return tuple(tag_actions(prompt.env_style).stop_strings)
     return (f"</{prompt.action_tag}>",) if prompt.action_tag else ()
+
+
+def tool_call_problems(prompt: PromptConfig) -> list[str]:
+    """Settings of the ``tool-call`` action format that cannot work."""
+    if prompt.action_format != "tool-call":
+        if prompt.tool_template is not None:
+            return ["prompt.tool_template is for prompt.action_format tool-call"]
+        return []
+    problems = []
+    if prompt.template is not None:
+        problems.append("prompt.template writes the tag format's user message; the "
+                        "tool-call format's prompt is the chat template's "
+                        "(prompt.tool_template)")
+    if not prompt.chat_template:
+        problems.append("the tool-call format renders the chat template: drop "
+                        "--prompt.no-chat-template")
+    if prompt.max_tool_calls < 1:
+        problems.append("prompt.max_tool_calls must be >= 1")
+    if prompt.tool_template is not None:
+        from pathlib import Path
+
+        if not Path(prompt.tool_template).expanduser().is_file():
+            problems.append(f"prompt.tool_template: no file {prompt.tool_template}")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -510,9 +571,8 @@ class LearnerConfig:
     """AdamW weight decay (decoupled; verl's default 0.01)."""
 
     gamma: float = 0.95
-    """Discount across agent steps (GiGPO and HGPO step returns, GAE); GraphGPO's decay of
-    its graph returns ``10 * gamma ** d`` (``--algo graphgpo`` starts it at 0.1, its
-    recipe's)."""
+    """Discount across agent steps, in [0, 1] (GiGPO and HGPO step returns, GAE). GraphGPO
+    does not discount: its graph returns decay with ``graphgpo_decay``."""
 
     gae_lambda: float = 0.95
     """GAE lambda across agent steps (PPO)."""
@@ -531,7 +591,9 @@ class LearnerConfig:
     hgpo_history_length: int | None = None
     """HGPO: a step joins the groups of its last ``k`` anchors for ``k = 1 ..
     hgpo_history_length + 1`` (verl-agent's ``env.history_length``, which sets its prompt's
-    history too). ``None``: ``prompt.history_window``, as the recipe ties them."""
+    history too). ``None``: the history the prompts hold, as the recipe ties them --
+    ``prompt.history_window`` in the window layout, the whole trajectory so far in the
+    transcript layout (:func:`algorithms.training.estimation.hgpo_history_length`)."""
 
     hgpo_length_weight_alpha: float = 1.0
     """HGPO: the weight of a history group of length ``k`` is ``(k + 1) ** alpha``
@@ -541,13 +603,18 @@ class LearnerConfig:
     """HGPO: the episode advantage joins each step's weighted mean as a ``k = 0`` item
     (``algorithm.hgpo.base_group``)."""
 
+    graphgpo_decay: float = 0.1
+    """GraphGPO: decay of its graph returns ``10 * graphgpo_decay ** d``, in [0, 1] (its
+    recipe's ``algorithm.gamma``: 0.10 in ``config/graphgpo_trainer.yaml`` and the ALFWorld
+    script, 0.20 in the WebShop one). No other algorithm reads it."""
+
     graphgpo_episode_weight: float = 1.0
     """GraphGPO: weight of the episode advantage (``algorithm.graphgpo.
     episode_advantage_w``; 0: the graph's step advantage alone)."""
 
     graphgpo_normalize_distance: bool = False
-    """GraphGPO: step returns ``10 * gamma ** (d(next) - d(state) + 1)``, from the distance
-    to the goal gained, instead of ``10 * gamma ** d(next)``
+    """GraphGPO: step returns ``10 * graphgpo_decay ** (d(next) - d(state) + 1)``, from the
+    distance to the goal gained, instead of ``10 * graphgpo_decay ** d(next)``
     (``algorithm.graphgpo.normalize_distance``)."""
 
     normalize: Literal["std", "mean"] = "std"
@@ -792,12 +859,15 @@ class RunConfig:
     ``python -m agentgym.viewer RUN_DIR``."""
 
     term_grace: float = 20.0
-    """Seconds the iteration in progress may still take after a SIGTERM (what SLURM,
+    """Seconds an iteration past its rollout may still take after a SIGTERM (what SLURM,
     Kubernetes and torchrun send before they kill a job): if it ends in time, a checkpoint
-    of it is written and the run exits with status 143; if not, the run stops there with
-    the last checkpoint it has. 20 s leaves 10 s of SLURM's and torchrun's default 30 s
-    before SIGKILL for that checkpoint; raise it when the scheduler signals earlier (say
-    ``sbatch --signal=TERM@300``). 0: stop at once, like Ctrl-C."""
+    of it is written and the run exits with status 143; if not, the run checkpoints the
+    state before its update (never a half-applied one). A SIGTERM in a rollout
+    checkpoints the last finished update at once (``algorithms.runs.termination``;
+    torchrun: the iteration finishes within the grace, or the run stops with the last
+    checkpoint it has). 20 s leaves 10 s of SLURM's and torchrun's default 30 s before
+    SIGKILL for that checkpoint; raise it when the scheduler signals earlier (say
+    ``sbatch --signal=TERM@300``). 0: no grace."""
 
     eval_before_train: bool = False
     """Evaluate the starting model on the held-out tasks before the first iteration
@@ -893,8 +963,8 @@ class TrainConfig:
     sets the learner settings of :data:`ALGO_SETTINGS` (before other flags)."""
 
     preset: Annotated[str, NOT_A_FLAG] = "custom"
-    """The preset this config started from (:data:`PRESETS`), recorded with the run and
-    naming its folder. Not a field flag: ``train.py --preset NAME`` picks the starting
+    """The preset this config started from (:data:`algorithms.presets.PRESETS`), recorded
+    with the run and naming its folder. Not a field flag: ``train.py --preset NAME`` picks the starting
     values before the other flags are read."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -973,6 +1043,7 @@ class TrainConfig:
                 load_template(self.prompt.template)
             except (OSError, ValueError) as error:
                 problems.append(f"prompt.template: {error}")
+        problems += tool_call_problems(self.prompt)
         if self.prompt.env_style != "default":
             from agentgym.registration import TAG_ACTION_FORMATS
 
@@ -1087,6 +1158,10 @@ class TrainConfig:
             problems.append("learner.lr_warmup_ratio must be in [0, 1]")
         if learner.entropy_coef < 0 or learner.kl_coef < 0:
             problems.append("learner.entropy_coef and kl_coef must be >= 0")
+        for name in ("gamma", "graphgpo_decay"):
+            if not 0 <= getattr(learner, name) <= 1:
+                problems.append(f"learner.{name} must be in [0, 1], got "
+                                f"{getattr(learner, name)}")
         if learner.similarity_threshold is not None:
             if not 0 < learner.similarity_threshold < 1:
                 problems.append("learner.similarity_threshold must be in (0, 1) (or None)")
@@ -1094,8 +1169,8 @@ class TrainConfig:
                 problems.append("learner.similarity_threshold groups GiGPO's steps or merges "
                                 "GraphGPO's graph nodes: it needs --algo gigpo or graphgpo")
         if learner.hgpo_history_length is not None and learner.hgpo_history_length < 0:
-            problems.append("learner.hgpo_history_length must be >= 0 (or None: the prompt's "
-                            "history window)")
+            problems.append("learner.hgpo_history_length must be >= 0 (or None: the history "
+                            "the prompts hold)")
         if not math.isfinite(learner.hgpo_length_weight_alpha):
             problems.append("learner.hgpo_length_weight_alpha must be finite")
         if (self.algo in GROUP_ALGOS and learner.episode_stats == "trajectories"
@@ -1148,12 +1223,15 @@ class TrainConfig:
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Inverse of :meth:`to_dict` (its derived keys are ignored).
 
-        Raises :class:`ConfigError` when ``data`` does not have exactly this version's
-        fields (a config saved by another version of AgentGym): each such field is named,
-        and nothing is guessed for it."""
+        A config saved before a setting moved to a field of its own
+        (:data:`MOVED_SETTINGS`) is read as it ran (:func:`upgrade_saved_config`). Raises
+        :class:`ConfigError` when ``data`` does not have exactly this version's fields
+        otherwise (a config saved by another version of AgentGym): each such field is
+        named, and nothing is guessed for it."""
         unknown: list[str] = []
         missing: list[str] = []
-        config = _from_dict(cls, data, "", unknown, missing, _DERIVED_KEYS)
+        config = _from_dict(cls, upgrade_saved_config(data), "", unknown, missing,
+                            _DERIVED_KEYS)
         if unknown or missing:
             parts = ([f"unknown: {', '.join(unknown)}"] if unknown else []) + \
                 ([f"missing: {', '.join(missing)}"] if missing else [])
@@ -1165,6 +1243,59 @@ class TrainConfig:
 
 _DERIVED_KEYS = {"": {"estimator", "use_critic"}, "env.": {"invalid_action_penalty_in_effect"}}
 """Keys :meth:`TrainConfig.to_dict` adds beside the fields, by section prefix."""
+
+
+@dataclass(frozen=True)
+class MovedSetting:
+    """A setting that configs saved by an earlier version held in another field, for some
+    algorithms only (:func:`upgrade_saved_config`)."""
+
+    section: str
+    """The config section of both fields (``learner``)."""
+    field: str
+    """The field that holds the setting now."""
+    was: str
+    """The field that held it, for the algorithms in ``algos``."""
+    algos: tuple[str, ...]
+    """The ``algo`` values whose ``was`` held this setting (and so was not what ``was``
+    means now, which those algorithms do not read)."""
+
+
+MOVED_SETTINGS: tuple[MovedSetting, ...] = (
+    MovedSetting("learner", "graphgpo_decay", "gamma", ("graphgpo",)),
+)
+"""Settings moved to fields of their own. ``learner.graphgpo_decay``: GraphGPO's decay of
+its graph returns was ``learner.gamma`` (which ``--algo graphgpo`` set to 0.1), so another
+``--algo`` after it kept 0.1 as its discount."""
+
+
+def upgrade_saved_config(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (a saved :meth:`TrainConfig.to_dict`) as this version writes the same run.
+
+    For each :data:`MOVED_SETTINGS` entry whose ``field`` the saved section lacks (a config
+    saved before the move): a run of one of its ``algos`` gets its ``was`` value in
+    ``field`` and ``was`` at its default (which that algorithm never read), any other run
+    ``field`` at its default (which it does not read). A config that has the field is
+    returned as it is; so is one without the section (reported as missing by
+    :meth:`TrainConfig.from_dict`). ``data`` is not changed.
+
+    Example: a GraphGPO run saved with ``learner.gamma`` 0.1 reads as ``graphgpo_decay``
+    0.1 and ``gamma`` 0.95; a GiGPO run saved with ``gamma`` 0.1 keeps its discount 0.1.
+    """
+    upgraded = dict(data)
+    for moved in MOVED_SETTINGS:
+        section = upgraded.get(moved.section)
+        if not isinstance(section, dict) or moved.field in section or moved.was not in section:
+            continue
+        defaults = getattr(TrainConfig(), moved.section)
+        section = dict(section)
+        if upgraded.get("algo") in moved.algos:
+            section[moved.field] = section[moved.was]
+            section[moved.was] = getattr(defaults, moved.was)
+        else:
+            section[moved.field] = getattr(defaults, moved.field)
+        upgraded[moved.section] = section
+    return upgraded
 
 
 def _from_dict(section: type, data: dict[str, Any], prefix: str, unknown: list[str],
@@ -1211,7 +1342,7 @@ def env_kwargs_problems(config: TrainConfig) -> list[str]:
         return []
     if accepted is None:
         return []
-    preset = PRESETS.get(config.preset)
+    preset = _loaded_presets().get(config.preset)
     problems = []
     for field_name, text in (("env_kwargs", env.env_kwargs),
                              ("eval_env_kwargs", env.eval_env_kwargs)):
@@ -1228,6 +1359,19 @@ def env_kwargs_problems(config: TrainConfig) -> list[str]:
             f"{', '.join(unknown)}{origin}; clear them with {flag} '{{}}' or pass only its "
             f"own ({', '.join(accepted)})")
     return problems
+
+
+def _loaded_presets() -> dict[str, TrainConfig]:
+    """:data:`algorithms.presets.PRESETS` when that module is loaded, else ``{}``.
+
+    Presets import this module, not the reverse, so :func:`env_kwargs_problems` looks the
+    preset up without importing it: a config that names a preset was built from it in this
+    process (the module is loaded) or read back from a run's ``config.json``, whose env
+    kwargs were checked when the run was made; only the note saying where the kwargs came
+    from needs the preset.
+    """
+    presets = sys.modules.get("algorithms.presets")
+    return presets.PRESETS if presets is not None else {}
 
 
 ENV_KWARGS_FIELDS: tuple[str, ...] = ("env_kwargs", "eval_env_kwargs")
@@ -1298,628 +1442,3 @@ def replace(config: Any, **sections: Any) -> Any:
         changes[name] = replace(current, **values) \
             if isinstance(values, dict) and dataclasses.is_dataclass(current) else values
     return dataclasses.replace(config, **changes)
-
-
-CPU_DEMO_LOSS: dict[str, Any] = {
-    "penalty_in_returns": True, "dual_clip": None, "micro_batch_weighting": "tokens",
-    "shuffle": True, "episode_stats": "trajectories", "entropy_coef": 0.0,
-    "weight_decay": 0.0}
-"""The cpu-demo's loss: the learner's settings before it followed verl-agent's recipe (the
-penalty in the returns, statistics over trajectories, no dual clip, no entropy bonus, no
-weight decay, token-weighted micro-batches, shuffled mini-batches)."""
-
-
-def _cpu_demo() -> TrainConfig:
-    """SmolLM2-135M on the 2 x 2 KeyDoor house, LoRA rank 16 on every linear layer.
-
-    LoRA keeps a checkpoint at 59 MB (adapters and their AdamW moments) instead of the
-    full fine-tune's 1.6 GB, and the KL term to the base model (adapters off, so no second
-    copy) holds the policy's entropy up: measured over seeds 0-2 (docs/configuration.md),
-    the full fine-tune (lr 2e-5, no KL) collapsed to 0.08 nats per token and ended at
-    success 0 on two seeds. ``--model.lora-rank 0 --learner.lr 2e-5 --learner.kl-coef 0``
-    is that full fine-tune.
-
-    Gradient checkpointing keeps the update's activations to one layer's at a time: the
-    same update (recomputation is exact), ~2 GB less memory per micro-batch of 8 rows, one
-    more forward pass of compute.
-
-    The loss is this project's earlier recipe (:data:`CPU_DEMO_LOSS`), not verl-agent's
-    (the GPU presets' and :class:`LearnerConfig`'s default): measured on seed 0, verl-agent's
-    recipe collapsed the policy's entropy to 0.01 nats and success to 0, 0, 0.125, 0, 0.25,
-    0 over iterations 2-6 (mean 0.075), against 0.125, 0.625, 0.25, 1, 0.875 (mean 0.575)
-    with this one (docs/configuration.md).
-    """
-    base = TrainConfig(preset="cpu-demo")
-    return replace(
-        base,
-        model={"lora_rank": 16, "lora_alpha": 32, "gradient_checkpointing": True},
-        generation={"max_new_tokens": 8, "batch_size": 16},
-        prompt={"max_prompt_tokens": 320, "think": False, "history_window": 1,
-                "response_prefix": "<action>", "action_list": "lines"},
-        env={
-            "env_id": "AgentGym/KeyDoor-v0",
-            "num_groups": 2,
-            "group_size": 4,
-            "max_steps": 6,
-            "anchor": "state",
-            "env_kwargs": json.dumps({"width": 2, "height": 2, "key": False}),
-            "eval_episodes": 8,
-        },
-        learner={"lr": 5e-4, "kl_coef": 0.2, "mini_batch_size": 64, "micro_batch_size": 8,
-                 **CPU_DEMO_LOSS},
-        run={"iterations": 6, "save_every": 3, "keep_checkpoints": 1, "device": "cpu",
-             "torch_threads": 1},
-    )
-
-
-CPU_ALFWORLD_TASK_TYPES: tuple[str, ...] = ("pick_and_place_simple", "look_at_obj_in_light")
-"""The cpu-alfworld preset's ALFWorld task types: the two with the shortest expert
-walkthroughs (3-6 steps on generated games, against 5-10 for the other four)."""
-
-
-def _cpu_alfworld() -> TrainConfig:
-    """SmolLM2-135M on ALFWorld on two CPU cores: an SFT warm start on the env's own
-    expert, then GiGPO, in one run (``--sft.warm-start``, :mod:`algorithms.sft.stage`).
-
-    Games: generated ones (no download) unless ``$ALFWORLD_DATA`` points at official data;
-    training on the ``train`` split, evaluation on ``valid_seen`` (other games in the
-    training scenes, as ``alfworld-1.5b``). The prompt length sets the time: the update of
-    docs/memory.md's ALFWorld iteration took ~15 ms per token on a quiet machine.
-
-    - Task types :data:`CPU_ALFWORLD_TASK_TYPES` and 8 steps: the shortest tasks, with
-      room for a few wrong steps; the raw 135M model answered ALFWorld with 100% format
-      errors, and longer tasks leave nothing to learn from in a few iterations.
-    - Prompt: the cpu-demo's (``<action>`` opened for the model, no thinking, the
-      admissible actions one per line), one step of history (what was just done: the
-      model otherwise cannot tell whether it holds the object), at most 448 tokens
-      (generated expert steps: mean 343, 90th percentile 436; longer ones lose the
-      history first). 16 response tokens (the longest expert action is 15 with
-      ``</action>``).
-    - SFT stage: 60 expert episodes (the 60 generated training games of these types,
-      265 steps), 12 optimizer steps of 8 samples at lr 5e-4 (LoRA), a third of an
-      epoch; the cpu-demo's KeyDoor SFT took format errors from 0.59 to 0 in 8 such
-      steps, and 6 of these took ALFWorld's to 0 (docs/cpu-presets.md).
-    - RL: 2 groups x 4 (the fewest trajectories that give GiGPO groups to compare), the
-      state anchor, the cpu-demo's loss, lr 5e-4 and KL 0.2; 2 iterations
-      (docs/memory.md's ALFWorld iteration, 2 x 4 with 6 steps and 320-token prompts,
-      took ~7 min on a quiet machine, most of it the update).
-    - Micro-batches of 4 rows (SFT and update): the same updates as 8 (both weight by
-      tokens), but 8 rows of up to 448 tokens took the SFT stage to 4.95 GB peak RSS.
-    - Held-out evaluation of the warm start (``eval_before_train``) and after the last
-      iteration, on the whole 12-game generated ``valid_seen`` split (evaluation takes
-      the first ids in sorted order, so a split larger than ``eval_episodes`` would be
-      evaluated on one task type only).
-    """
-    base = dataclasses.replace(_cpu_demo(), preset="cpu-alfworld")
-    task_types = list(CPU_ALFWORLD_TASK_TYPES)
-    return replace(
-        base,
-        generation={"max_new_tokens": 16, "batch_size": 16},
-        prompt={"max_prompt_tokens": 448, "history_window": 1},
-        env={"env_id": "AgentGym/ALFWorld-v0", "num_groups": 2, "group_size": 4,
-             "max_steps": 8, "anchor": "state",
-             "env_kwargs": json.dumps({"task_types": task_types}),
-             "eval_env_kwargs": json.dumps({"split": "valid_seen",
-                                            "num_generated_games": 12}),
-             "eval_episodes": 12},
-        sft={"warm_start": True, "episodes": 60, "max_steps": 12, "batch_size": 8,
-             "micro_batch_size": 4, "lr": 5e-4},
-        learner={"micro_batch_size": 4},
-        run={"iterations": 2, "save_every": 2, "keep_checkpoints": 1, "eval_every": 2,
-             "eval_before_train": True},
-    )
-
-
-def _cpu_webshop() -> TrainConfig:
-    """SmolLM2-135M on WebShop on two CPU cores: an SFT warm start on the env's oracle
-    expert (:mod:`agentgym.webshop.oracle`), then GiGPO, in one run, as ``cpu-alfworld``.
-
-    The shop is the env's default (the shipped catalogue, synthetic goals: no download);
-    training on the ``train`` goals, evaluation on 12 ``test`` goals. Measured on 30
-    oracle episodes of the ``train`` goals with SmolLM2's tokenizer: 5.0 steps on average
-    (at most 8, every one successful), prompts of 681 tokens on average (90th percentile
-    954), actions of at most 48 tokens with ``</action>`` (a search query is the longest).
-
-    - 10 steps (the oracle's longest, 8, and two to spare), 48 response tokens, prompts
-      of at most 1,024 tokens (history first to go), one step of history, the cpu-demo's
-      prompt (``<action>`` opened for the model, no thinking).
-    - SFT stage: 48 expert episodes (~240 steps), 8 optimizer steps of 8 samples at lr
-      5e-4 (LoRA), a quarter of an epoch,
-      micro-batches of 2 rows: WebShop's prompts are about twice ALFWorld's, where 4 rows
-      of up to 448 tokens took the SFT stage to about 4 GB peak RSS.
-    - RL as ``cpu-alfworld``: 2 groups x 4, the state anchor, the cpu-demo's loss, lr 5e-4,
-      KL 0.2, 2 iterations; held-out evaluation before and after.
-    """
-    base = dataclasses.replace(_cpu_demo(), preset="cpu-webshop")
-    return replace(
-        base,
-        generation={"max_new_tokens": 48, "batch_size": 16},
-        prompt={"max_prompt_tokens": 1024, "history_window": 1},
-        env={"env_id": "AgentGym/WebShop-v0", "num_groups": 2, "group_size": 4,
-             "max_steps": 10, "anchor": "state", "env_kwargs": "{}",
-             "eval_env_kwargs": json.dumps({"split": "test"}), "eval_episodes": 12},
-        sft={"warm_start": True, "episodes": 48, "max_steps": 8, "batch_size": 8,
-             "micro_batch_size": 2, "lr": 5e-4},
-        learner={"micro_batch_size": 2},
-        run={"iterations": 2, "save_every": 2, "keep_checkpoints": 1, "eval_every": 2,
-             "eval_before_train": True},
-    )
-
-
-def _cpu_searchqa() -> TrainConfig:
-    """SmolLM2-135M on Search-QA on two CPU cores: an SFT warm start on the env's
-    privileged expert (:meth:`agentgym.searchqa.env.SearchQAEnv.expert_action`: search the
-    question, then the bridge entity, then answer), then GiGPO, in one run, as
-    ``cpu-alfworld``.
-
-    The questions are the generated knowledge base's (invented names, so nothing can be
-    answered from memory; BM25 over its 5,100 passages; no download), ``train`` for the
-    expert and RL, 12 ``test`` questions spread over the templates for evaluation
-    (``task_order="spread"``: the list is grouped by template). Search-R1's turn budget
-    (3: two turns that may search, then a final one) and answer format (``<search>`` /
-    ``<answer>`` tags, no action list), the cpu-demo's model and loss, no thinking.
-
-    - Prompt: one step of history (the passages that named the bridge entity stay in view
-      when the second search returns), at most 640 tokens, answers of at most 32: on 64
-      expert episodes (2.3 turns on average, every one successful) with SmolLM2's
-      tokenizer, prompts of 259 tokens on average (90th percentile 450, longest 593),
-      answers of at most 24 tokens.
-    - SFT stage: 64 expert episodes, 8 optimizer steps of 8 samples at lr 5e-4 (LoRA),
-      micro-batches of 4 rows.
-    - RL: 2 groups x 4, the state anchor, lr 5e-4, KL 0.2, 2 iterations; held-out
-      evaluation before and after.
-    """
-    base = dataclasses.replace(_cpu_demo(), preset="cpu-searchqa")
-    return replace(
-        base,
-        generation={"max_new_tokens": 32, "batch_size": 16},
-        prompt={"max_prompt_tokens": 640, "history_window": 1, "env_style": "searchqa",
-                "show_admissible_actions": False, "response_prefix": ""},
-        env={"env_id": "AgentGym/SearchQA-v0", "num_groups": 2, "group_size": 4,
-             "max_steps": 3, "anchor": "state", "env_kwargs": json.dumps({"split": "train"}),
-             "eval_env_kwargs": json.dumps({"split": "test"}), "eval_episodes": 12,
-             "task_order": "spread"},
-        sft={"warm_start": True, "episodes": 64, "max_steps": 8, "batch_size": 8,
-             "micro_batch_size": 4, "lr": 5e-4},
-        learner={"micro_batch_size": 4},
-        run={"iterations": 2, "save_every": 2, "keep_checkpoints": 1, "eval_every": 2,
-             "eval_before_train": True},
-    )
-
-
-def _alfworld_1_5b() -> TrainConfig:
-    """verl-agent's ``examples/gigpo_trainer/run_alfworld.sh`` (GiGPO, Qwen2.5-1.5B-Instruct).
-
-    As the script: 16 groups x 8, 50 steps, history 2, prompts 2048 / responses 512
-    tokens, lr 1e-6, mini-batches of 256 steps in micro-batches of 32 (per rank, as
-    ``ppo_micro_batch_size_per_gpu``), KL loss 0.01 (low-variance), penalty 0.1, gamma
-    0.95, omega 1, ``mean_std_norm``, training temperature 1.0 and evaluation at 0.4 on
-    128 in-distribution games (``valid_seen``) every 5 iterations, 150 iterations; the
-    rest is the recipe's defaults (:class:`LearnerConfig`). Differs: a prompt over 2048
-    tokens loses history first (the script's ``truncation='error'`` stops the run); no
-    evaluation before training (``val_before_train``); the env workers are subprocesses,
-    not Ray actors (``--env.backend ray`` for those).
-    """
-    base = TrainConfig(preset="alfworld-1.5b")
-    return replace(
-        base,
-        model={"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct", "gradient_checkpointing": True},
-        generation={"engine": "vllm", "max_new_tokens": 512},
-        prompt={"max_prompt_tokens": 2048, "history_window": 2},
-        env={"env_id": "AgentGym/ALFWorld-v0", "num_groups": 16, "group_size": 8,
-             "max_steps": 50, "backend": "subprocess",
-             "eval_env_kwargs": json.dumps({"split": "valid_seen"}), "eval_episodes": 128},
-        learner={"lr": 1e-6, "kl_coef": 0.01, "mini_batch_size": 256, "micro_batch_size": 32},
-        run={"iterations": 150, "eval_every": 5},
-    )
-
-
-def _alfworld_7b_lora() -> TrainConfig:
-    """verl-agent's ``examples/gigpo_trainer/run_alfworld_lora.sh`` (Qwen2.5-7B-Instruct).
-
-    As :func:`_alfworld_1_5b`, with the script's changes: LoRA rank 64, alpha 64, lr 3e-6,
-    no KL loss, vLLM at 0.6 of the GPU memory. Differs as :func:`_alfworld_1_5b` does.
-    """
-    base = _alfworld_1_5b()
-    return replace(
-        dataclasses.replace(base, preset="alfworld-7b-lora"),
-        model={"name_or_path": "Qwen/Qwen2.5-7B-Instruct", "gradient_checkpointing": True,
-               "lora_rank": 64, "lora_alpha": 64},
-        learner={"lr": 3e-6, "kl_coef": 0.0},
-        generation={"vllm": {"gpu_memory_utilization": 0.6}},
-    )
-
-
-def _webshop_1_5b() -> TrainConfig:
-    """verl-agent's ``examples/gigpo_trainer/run_webshop.sh`` (GiGPO, Qwen2.5-1.5B-Instruct).
-
-    As the script: 6 groups x 8, 15 steps, history 2, prompts 2048 / responses 256
-    tokens, lr 1e-6, mini-batches of 8 steps in micro-batches of 4, KL loss 0.01, penalty
-    0.1, ``mean_norm``, evaluation every 5 iterations, 150 iterations. Differs: evaluation
-    on 500 goals of the test split (the script evaluates 2 x 6 tasks of its own sampling,
-    which can repeat training goals: REFERENCE.md); a prompt over 2048 tokens loses
-    history first; no evaluation before training; subprocess env workers.
-    """
-    base = TrainConfig(preset="webshop-1.5b")
-    return replace(
-        base,
-        model={"name_or_path": "Qwen/Qwen2.5-1.5B-Instruct", "gradient_checkpointing": True},
-        generation={"engine": "vllm", "max_new_tokens": 256},
-        prompt={"max_prompt_tokens": 2048, "history_window": 2},
-        env={"env_id": "AgentGym/WebShop-v0", "num_groups": 6, "group_size": 8,
-             "max_steps": 15, "backend": "subprocess",
-             "eval_env_kwargs": json.dumps({"split": "test"}), "eval_episodes": 500},
-        learner={"lr": 1e-6, "normalize": "mean", "kl_coef": 0.01, "mini_batch_size": 8,
-                 "micro_batch_size": 4},
-        run={"iterations": 150, "eval_every": 5},
-    )
-
-
-def _hgpo_alfworld_1_5b() -> TrainConfig:
-    """verl-agent's ``recipe/hgpo/run_qwen2.5_1.5b_alfworld_train.sh`` (HGPO,
-    Qwen2.5-1.5B-Instruct; ``recipe/hgpo/config/hgpo_trainer.yaml``).
-
-    As the script: 16 groups x 8, 50 steps, history 2 (the prompt's window and HGPO's
-    history length, both ``env.history_length``), prompts 4096 / responses 512 tokens, lr
-    1e-6, mini-batches of 256 steps in micro-batches of 16 (per rank), KL loss 0.01
-    (low-variance), penalty 0.1, gamma 0.95, ``mean_std_norm``, length weight alpha 1, no
-    base group, the raw observation as the anchor (its env manager's), training
-    temperature 1.0 and evaluation at 0.4 on 128 in-distribution games (``valid_seen``:
-    the trainer's ``val_out=False``) every 5 iterations, 160 iterations
-    (``total_epochs=160``); the rest is the recipe's defaults (:class:`LearnerConfig`).
-    Differs: a prompt over 4096 tokens loses history first (the script's
-    ``truncation='left'`` cuts its beginning, the task); the env workers are subprocesses,
-    not Ray actors; a history group whose returns are all equal scores exactly 0 (the
-    reference's float32 mean can leave it a nonzero item: :func:`~algorithms.objectives.
-    advantages.hgpo_advantages`).
-    """
-    base = dataclasses.replace(_alfworld_1_5b(), preset="hgpo-alfworld-1.5b", algo="hgpo")
-    return replace(
-        base,
-        prompt={"max_prompt_tokens": 4096, "history_window": 2},
-        learner={"micro_batch_size": 16, "normalize": "std", "hgpo_history_length": None,
-                 "hgpo_length_weight_alpha": 1.0, "hgpo_base_group": False},
-        run={"iterations": 160, "eval_every": 5},
-    )
-
-
-def _hgpo_webshop_1_5b() -> TrainConfig:
-    """verl-agent's ``recipe/hgpo/run_qwen2.5_1.5b_webshop_train.sh`` (HGPO on WebShop,
-    Qwen2.5-1.5B-Instruct).
-
-    As the script: 16 groups x 8, 30 steps, history 2, prompts 4096 / responses 512
-    tokens, lr 1e-6, mini-batches of 64 steps in micro-batches of 4, KL loss 0.01,
-    penalty 0.1, gamma 0.95, ``mean_norm``, alpha 1, no base group, evaluation at 0.4
-    every 5 iterations on 128 tasks (``val_batch_size``), 160 iterations. Differs: the
-    script starts ``verl.trainer.main_ppo``, whose trainer in verl-agent's checkout has
-    no ``hgpo`` estimator and whose config no ``algorithm.hgpo`` section (it stops
-    there); this preset is the script as ``recipe.hgpo.main_hgpo`` (its ALFWorld script's
-    entry point) would run it. Evaluation on the first 128 goals of the test split (the
-    script's are of its own sampling, which can repeat training goals: REFERENCE.md); a
-    prompt over 4096 tokens loses history first; subprocess env workers; all-equal groups
-    score 0 as in :func:`_hgpo_alfworld_1_5b`.
-    """
-    base = dataclasses.replace(_webshop_1_5b(), preset="hgpo-webshop-1.5b", algo="hgpo")
-    return replace(
-        base,
-        generation={"max_new_tokens": 512},
-        prompt={"max_prompt_tokens": 4096, "history_window": 2},
-        env={"num_groups": 16, "group_size": 8, "max_steps": 30, "eval_episodes": 128},
-        learner={"normalize": "mean", "mini_batch_size": 64, "micro_batch_size": 4,
-                 "hgpo_history_length": None, "hgpo_length_weight_alpha": 1.0,
-                 "hgpo_base_group": False},
-        run={"iterations": 160, "eval_every": 5},
-    )
-
-
-def _graphgpo_alfworld_1_5b() -> TrainConfig:
-    """The GraphGPO recipe's ``recipe/GraphGPO/run_qwen2.5_1.5b_alfworld_train.sh``
-    (floatingstarZ/verl-agent; ``config/graphgpo_trainer.yaml``; Qwen2.5-1.5B-Instruct).
-
-    As the script: 16 groups x 8, 50 steps, history 2 (verl-agent's default
-    ``env.history_length``), prompts 2048 / responses 512 tokens, lr 1e-6, mini-batches of
-    256 steps in micro-batches of 32, KL loss 0.01 (low-variance), penalty 0.1, gamma
-    0.10 (the graph returns' decay), step and episode weights 1, ``mean_std_norm``,
-    absolute distances (``normalize_distance=False``), exact states (no similarity),
-    evaluation at 0.4 on 128 ``valid_seen`` games before training and every 5
-    iterations, 150 iterations. Differs: the anchor is this env's true-state key
-    (``anchor="state"``): GraphGPO's ALFWorld env manager keys a state by its observation
-    with the location, the held object and its status, the objects moved so far and the
-    sorted admissible commands appended, a stand-in for the state that this env gives
-    directly (no env changes here); the goal node is reached on the last step of a
-    successful episode (the script: an episode whose env reward sum is above 0, the
-    same in ALFWorld); a prompt over 2048 tokens loses history first (the script's
-    ``truncation='error'`` stops the run); subprocess env workers.
-    """
-    base = dataclasses.replace(_alfworld_1_5b(), preset="graphgpo-alfworld-1.5b",
-                               algo="graphgpo")
-    return replace(
-        base,
-        env={"anchor": "state"},
-        learner={"gamma": 0.1, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
-                 "normalize": "std", "graphgpo_normalize_distance": False,
-                 "similarity_threshold": None},
-        run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
-    )
-
-
-def _graphgpo_webshop_1_5b() -> TrainConfig:
-    """The GraphGPO recipe's ``recipe/GraphGPO/run_qwen2.5_1.5b_webshop_train.sh``
-    (Qwen2.5-1.5B-Instruct).
-
-    As the script: 16 groups x 8, 15 steps, history 2, prompts 5120 / responses 512
-    tokens, lr 1e-6, mini-batches of 64 steps in micro-batches of 8, KL loss 0.01,
-    penalty 0.1, gamma 0.20, step and episode weights 1, ``mean_std_norm``, absolute
-    distances, exact states, evaluation at 0.4 before training and every 5 iterations on
-    128 tasks, 150 iterations. Differs: the script's WebShop pages are
-    ``observation_mode=text_rich``; this env has WebShop's text mode only; the state
-    anchor as :func:`_graphgpo_alfworld_1_5b`; evaluation on the first 128 goals of the
-    test split; a prompt over 5120 tokens loses history first; subprocess env workers.
-    """
-    base = dataclasses.replace(_webshop_1_5b(), preset="graphgpo-webshop-1.5b",
-                               algo="graphgpo")
-    return replace(
-        base,
-        generation={"max_new_tokens": 512},
-        prompt={"max_prompt_tokens": 5120, "history_window": 2},
-        env={"num_groups": 16, "group_size": 8, "max_steps": 15, "anchor": "state",
-             "eval_episodes": 128},
-        learner={"gamma": 0.2, "step_weight": 1.0, "graphgpo_episode_weight": 1.0,
-                 "normalize": "std", "graphgpo_normalize_distance": False,
-                 "similarity_threshold": None, "mini_batch_size": 64, "micro_batch_size": 8},
-        run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
-    )
-
-
-def _sokoban() -> TrainConfig:
-    """verl-agent's ``examples/gigpo_trainer/run_sokoban.sh`` (GiGPO on 6 x 6 Sokoban, one box).
-
-    As the script: 32 groups x 8, 15 steps, prompts 1024 / responses 512 tokens, lr 1e-6,
-    mini-batches of 64 steps in micro-batches of 8, KL loss 0.01 (low-variance), penalty
-    0.1, gamma 0.95, omega 1, ``mean_norm``, training temperature 1.0 and evaluation at 0.4
-    on 128 rooms every 5 iterations, 150 iterations, vLLM at 0.6 of the GPU memory; the
-    rest is the recipe's defaults (:class:`LearnerConfig`). Differs: the evaluation rooms
-    are the same 128 each time, seeds 65,536 to 65,663 (the script's validation envs draw
-    128 new seeds in [2^16, 2^32) at each evaluation): a fixed held-out set, so
-    evaluations compare across iterations. Text, not images: the script
-    trains Qwen2.5-VL-3B-Instruct on rendered frames (``env.sokoban.mode='rgb_array'``);
-    this env is verl-agent's text mode (``tiny_rgb_array``), so the model is the text
-    Qwen2.5-3B-Instruct and the prompt keeps the last 2 steps (verl-agent's default
-    ``history_length`` for its text template; its visual template has none), in this
-    library's prompt template, not verl-agent's wording. A prompt over
-    1024 tokens loses history first (the script's ``truncation='error'`` stops the run);
-    no evaluation before training; the env steps in-process, not in Ray actors (rooms
-    take about 1 ms each).
-    """
-    base = TrainConfig(preset="sokoban")
-    return replace(
-        base,
-        model={"name_or_path": "Qwen/Qwen2.5-3B-Instruct", "gradient_checkpointing": True},
-        generation={"engine": "vllm", "max_new_tokens": 512,
-                    "vllm": {"gpu_memory_utilization": 0.6}},
-        prompt={"max_prompt_tokens": 1024, "history_window": 2},
-        env={"env_id": "AgentGym/Sokoban-v0", "num_groups": 32, "group_size": 8,
-             "max_steps": 15,
-             "eval_env_kwargs": json.dumps({"first_seed": 2**16}),
-             "eval_episodes": 128},
-        learner={"lr": 1e-6, "normalize": "mean", "kl_coef": 0.01, "mini_batch_size": 64,
-                 "micro_batch_size": 8},
-        run={"iterations": 150, "eval_every": 5},
-    )
-
-
-def _sokoban_vl_3b() -> TrainConfig:
-    """verl-agent's ``examples/gigpo_trainer/run_sokoban.sh`` as written: Qwen2.5-VL-3B-Instruct
-    on rendered 6 x 6 Sokoban rooms with one box (``env.sokoban.mode='rgb_array'``,
-    ``data.image_key=images``; ``AgentGym/SokobanVisual-v0``, whose defaults are the
-    script's ``dim_room`` [6, 6], ``num_boxes`` 1, ``search_depth`` 30).
-
-    As the script: GiGPO, 32 groups x 8, 15 steps, prompts 1024 / responses 512 tokens,
-    lr 1e-6, mini-batches of 64 steps in micro-batches of 8, KL loss 0.01 (low-variance),
-    penalty 0.1, gamma 0.95, omega 1, ``mean_norm``, gradient checkpointing, training
-    temperature 1.0 and evaluation at 0.4 on 128 rooms every 5 iterations and before
-    training (``val_before_train``), 150 iterations, vLLM at 0.6 of the GPU memory, every
-    weight trained (verl's FSDP actor trains the vision tower too: ``train_vision_tower``);
-    the step groups keyed by the frame (``anchor="observation"``: verl-agent's anchor is the
-    image array). The prompt has verl-agent's visual layout (its env manager and rollout,
-    checked by running them: ``tests/algorithms/test_vlm.py``): one user message per step
-    with no history (the visual template has none; ``history_window`` 0), the image in the
-    middle of it, where the current observation is shown (``image_position``
-    ``observation``; theirs: "Your current observation is shown in the image: <image>"),
-    the answer as ``<think>...</think><action>...</action>``, a frame of fewer than
-    256 x 256 pixels scaled up to that many before the image processor (its
-    ``process_image``: 96 x 96 -> 256 x 256).
-
-    Differs: the wording is this library's (the task, the env's legend of the tiles, the
-    actions, the answer format), not verl-agent's text, which is not shipped: a template
-    file gives it exactly (``docs/vlm.md``, "verl-agent's prompts"); the evaluation rooms
-    are the same 128 each time, seeds 65,536 to 65,663 (the script draws 128 new seeds in
-    [2^16, 2^32) at each evaluation), as in the ``sokoban`` preset; a prompt over 1024
-    tokens loses its text from the start (the image is never cut; the script's
-    ``truncation='error'`` stops the run); one process samples with tensor parallel size 1
-    (the script: 2); the env steps in-process, not in Ray actors.
-    """
-    base = TrainConfig(preset="sokoban-vl-3b")
-    return replace(
-        base,
-        model={"name_or_path": "Qwen/Qwen2.5-VL-3B-Instruct", "kind": "vision",
-               "gradient_checkpointing": True, "train_vision_tower": True},
-        generation={"engine": "vllm", "max_new_tokens": 512,
-                    "vllm": {"gpu_memory_utilization": 0.6}},
-        prompt={"max_prompt_tokens": 1024, "history_window": 0,
-                "image_position": "observation"},
-        env={"env_id": "AgentGym/SokobanVisual-v0", "num_groups": 32, "group_size": 8,
-             "max_steps": 15, "anchor": "observation",
-             "eval_env_kwargs": json.dumps({"first_seed": 2**16}), "eval_episodes": 128},
-        learner={"lr": 1e-6, "normalize": "mean", "kl_coef": 0.01, "mini_batch_size": 64,
-                 "micro_batch_size": 8},
-        run={"iterations": 150, "eval_every": 5, "eval_before_train": True},
-    )
-
-
-def _ezpoints_vl_3b() -> TrainConfig:
-    """verl-agent's ``examples/gigpo_trainer/run_ezpoints.sh`` as written: Qwen2.5-VL-3B-Instruct
-    on Gym Cards' EZPoints (``env.env_name=gym_cards/EZPoints-v0``; ``AgentGym/EZPoints-v0``:
-    two cards in the image, build a formula worth 12 one character per step).
-
-    As the script: ``run_sokoban.sh``'s settings (the ``sokoban-vl-3b`` preset) except 16
-    groups x 8, 8 steps, mini-batches of 128 steps, 100 iterations. The prompt has
-    verl-agent's Gym Cards layout (checked by running its env manager and rollout:
-    ``tests/algorithms/test_vlm.py``): one user message per step with no history, the image
-    first (``image_position`` ``start``; its templates begin with ``<image>``), the formula
-    so far in the text (the env's text says it; theirs fills ``info["Formula"]`` in). The
-    whole answer goes to the env (``action_tag`` empty, no ``<think>``, no stop string),
-    whose reading is verl-agent's ``gym_projection``: the word after ``"action":`` of the
-    JSON answer its prompt asks for (else the answer's last character), valid when exactly
-    one of the game's words is there; an unreadable answer is an invalid action, charged
-    0.1. The held-out rooms are verl-agent's evaluation seeds, from 2^16.
-
-    Differs: the wording is this library's, not verl-agent's (a template file gives it
-    exactly: ``docs/vlm.md``, "verl-agent's prompts"); since our wording does not describe
-    the JSON answer, it lists the admissible answers, which are that JSON
-    (``{"action": "7"}``); the answer's whitespace is collapsed before the env reads it (it
-    changes the reading only of an answer without ``"action":`` that ends in whitespace,
-    which theirs reads as invalid); the evaluation deals are the same 128 each time, seeds
-    65,536 to 65,663 (the script draws new ones at each evaluation); tensor parallel size
-    1; the env steps in-process.
-    """
-    base = dataclasses.replace(_sokoban_vl_3b(), preset="ezpoints-vl-3b")
-    return replace(
-        base,
-        prompt={"max_prompt_tokens": 1024, "history_window": 0, "image_position": "start",
-                "think": False, "action_tag": "", "show_admissible_actions": True},
-        env={"env_id": "AgentGym/EZPoints-v0", "num_groups": 16, "group_size": 8,
-             "max_steps": 8, "anchor": "observation",
-             "eval_env_kwargs": json.dumps({"first_seed": 2**16}), "eval_episodes": 128},
-        learner={"mini_batch_size": 128, "micro_batch_size": 8},
-        run={"iterations": 100, "eval_every": 5, "eval_before_train": True},
-    )
-
-
-def _searchqa_3b() -> TrainConfig:
-    """verl-agent's ``examples/gigpo_trainer/run_search.sh`` (GiGPO with similarity groups)
-    at the paper's 3B size.
-
-    As the script: 256 questions x 5, 4 turns, history 4, prompts 4096 / responses 512
-    tokens, lr 1e-6 with a 10% warmup, mini-batches of 512 steps in micro-batches of 16,
-    KL loss 0.001, no entropy bonus, penalty 0.01, ``mean_std_norm``, step groups of
-    observations at least 0.9 similar, evaluation every 50 iterations on 512 questions.
-    Differs: Qwen2.5-3B-Instruct (the script trains 7B); 200 iterations, where the script
-    makes one pass over its training parquet (``total_epochs=1``: set ``--run.iterations``
-    to its rows / 256); a prompt over 4096 tokens loses history first (the script cuts it
-    on the left); no evaluation before training; env steps in-process.
-    """
-    base = TrainConfig(preset="searchqa-3b")
-    return replace(
-        base,
-        model={"name_or_path": "Qwen/Qwen2.5-3B-Instruct", "gradient_checkpointing": True},
-        generation={"engine": "vllm", "max_new_tokens": 512},
-        prompt={"max_prompt_tokens": 4096, "history_window": 4, "env_style": "searchqa",
-                "show_admissible_actions": False},
-        env={"env_id": "AgentGym/SearchQA-v0", "num_groups": 256, "group_size": 5,
-             "max_steps": 4, "env_kwargs": json.dumps({"split": "train"}),
-             "eval_env_kwargs": json.dumps({"split": "test"}),
-             "eval_episodes": 512},
-        learner={"lr": 1e-6, "lr_warmup_ratio": 0.1, "kl_coef": 0.001, "entropy_coef": 0.0,
-                 "similarity_threshold": 0.9, "mini_batch_size": 512,
-                 "micro_batch_size": 16},
-        run={"iterations": 200, "eval_every": 50},
-    )
-
-
-def _searchqa_3b_transcript() -> TrainConfig:
-    """Search-R1's GRPO recipe, its ``train_grpo.sh``, in Search-R1's turn layout.
-
-    As the script: Qwen2.5-3B (base), 512 questions x 5, one growing transcript per
-    question with 2 search turns and a final answer turn, 500-token turns and
-    observations, prompts up to 4096 tokens, temperature 1, lr 1e-6 with a 28.5% warmup,
-    mini-batches of 256 trajectories in micro-batches of 8 per rank (the script's 64 over
-    8 GPUs), KL loss 0.001 (low-variance), Search-R1's verl defaults (entropy bonus 0.001,
-    weight decay 0.01, no dual clip, token mean per micro-batch, clip 0.2, one epoch),
-    group statistics over trajectories, no format penalty, 1005 iterations, evaluation
-    every 50. Differs: no evaluation before training.
-    """
-    base = dataclasses.replace(_searchqa_3b(), preset="searchqa-3b-transcript", algo="grpo")
-    return replace(
-        base,
-        model={"name_or_path": "Qwen/Qwen2.5-3B", "gradient_checkpointing": True},
-        generation={"engine": "vllm", "max_new_tokens": 500, "temperature": 1.0},
-        prompt={"layout": "transcript", "max_prompt_tokens": 4096, "history_window": 0,
-                "max_observation_tokens": 500, "env_style": "searchqa",
-                "show_admissible_actions": False},
-        env={"num_groups": 512, "group_size": 5, "max_steps": 3,
-             "invalid_action_penalty": 0.0},
-        learner={"lr": 1e-6, "lr_warmup_ratio": 0.285, "kl_coef": 0.001, "kl_estimator": "k3",
-                 "entropy_coef": 0.001, "dual_clip": None, "similarity_threshold": None,
-                 "episode_stats": "trajectories", "mini_batch_size": 256,
-                 "micro_batch_size": 8},
-        run={"iterations": 1005, "eval_every": 50},
-    )
-
-
-PRESETS: dict[str, TrainConfig] = {
-    "cpu-demo": _cpu_demo(),
-    "cpu-alfworld": _cpu_alfworld(),
-    "cpu-webshop": _cpu_webshop(),
-    "cpu-searchqa": _cpu_searchqa(),
-    "alfworld-1.5b": _alfworld_1_5b(),
-    "alfworld-7b-lora": _alfworld_7b_lora(),
-    "webshop-1.5b": _webshop_1_5b(),
-    "hgpo-alfworld-1.5b": _hgpo_alfworld_1_5b(),
-    "hgpo-webshop-1.5b": _hgpo_webshop_1_5b(),
-    "graphgpo-alfworld-1.5b": _graphgpo_alfworld_1_5b(),
-    "graphgpo-webshop-1.5b": _graphgpo_webshop_1_5b(),
-    "sokoban": _sokoban(),
-    "sokoban-vl-3b": _sokoban_vl_3b(),
-    "ezpoints-vl-3b": _ezpoints_vl_3b(),
-    "searchqa-3b": _searchqa_3b(),
-    "searchqa-3b-transcript": _searchqa_3b_transcript(),
-}
-"""Named presets. ``cpu-demo`` runs in minutes on two CPU cores; each other one reproduces
-the GPU training script its docstring cites (verl-agent's, from which the GiGPO paper's
-numbers came, or Search-R1's) and lists where it differs."""
-
-PRESET_HELP: dict[str, str] = {
-    "cpu-demo": "SmolLM2-135M with LoRA (rank 16) on a 2x2 KeyDoor house (no key), "
-                "2 groups x 4, 6 steps, answers opened with <action>, lr 5e-4, KL 0.2, "
-                "6 iterations.",
-    "cpu-alfworld": "SmolLM2-135M with LoRA on ALFWorld (generated games, or "
-                    "$ALFWORLD_DATA), 2 task types, 8 steps: an SFT stage on the env's "
-                    "expert (12 steps), then GiGPO, 2 groups x 4, 2 iterations.",
-    "cpu-webshop": "SmolLM2-135M with LoRA on WebShop (the shipped catalogue, synthetic "
-                   "goals), 10 steps: an SFT stage on the oracle expert (8 steps), then "
-                   "GiGPO, 2 groups x 4, 2 iterations.",
-    "cpu-searchqa": "SmolLM2-135M with LoRA on Search-QA (the generated knowledge base, "
-                    "BM25), 3 turns: an SFT stage on the privileged expert (8 steps), then "
-                    "GiGPO, 2 groups x 4, 2 iterations.",
-    "alfworld-1.5b": "verl-agent's run_alfworld.sh: Qwen2.5-1.5B-Instruct on ALFWorld, "
-                     "16 groups x 8, 50 steps, lr 1e-6, KL 0.01, vLLM rollouts, "
-                     "150 iterations.",
-    "alfworld-7b-lora": "verl-agent's run_alfworld_lora.sh: Qwen2.5-7B-Instruct with LoRA "
-                        "(rank 64), lr 3e-6, no KL.",
-    "webshop-1.5b": "verl-agent's run_webshop.sh: Qwen2.5-1.5B-Instruct on WebShop, 6 "
-                    "groups x 8, 15 steps, mean-only normalization.",
-    "hgpo-alfworld-1.5b": "verl-agent's recipe/hgpo 1.5B ALFWorld script: HGPO (history 2, "
-                          "alpha 1, no base group), 16 groups x 8, 50 steps, prompts 4096.",
-    "hgpo-webshop-1.5b": "verl-agent's recipe/hgpo 1.5B WebShop script: HGPO, 16 groups x 8, "
-                         "30 steps, mean-only normalization.",
-    "graphgpo-alfworld-1.5b": "GraphGPO's 1.5B ALFWorld script: state-graph returns "
-                              "10 * 0.1^d plus the episode advantage, 16 groups x 8, "
-                              "50 steps, state anchors.",
-    "graphgpo-webshop-1.5b": "GraphGPO's 1.5B WebShop script: gamma 0.2, 16 groups x 8, "
-                             "15 steps, prompts 5120, state anchors.",
-    "sokoban": "verl-agent's run_sokoban.sh in text: Qwen2.5-3B-Instruct on 6x6 "
-              "Sokoban (1 box), 32 groups x 8, 15 steps, mean-only normalization, "
-              "lr 1e-6, KL 0.01.",
-    "sokoban-vl-3b": "verl-agent's run_sokoban.sh: Qwen2.5-VL-3B-Instruct on rendered 6x6 "
-                     "Sokoban rooms (AgentGym/SokobanVisual-v0), 32 groups x 8, 15 steps, "
-                     "every weight trained, lr 1e-6, KL 0.01.",
-    "ezpoints-vl-3b": "verl-agent's run_ezpoints.sh: Qwen2.5-VL-3B-Instruct on Gym Cards' "
-                      "EZPoints (AgentGym/EZPoints-v0), 16 groups x 8, 8 steps, the image "
-                      "first, the whole answer sent to the env.",
-    "searchqa-3b": "verl-agent's run_search.sh at 3B: Qwen2.5-3B-Instruct on Search-QA, "
-                   "256 x 5, 4 turns, penalty 0.01, history 4, similarity groups 0.9.",
-    "searchqa-3b-transcript": "Search-R1's train_grpo.sh: Qwen2.5-3B, one growing transcript "
-                              "per question, 2 search turns + a final answer turn, 512 "
-                              "questions x 5, 500-token turns, KL 0.001, no format penalty.",
-}

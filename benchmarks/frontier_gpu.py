@@ -23,7 +23,7 @@ For a lent GPU machine (one call of at most 10 minutes; ``docs/gpu.md``). Per pr
   (at lr 1e-6, weights stored in bfloat16 keep most of theirs: :mod:`algorithms.precision`);
 - the estimator alone at the scripts' batch: :meth:`Learner.advantages` with the preset's
   config on ALFWorld-shaped synthetic batches of 16 groups x 8 trajectories of up to 50
-  steps (:func:`benchmarks.recipe_parity.make_rollout`), the median of ``--repeats``.
+  steps (:func:`benchmarks.parity_pipelines.make_rollout`), the median of ``--repeats``.
 
 Usage, from the repository root (``--device cpu --shape smoke`` is a dry run without a
 GPU)::
@@ -60,7 +60,8 @@ def timed_config(preset: str, model_path: str, device: str, groups: int, group_s
     """``preset`` with the random model, the KeyDoor env at the given size, the HF engine,
     one iteration, no evaluation, the checkpoint after it without optimizer state (module
     docstring)."""
-    from algorithms.config import PRESETS, replace
+    from algorithms.config import replace
+    from algorithms.presets import PRESETS
 
     return replace(
         PRESETS[preset],
@@ -133,8 +134,8 @@ def weights_moved(before: dict[str, Any], model: Any) -> dict[str, Any]:
 def estimator_seconds(preset: str, seeds: range, groups: int) -> dict[str, float]:
     """:meth:`Learner.advantages` of ``preset``'s config on ALFWorld-shaped batches of
     ``groups`` x 8 trajectories (one per seed): the median seconds and the rows."""
-    from algorithms.config import PRESETS
-    from benchmarks.recipe_parity import make_rollout, our_learner
+    from algorithms.presets import PRESETS
+    from benchmarks.parity_pipelines import make_rollout, our_learner
 
     learner = our_learner(PRESETS[preset])
     seconds, rows = [], []

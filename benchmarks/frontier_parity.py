@@ -1,5 +1,7 @@
 """Recipe parity for GiGPO's successors, HGPO and GraphGPO: part of
-``benchmarks/recipe_parity.py``'s run (its batches, precisions and report).
+``benchmarks/recipe_parity.py``'s run, on the batches, precisions and report of
+:mod:`benchmarks.parity_pipelines` (this module never imports the recipe harness, which
+calls it).
 
 - HGPO: verl-agent's ``recipe/hgpo`` from the same checkout as the rest of the harness,
   as its trainer (``recipe/hgpo/hgpo_ray_trainer.py`` ``RayPPOTrainer.fit``) runs it:
@@ -54,7 +56,7 @@ import torch
 from algorithms.agent.step_batch import StepLog, intern_anchors
 from algorithms.objectives import advantages as estimators
 from algorithms.training.estimation import rewards_and_penalties
-from benchmarks import recipe_parity as parity
+from benchmarks import parity_pipelines as parity
 
 GRAPHGPO_CORE_ENV = "GRAPHGPO_CORE"
 """Environment variable naming GraphGPO's ``core_graph.py`` (``--graphgpo-core``)."""
@@ -81,7 +83,8 @@ class HGPOSetting:
 
 @dataclass(frozen=True)
 class GraphSetting:
-    """``algorithm.gamma`` and ``algorithm.graphgpo`` of one comparison."""
+    """``algorithm.gamma`` (our ``learner.graphgpo_decay``) and ``algorithm.graphgpo`` of one
+    comparison."""
 
     gamma: float = 0.1
     normalize_distance: bool = False
@@ -95,7 +98,8 @@ class GraphSetting:
                 f", {similarity}, episode weight {self.episode_weight:g}")
 
     def changes(self) -> dict[str, Any]:
-        return {"gamma": self.gamma, "graphgpo_normalize_distance": self.normalize_distance,
+        return {"graphgpo_decay": self.gamma,
+                "graphgpo_normalize_distance": self.normalize_distance,
                 "similarity_threshold": self.similarity,
                 "graphgpo_episode_weight": self.episode_weight}
 
@@ -181,7 +185,7 @@ def our_graphgpo(rollout: parity.Rollout, normalize: str, setting: GraphSetting
     learner = config.learner
     terms = estimators.graphgpo_terms(
         rewards, batch.traj_ids, batch.group_ids, batch.anchors, batch.next_anchors,
-        batch.success, gamma=learner.gamma, normalize=learner.normalize,
+        batch.success, gamma=learner.graphgpo_decay, normalize=learner.normalize,
         normalize_distance=learner.graphgpo_normalize_distance,
         similarity_threshold=learner.similarity_threshold,
         episode_stats=learner.episode_stats, penalties=penalties)

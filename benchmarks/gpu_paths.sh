@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 $PY -c "import torch,transformers,peft;print('torch',torch.__version__,'transformers',transformers.__version__,'peft',peft.__version__,torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')" || exit 1
 $PY - "$M" <<'PYTHON' || exit 1
 import sys
-from benchmarks.credit_assignment import TASKS, task_texts
+from studies.credit_assignment import TASKS, task_texts
 from algorithms.training.tiny_model import text_words, tiny_llama, word_tokenizer
 tokenizer = word_tokenizer(text_words(task_texts("keydoor", TASKS["keydoor"])
                                       + ["User: Assistant: <action> </action>"]))

@@ -18,7 +18,7 @@ Modes: ``full`` -- the preset's full fine-tune, vision tower trained
 (``model.train_vision_tower``); ``lora`` -- LoRA rank 64 (alpha 128) on the language model,
 tower frozen, the KL reference the base model with the adapters off.
 
-The model: :func:`benchmarks.tiny_vlm.qwen2_5_vl_3b_config` (36 layers of 2048, a
+The model: :func:`studies.tiny_vlm.qwen2_5_vl_3b_config` (36 layers of 2048, a
 32-block vision tower of 1280: 3.75 B weights, vocabulary 151,936), randomly initialised
 on the device, with a word-level tokenizer of the env's words padded with filler words
 to the full vocabulary (random weights write random tokens: every answer runs to the
@@ -29,8 +29,16 @@ measurement wants). The image processor is Qwen2.5-VL's own settings (patch 14, 
 The env: ``AgentGym/SokobanVisual-v0``, the preset's (``--env`` names any other visual env,
 or ``module:id``). Per mode it prints a table of seconds and peak GPU
 memory (torch's peak allocated, reset at each phase) for setup, rollout, log-probs,
-advantages, update and checkpoint, and the iterations' metrics; the last line reads
-``gpu vlm: ok``.
+advantages, update and checkpoint, and the iterations' metrics.
+
+What it checks, per mode (:func:`run_problems`): every iteration's policy loss, KL, entropy
+and gradient norm (:data:`~benchmarks.vlm_smoke.FINITE_METRICS`) are finite (the metrics file leaves out a non-finite value, so a missing
+one fails too) and no optimizer step was skipped for a non-finite gradient; every trained
+weight is finite after the run and at least one moved (of an evenly strided sample of up
+to :data:`SAMPLED_WEIGHTS` elements of each trained tensor, copied before the run). A mode
+that passes prints ``<mode>: losses finite over N iterations; K of M trained tensors
+moved``; the last line reads ``gpu vlm: ok`` only when every mode passed, else
+``gpu vlm: FAILED``.
 """
 
 from __future__ import annotations
@@ -47,16 +55,62 @@ from typing import Any
 
 import torch
 
-from benchmarks.vlm_smoke import PHASES, PhaseMeter, env_texts, measured_run, registered_env_id
+from benchmarks.vlm_smoke import (
+    PHASES,
+    PhaseMeter,
+    env_texts,
+    measured_run,
+    metric_problems,
+    registered_env_id,
+)
 
 VISUAL_SOKOBAN = "AgentGym/SokobanVisual-v0"
 LORA = {"lora_rank": 64, "lora_alpha": 128}
+SAMPLED_WEIGHTS = 4096
+"""Elements of each trained tensor compared before and after the run (evenly strided)."""
+
+
+def trained_sample(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Name -> a copy of up to :data:`SAMPLED_WEIGHTS` evenly strided elements of each
+    trained parameter of ``model`` (on its device: a 3B full fine-tune copies about 1 MB
+    per tensor, not the weights)."""
+    sample = {}
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.requires_grad:
+                flat = parameter.detach().reshape(-1)
+                stride = max(1, flat.numel() // SAMPLED_WEIGHTS)
+                sample[name] = flat[::stride][:SAMPLED_WEIGHTS].clone()
+    return sample
+
+
+def run_problems(metrics: list[dict[str, Any]], before: dict[str, torch.Tensor],
+                 model: torch.nn.Module) -> tuple[list[str], int]:
+    """What is wrong with a finished run: its iterations' ``metrics`` (the records of
+    ``metrics.jsonl``; :func:`~benchmarks.vlm_smoke.metric_problems`) and its trained
+    weights against ``before`` (:func:`trained_sample` taken before the run).
+
+    Returns:
+        ``(problems, moved)``: one line per problem (empty: the run trained), and how many
+        of the sampled trained tensors changed.
+    """
+    problems = metric_problems(metrics)
+    after = trained_sample(model)
+    moved = sum(not torch.equal(before[name].to(after[name].dtype), after[name])
+                for name in before)
+    broken = [name for name, values in after.items() if not torch.isfinite(values).all()]
+    if broken:
+        problems.append(f"{len(broken)} trained tensors hold non-finite weights "
+                        f"(first: {broken[0]})")
+    if not moved:
+        problems.append(f"none of the {len(before)} trained tensors moved")
+    return problems, moved
 
 
 def padded_tokenizer(texts: list[str], vocab_size: int) -> Any:
-    """:func:`~benchmarks.tiny_vlm.vlm_tokenizer` of ``texts`` padded with filler words to
+    """:func:`~studies.tiny_vlm.vlm_tokenizer` of ``texts`` padded with filler words to
     ``vocab_size`` tokens (a random model of a real shape needs its full vocabulary)."""
-    from benchmarks.tiny_vlm import vlm_tokenizer
+    from studies.tiny_vlm import vlm_tokenizer
 
     base = vlm_tokenizer(texts)
     room = vocab_size - len(base)
@@ -72,7 +126,7 @@ def random_policy(shape: str, texts: list[str], mode: str, device: torch.device,
     """A random vision-language policy of ``shape`` (``3b``: Qwen2.5-VL-3B's; ``tiny``)
     in the preset's dtype on ``device``, wrapped as ``model_config`` says."""
     from algorithms.training.policy import resolve_dtype, wrap_model
-    from benchmarks.tiny_vlm import (
+    from studies.tiny_vlm import (
         qwen2_5_vl_3b_config,
         tiny_image_processor,
         tiny_vlm_config,
@@ -113,7 +167,8 @@ def random_policy(shape: str, texts: list[str], mode: str, device: torch.device,
 
 def run_config(args: argparse.Namespace, mode: str, workdir: Path) -> Any:
     """The ``sokoban-vl-3b`` preset with the benchmark's changes (module docstring)."""
-    from algorithms.config import PRESETS, replace
+    from algorithms.config import replace
+    from algorithms.presets import PRESETS
 
     model = {"name_or_path": None, "kind": "vision"}
     if mode == "lora":
@@ -167,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             policy = random_policy(args.shape, texts, mode, device, config.model)
         weights = sum(p.numel() for p in policy.model.parameters())
         trained = sum(p.numel() for p in policy.model.parameters() if p.requires_grad)
+        before = trained_sample(policy.model)
         try:
             trainer = measured_run(config, workdir / mode, meter, setup_phase="setup",
                                    policy=policy)
@@ -189,7 +245,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"rollout {row.get('throughput/rollout_tokens_per_s', float('nan')):.0f} "
                   f"tokens/s, update {row.get('throughput/update_tokens_per_s', float('nan')):.0f} "
                   f"tokens/s, grad norm {row.get('update/grad_norm', float('nan')):.3g}")
-        del trainer, policy
+        problems, moved = run_problems(metrics, before, policy.model)
+        if problems:
+            print(f"{mode}: FAILED: {'; '.join(problems)}")
+            failed = True
+        else:
+            print(f"{mode}: losses finite over {len(metrics)} iterations; {moved} of "
+                  f"{len(before)} trained tensors moved")
+        del trainer, policy, before
         gc.collect()  # the trainer's reference cycles hold the last mode's weights
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.study_stats import bootstrap_ci
+from studies.study_stats import bootstrap_ci
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PHASES = ("rollout", "rollout_wait", "worker_reference", "log_probs", "advantages", "update",
@@ -153,7 +153,8 @@ def run_config(model: str, engine: str, staleness: int, seed: int, iterations: i
     """The run's config and policy (``None``: the preset's own model).
     ``reference_in_worker`` applies to the runs with K > 0; ``scale`` (``random``: the
     model's folder, ``device``, ``groups``, ``group_size``, ``max_new_tokens``)."""
-    from algorithms.config import PRESETS, replace
+    from algorithms.config import replace
+    from algorithms.presets import PRESETS
 
     common = {"run": {"iterations": iterations, "seed": seed, "max_staleness": staleness,
                       "reference_in_worker": reference_in_worker and staleness > 0,
@@ -180,7 +181,7 @@ def run_config(model: str, engine: str, staleness: int, seed: int, iterations: i
     import dataclasses
 
     from algorithms.training.tiny_model import tiny_policy
-    from benchmarks.credit_assignment import TASKS, base_config, task_texts
+    from studies.credit_assignment import TASKS, base_config, task_texts
 
     task = TASKS["keydoor"]
     config = replace(dataclasses.replace(base_config(task), algo="gigpo"),

@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.config import PRESETS, replace
+from algorithms.config import replace
+from algorithms.presets import PRESETS
 from algorithms.sft.trainer import SFTTrainer
 from benchmarks.train_iteration import PeakMemory, in_fresh_process
 

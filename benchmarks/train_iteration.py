@@ -56,8 +56,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from algorithms.config import PRESETS, replace
+from algorithms.config import replace
 from algorithms.objectives import advantages as adv
+from algorithms.presets import PRESETS
 from algorithms.training.trainer import Trainer
 
 PHASES = ("rollout", "log_probs", "advantages", "update", "weight_sync")

@@ -10,7 +10,7 @@ Run from the repository root::
 
 What it does, on each env (by default ``AgentGym/SokobanVisual-v0`` and then
 ``AgentGym/EZPoints-v0``, the paper's two visual tasks): builds the tiny random
-vision-language model of :mod:`benchmarks.tiny_vlm`
+vision-language model of :mod:`studies.tiny_vlm`
 (its word vocabulary read from the env: the task, the observations and the actions of a
 few random episodes) and saves it as a model folder, which the trainer loads as any
 ``--model.name-or-path`` (``model.kind auto`` finds the vision model). Then, through
@@ -19,7 +19,9 @@ few random episodes) and saves it as a model folder, which the trainer loads as 
 1. a run of 2 iterations (rollout with images, old and reference log-probs on the same
    pixels, advantages, update, checkpoint after each);
 2. a run of 1 iteration, then the same run resumed from its checkpoint for the second;
-   the resumed iteration must equal the straight run's (metrics, weights, actions).
+   the resumed iteration must equal the straight run's (metrics, weights, actions), and
+   every iteration's update must be finite (:func:`metric_problems`; a NaN update is
+   skipped, so both runs would otherwise agree on untrained weights).
 
 Per phase it prints the seconds and the peak memory: the process's peak resident set
 (``VmHWM``, reset before each phase through ``/proc/self/clear_refs``) on a CPU, and
@@ -36,6 +38,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import math
 import sys
 import tempfile
 import time
@@ -48,6 +51,27 @@ import torch
 
 DEFAULT_ENVS = ("AgentGym/SokobanVisual-v0", "AgentGym/EZPoints-v0")
 PHASES = ("setup", "rollout", "log_probs", "advantages", "update", "checkpoint", "resume")
+FINITE_METRICS = ("update/policy_loss", "update/kl_ref", "update/entropy", "update/grad_norm")
+"""The update metrics every iteration must report, finite."""
+
+
+def metric_problems(metrics: list[dict[str, Any]]) -> list[str]:
+    """One line per thing wrong with a run's iteration records (``metrics.jsonl``): no
+    record, a :data:`FINITE_METRICS` value missing (the metrics file leaves out a
+    non-finite value) or not finite, or an optimizer step skipped for a non-finite
+    gradient (``update/skipped_steps``). Empty: every update was finite."""
+    problems = [] if metrics else ["no iteration recorded"]
+    for row in metrics:
+        iteration = row.get("iteration")
+        for key in FINITE_METRICS:
+            value = row.get(key)
+            if not (isinstance(value, (int, float)) and math.isfinite(value)):
+                problems.append(f"iteration {iteration}: {key} "
+                                f"{'missing (not finite)' if value is None else value}")
+        if row.get("update/skipped_steps", 0.0) != 0.0:
+            problems.append(f"iteration {iteration}: update/skipped_steps "
+                            f"{row['update/skipped_steps']} (a non-finite gradient)")
+    return problems
 
 
 def registered_env_id(env: str) -> str:
@@ -181,7 +205,7 @@ def smoke_env(args: argparse.Namespace, env: str, workdir: Path) -> bool:
     """Straight run, run + resume and their comparison on one env; prints the phases'
     seconds and memory; whether it passed."""
     from algorithms.agent.metrics import read_metrics
-    from benchmarks.tiny_vlm import save_tiny_vlm
+    from studies.tiny_vlm import save_tiny_vlm
 
     env_id = registered_env_id(env)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -197,8 +221,10 @@ def smoke_env(args: argparse.Namespace, env: str, workdir: Path) -> bool:
                  setup_phase="setup")
     resumed = measured_run(smoke_config(args, env_id, model, iterations=2, resume=True),
                            workdir / "resumed", meter, setup_phase="resume")
-    a = read_metrics(workdir / "straight" / "metrics.jsonl")[1]
-    b = read_metrics(workdir / "resumed" / "metrics.jsonl")[1]
+    straight_rows = read_metrics(workdir / "straight" / "metrics.jsonl")
+    resumed_rows = read_metrics(workdir / "resumed" / "metrics.jsonl")
+    problems = metric_problems(straight_rows) + metric_problems(resumed_rows)
+    a, b = straight_rows[1], resumed_rows[1]
     keys = [k for k in a if not k.startswith(("time/", "throughput/"))]
     gap = max(abs(a[k] - b[k]) for k in keys if isinstance(a[k], (int, float)))
     weights = max(float((p - q).detach().abs().max()) for p, q in zip(
@@ -215,7 +241,8 @@ def smoke_env(args: argparse.Namespace, env: str, workdir: Path) -> bool:
     print(f"iteration 2's batch: {shown} of {len(batch)} rows show an image")
     print(f"resumed iteration 2 vs straight: largest metric gap {gap:.2e}, weight gap "
           f"{weights:.2e}, same actions {same_actions}")
-    ok = images and same_actions and gap < 1e-6 and weights < 1e-6
+    print(f"updates: {'; '.join(problems) if problems else 'every loss finite'}")
+    ok = images and same_actions and gap < 1e-6 and weights < 1e-6 and not problems
     total = sum(meter.seconds.values())
     print(f"{env_id}: {'ok' if ok else 'FAILED'} ({total:.1f} s measured)\n")
     args.measured += total

@@ -6,8 +6,8 @@ in its own virtual environment: it adds ``datasets`` and pandas 3). Interface:
 experimental by TRL): the function gets the batch's prompts (each already repeated
 ``num_generations`` times) and returns ``prompt_ids``, ``completion_ids``, ``logprobs``,
 an ``env_mask`` (1 on the model's tokens, 0 on the env's) and extra columns that TRL
-hands to the reward functions. TRL's other env hook, ``environment_factory``, needs a
-chat template with tool calling, which the default SmolLM2-135M-Instruct does not have.
+hands to the reward functions. TRL's other env hook, ``environment_factory``, is
+``examples/trl_tools.py``.
 
 Each completion is one whole episode played as a growing chat
 (:class:`algorithms.integrations.episode.ChatEpisode`): the model answers, the env's
@@ -48,8 +48,8 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
 import agentgym  # noqa: F401  (registers the env ids)
-from algorithms.config import PRESETS
 from algorithms.integrations.episode import ChatEpisode
+from algorithms.presets import PRESETS
 from algorithms.training.policy import load_causal_lm
 
 DEMO = PRESETS["cpu-demo"]

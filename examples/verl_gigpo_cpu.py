@@ -29,9 +29,9 @@ from verl.protocol import DataProto
 from verl.trainer.ppo import ray_trainer
 from verl.utils.dataset.rl_dataset import RLHFDataset
 
-from algorithms.config import PRESETS
 from algorithms.integrations import verl as integration
 from algorithms.integrations.multiturn import turn_spans
+from algorithms.presets import PRESETS
 from algorithms.training.policy import load_causal_lm
 
 DEMO = PRESETS["cpu-demo"]

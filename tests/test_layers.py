@@ -1,5 +1,6 @@
-"""The import arrows point down (``train.py`` -> ``algorithms`` -> ``agentgym`` ->
-``retrieval``) and no modules import each other in a circle.
+"""The import arrows point down (``benchmarks`` -> ``studies`` -> ``train.py`` ->
+``algorithms`` -> ``agentgym`` -> ``retrieval``), no modules import each other in a
+circle, and no class outgrows :data:`MAX_CLASS_LINES`.
 
 Every import counts, those inside functions too (a lazy import still ties the two modules
 together), except those under ``if TYPE_CHECKING:`` (annotations only, never run). A
@@ -15,8 +16,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).parents[1]
-LAYERS = ("train", "algorithms", "agentgym", "retrieval")
-"""Top to bottom: each may import the ones after it, never one before it."""
+LAYERS = ("benchmarks", "studies", "train", "algorithms", "agentgym", "retrieval")
+"""Top to bottom: each may import the ones after it, never one before it. A benchmark
+(speed, memory, parity with the original code) may reuse a study's tasks, statistics and
+models; a study never imports a benchmark."""
 
 
 def _module_name(path: Path) -> str:
@@ -26,7 +29,7 @@ def _module_name(path: Path) -> str:
 
 def _modules() -> dict[str, Path]:
     found = {"train": REPO / "train.py"}
-    for package in LAYERS[1:]:
+    for package in (layer for layer in LAYERS if layer != "train"):
         found.update({_module_name(path): path for path in (REPO / package).rglob("*.py")})
     return found
 
@@ -148,8 +151,8 @@ def test_algorithms_imports_no_env_module(graph):
 
 ALGORITHMS_LAYERS = ("algorithms.sft", "algorithms.integrations", "algorithms.training",
                      "algorithms.agent", "algorithms.engines", "algorithms.runs",
-                     "algorithms.config", "algorithms.templates", "algorithms.precision",
-                     "algorithms.objectives")
+                     "algorithms.presets", "algorithms.config", "algorithms.templates",
+                     "algorithms.precision", "algorithms.objectives")
 """``algorithms``' own rooms, top to bottom: each may import those after it, never one
 before it (the pure maths at the bottom imports nothing of ``algorithms``)."""
 
@@ -169,3 +172,38 @@ def test_algorithms_rooms_import_only_rooms_below_them(graph):
     assert not any(_room(target) for name, targets in graph.items()
                    if _room(name) == "algorithms.objectives" for target in targets
                    if _room(target) != "algorithms.objectives")
+
+
+MAX_CLASS_LINES = 300
+"""The longest a class may be, from its ``class`` line (or first decorator) to its last
+line, docstring and comments included: past it, a class holds more than one job."""
+
+
+def long_classes(source: str, limit: int) -> list[tuple[str, int]]:
+    """``(name, lines)`` of each class in ``source``, nested ones included, longer than
+    ``limit`` lines."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            if node.end_lineno - start + 1 > limit:
+                found.append((node.name, node.end_lineno - start + 1))
+    return found
+
+
+def test_the_class_length_check_counts_from_the_decorator_to_the_last_line():
+    source = "@dataclass\nclass A:\n    x: int\n    y: int\n\n\nclass B:\n    pass\n"
+    assert long_classes(source, 3) == [("A", 4)]
+    assert long_classes(source, 4) == []
+    nested = "class Outer:\n    class Inner:\n        a = 1\n        b = 2\n"
+    assert long_classes(nested, 2) == [("Outer", 4), ("Inner", 3)]
+
+
+def test_no_class_is_over_300_lines():
+    paths = [path for path in REPO.rglob("*.py")
+             if not any(part.startswith(".") or part in ("runs", "node_modules")
+                        for part in path.relative_to(REPO).parts)]
+    assert len(paths) > 300  # the whole tree was read
+    long = [f"{path.relative_to(REPO)}: {name} ({lines} lines)" for path in paths
+            for name, lines in long_classes(path.read_text(encoding="utf-8"), MAX_CLASS_LINES)]
+    assert long == []

@@ -11,7 +11,7 @@ pytest.importorskip("tyro")
 pytest.importorskip("transformers")
 
 import train  # noqa: E402
-from algorithms.config import PRESETS  # noqa: E402
+from algorithms.presets import PRESET_HELP, PRESETS  # noqa: E402
 
 
 def test_help_lists_presets_and_field_docs(capsys):
@@ -40,6 +40,33 @@ def test_help_lists_the_essential_flags_first_with_the_presets_values(capsys):
     assert row["--env.env-id"][1] == "AgentGym/Sokoban-v0"
     assert row["--env.max-steps"][1:3] == ["15", "Agent"]  # value, then the docstring
     assert row["--learner.lr"][1] == "1e-06"
+
+
+def test_help_names_every_algorithm_and_whole_model_names(capsys):
+    """The description names HGPO and GraphGPO too; the --algo row lists every value it
+    takes; a model id longer than the value column is printed whole on its own line."""
+    import typing
+
+    from algorithms.config import Algo
+
+    with pytest.raises(SystemExit):
+        train.parse_config(["--preset", "ezpoints-vl-3b", "--help"])
+    text = capsys.readouterr().out
+    first = " ".join(text.split("Preset in use")[0].split())
+    for name in ("GiGPO", "HGPO", "GraphGPO", "GRPO", "RLOO", "REINFORCE++", "Dr.GRPO",
+                 "GSPO", "PPO"):
+        assert name in first, name
+    essentials = text[text.index("The flags most runs need"):text.index("Presets:")]
+    algo = " ".join(essentials[essentials.index("--algo"):
+                               essentials.index("--engine")].split())
+    assert algo.endswith("One of: " + ", ".join(typing.get_args(Algo)) + ".")
+    rows = essentials.splitlines()
+    at = next(i for i, row in enumerate(rows) if row.startswith("  --model.name-or-path"))
+    assert rows[at].split() == ["--model.name-or-path", "Qwen/Qwen2.5-VL-3B-Instruct"]
+    assert rows[at + 1].startswith(" " * 56 + "HF model id or local path")
+    presets = text[text.index("Presets:"):].splitlines()[1:len(PRESETS) + 1]
+    starts = {row.index(PRESET_HELP[row.split()[0]][:20]) for row in presets}
+    assert len(starts) == 1  # one column, the longest preset name included
 
 
 def test_first_sentence_of_a_docstring():
@@ -90,7 +117,9 @@ def test_default_preset_without_gpu(monkeypatch):
 
 
 def test_bad_values_are_rejected():
-    with pytest.raises(SystemExit):
+    from algorithms.config import ConfigError
+
+    with pytest.raises(ConfigError, match="invalid choice 'dqn' for argument '--algo'"):
         train.parse_config(["--algo", "dqn"])
     with pytest.raises(ValueError, match="group_size"):
         train.parse_config(["--algo", "gigpo", "--env.group-size", "1"])
@@ -145,6 +174,14 @@ def test_cpu_demo_shortened(tmp_path, capsys):
     assert set(results["per_task_type"]) <= {"all"} and results["episodes"] == 1
 
 
+def cli_error(capsys) -> tuple[int, str]:
+    """``train.cli()``'s exit status and its one line on stderr (it must be one line)."""
+    with pytest.raises(SystemExit) as exit_info:
+        train.cli()
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    return exit_info.value.code, line
+
+
 def test_cli_turns_setup_errors_into_a_message_and_exit_code(monkeypatch, capsys):
     from algorithms.training.policy import PolicyLoadError
 
@@ -152,39 +189,55 @@ def test_cli_turns_setup_errors_into_a_message_and_exit_code(monkeypatch, capsys
         raise PolicyLoadError("could not load the policy model from 'nowhere'")
 
     monkeypatch.setattr(train, "main", broken_main)
-    with pytest.raises(SystemExit) as exit_info:
-        train.cli()
-    assert exit_info.value.code == "train.py: error: could not load the policy model from 'nowhere'"
+    assert cli_error(capsys) == (
+        1, "train.py: error: could not load the policy model from 'nowhere'")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--env.env-kwargs", "{bad"], "env_kwargs must be a JSON object"),
-    (["--env.env-id", "AgentGym/Nope-v0"], "env.env_id: unknown env id 'AgentGym/Nope-v0'"),
-    (["--resume", "--run.run-name", "nosuchrun"], "no checkpoint to resume in"),
-    (["--eval-only", "--checkpoint", "nowhere"], "no checkpoint at nowhere"),
+@pytest.mark.parametrize(("args", "line"), [
+    (["--preset", "nope"], "train.py: error: argument --preset: invalid choice: 'nope' (choose "
+                           "from 'alfworld-1.5b', "),
+    (["--algo", "nope"], "train.py: error: invalid choice 'nope' for argument '--algo'. "
+                         "Expected one of ('gigpo', 'hgpo', 'graphgpo', "),
+    (["--bogus"], "train.py: error: Unrecognized options: --bogus (train.py --help lists "
+                  "every flag)"),
+    (["--env.num-groups", "x"], "train.py: error: Error parsing --env.num-groups: invalid "
+                                "literal for int() with base 10: 'x' (train.py --help"),
+    (["--env.num-groups", "0"], "train.py: error: invalid config: env.num_groups and "
+                                "env.group_size must be >= 1"),
+])
+def test_a_usage_error_of_any_parser_is_one_line_and_exit_status_2(monkeypatch, capsys, args,
+                                                                    line):
+    """The pre-parser's (argparse), tyro's and the config's own refusals read alike."""
+    monkeypatch.setattr("sys.argv", ["train.py", *args])
+    status, said = cli_error(capsys)
+    assert status == train.USAGE_ERROR == 2 and said.startswith(line), said
+
+
+@pytest.mark.parametrize(("args", "message", "status"), [
+    (["--env.env-kwargs", "{bad"], "env_kwargs must be a JSON object", 2),
+    (["--env.env-id", "AgentGym/Nope-v0"], "env.env_id: unknown env id 'AgentGym/Nope-v0'", 2),
+    (["--resume", "--run.run-name", "nosuchrun"], "no checkpoint to resume in", 2),
+    (["--eval-only", "--checkpoint", "nowhere"], "no checkpoint at nowhere", 1),
     (["--env.env-id", "AgentGym/ALFWorld-v0",
       "--env.env-kwargs", '{"data_path": "/no/such/alfworld"}'],
-     "ALFWorld data_path '/no/such/alfworld' does not exist"),
+     "ALFWorld data_path '/no/such/alfworld' does not exist", 1),
 ])
-def test_setup_errors_are_one_line(tmp_path, monkeypatch, args, message):
-    """Each ends before the model is loaded, with one line and a non-zero exit."""
+def test_setup_errors_are_one_line(tmp_path, monkeypatch, capsys, args, message, status):
+    """Each ends before the model is loaded, with one line: exit status 2 for a command
+    that cannot run as given, 1 for something the run needs that is not there."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["train.py", "--run.output-dir", str(tmp_path), *args])
-    with pytest.raises(SystemExit) as exit_info:
-        train.cli()
-    text = str(exit_info.value.code)
-    assert text.startswith("train.py: error: ") and message in text and "\n" not in text
+    code, line = cli_error(capsys)
+    assert code == status and line.startswith("train.py: error: ") and message in line
 
 
-def test_alfworld_data_that_does_not_exist_is_an_error(tmp_path, monkeypatch):
+def test_alfworld_data_that_does_not_exist_is_an_error(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "missing"))
     monkeypatch.setattr("sys.argv", ["train.py", "--run.output-dir", str(tmp_path),
                                      "--env.env-id", "AgentGym/ALFWorld-v0",
                                      "--env.env-kwargs", "{}"])
-    with pytest.raises(SystemExit) as exit_info:
-        train.cli()
-    assert "$ALFWORLD_DATA" in str(exit_info.value.code)
-    assert "does not exist" in str(exit_info.value.code)
+    code, line = cli_error(capsys)
+    assert code == 1 and "$ALFWORLD_DATA" in line and "does not exist" in line
 
 
 def test_the_run_says_its_task_source_first(tmp_path, monkeypatch, capsys):
@@ -231,14 +284,12 @@ def test_ctrl_c_says_where_the_last_checkpoint_is(tmp_path, monkeypatch, capsys)
                    "--resume and the same flags)")
 
 
-def test_a_missing_optional_package_is_one_line(monkeypatch):
+def test_a_missing_optional_package_is_one_line(monkeypatch, capsys):
     def needs_wandb(argv=None):
         import wandb_that_is_not_installed  # noqa: F401
 
     monkeypatch.setattr(train, "main", needs_wandb)
-    with pytest.raises(SystemExit) as exit_info:
-        train.cli()
-    assert exit_info.value.code == ("train.py: error: this run needs the package "
+    assert cli_error(capsys) == (1, "train.py: error: this run needs the package "
                                     "'wandb_that_is_not_installed', which is not installed "
                                     "(see README, Install)")
 
@@ -251,7 +302,7 @@ def test_a_setup_error_prints_no_traceback(tmp_path):
     result = subprocess.run(
         [sys.executable, "train.py", "--run.output-dir", str(tmp_path), "--env.env-kwargs",
          "[1]"], cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "train.py: error: env_kwargs must be a JSON object, got '[1]'"]
 
@@ -269,7 +320,7 @@ def test_a_setup_error_prints_no_traceback(tmp_path):
                                                 "exist"),
 ])
 def test_setup_errors_come_before_the_model_loads_and_leave_no_run(tmp_path, monkeypatch,
-                                                                   args, message):
+                                                                   capsys, args, message):
     def no_loading(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
@@ -277,10 +328,8 @@ def test_setup_errors_come_before_the_model_loads_and_leave_no_run(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["train.py", "--run.output-dir", str(tmp_path / "runs"),
                                      *args])
-    with pytest.raises(SystemExit) as exit_info:
-        train.cli()
-    text = str(exit_info.value.code)
-    assert text.startswith("train.py: error: ") and message in text and "\n" not in text
+    _, line = cli_error(capsys)
+    assert line.startswith("train.py: error: ") and message in line
     assert not (tmp_path / "runs").exists()
 
 
@@ -394,14 +443,27 @@ def test_sigterm_lines_say_where_the_checkpoint_is(tmp_path):
     from algorithms.runs.termination import Terminated
 
     saved = tmp_path / "run" / "checkpoints" / "iter_000007"
-    finished = train.Interrupted(tmp_path / "run", Terminated(checkpoint=saved, iteration=7))
+    argv = ["--algo", "grpo", "--run.run-name", "my run"]
+    resume = "resume with: python train.py --algo grpo --run.run-name 'my run' --resume"
+    finished = train.Interrupted(tmp_path / "run", Terminated(checkpoint=saved, iteration=7),
+                                 argv=argv)
     assert finished.status == 143
-    assert str(finished) == (f"terminated (SIGTERM) after iteration 7, checkpointed in {saved} "
-                             "(continue with --resume and the same flags)")
+    assert str(finished) == (f"terminated (SIGTERM) after iteration 7, checkpointed in "
+                             f"{saved}; {resume}")
+    rollout = train.Interrupted(tmp_path / "run", Terminated(
+        checkpoint=saved, iteration=7, how="in iteration 8's rollout"), argv=argv)
+    assert str(rollout) == (f"terminated (SIGTERM) in iteration 8's rollout; iteration 7, "
+                            f"the last finished update, is checkpointed in {saved}; {resume}")
+    (tmp_path / "run").mkdir()
     late = train.Interrupted(tmp_path / "run", Terminated(
         iteration=2, reason="iteration 3 did not finish within --run.term-grace 20 s"))
     assert str(late) == ("terminated by SIGTERM: iteration 3 did not finish within "
                          f"--run.term-grace 20 s; no checkpoint was written in {tmp_path / 'run'}")
+    gone = train.Interrupted(tmp_path / "new", Terminated(iteration=0, reason=(
+        "in iteration 1's rollout, before any update: nothing to keep; the same command "
+        "starts the run again")))
+    assert str(gone) == ("terminated by SIGTERM: in iteration 1's rollout, before any update: "
+                         "nothing to keep; the same command starts the run again")
     assert train.Interrupted(tmp_path).status == 130
 
 
@@ -449,6 +511,29 @@ def test_an_env_that_breaks_the_contract_exits_2_before_the_model_loads(
                                                "with no env kwargs) breaks the env contract: ")
     assert message in err[0] and f"python -m agentgym.check {env_id}" in err[0]
     assert not (tmp_path / "runs").exists()
+
+
+def test_prompts_longer_than_the_budget_are_said_before_the_model_loads(tmp_path, capsys):
+    """Issue 60: a TextArena game's prompts were cut 60-65% of the time without a word.
+    The check before the model loads builds the run's prompts of the env's first steps
+    with the run's tokenizer (the smoke model's words here) and says they do not fit;
+    the run then says its first cut prompts, and its summary the share."""
+    metrics = train.main(["--env.env-id", OWN, "--prompt.max-prompt-tokens", "60",
+                          "--run.output-dir", str(tmp_path),
+                          *(flag for flag in SMOKE if flag != "--run.no-progress")])
+    out = capsys.readouterr().out.splitlines()
+    warning = next(i for i, line in enumerate(out) if line.startswith(
+        f"[agentgym] warning: prompt length of {OWN}: "))
+    assert "are longer than --prompt.max-prompt-tokens 60 (up to " in out[warning]
+    assert "the run's prompts, the smoke model's tokenizer): a run cuts them" in out[warning]
+    assert warning < next(i for i, line in enumerate(out) if line.startswith("[agentgym] preset="))
+    rate = metrics["rollout/prompt_cut_rate"]
+    assert rate > 0
+    assert any(line.startswith(f"[agentgym] prompts cut: {rate:.0%} of the steps of "
+                               "iteration 1 did not fit --prompt.max-prompt-tokens 60")
+               for line in out)
+    assert any(line.startswith(f"[agentgym] prompts cut to fit --prompt.max-prompt-tokens 60: "
+                               f"{rate:.0%} of the run's steps") for line in out)
 
 
 def test_a_kwargs_constructor_refusing_an_argument_is_one_line_and_no_traceback(tmp_path):
@@ -520,7 +605,7 @@ def test_sft_and_its_data_maker_take_an_env_of_ones_own(tmp_path):
     assert (tmp_path / "cpu-demo-sft-seed0" / "sft_data.jsonl").exists()
 
 
-def test_a_run_that_cannot_train_is_one_line_and_exit_status_1(monkeypatch):
+def test_a_run_that_cannot_train_is_one_line_and_exit_status_1(monkeypatch, capsys):
     from algorithms.agent.rollout import NoStepsError
     from algorithms.training.trainer import UntrainedRunError
 
@@ -530,6 +615,64 @@ def test_a_run_that_cannot_train_is_one_line_and_exit_status_1(monkeypatch):
             raise error
 
         monkeypatch.setattr(train, "main", failing)
-        with pytest.raises(SystemExit) as exit_info:
-            train.cli()
-        assert exit_info.value.code == f"train.py: error: {error}"
+        assert cli_error(capsys) == (1, f"train.py: error: {error}")
+
+
+# ---------------------------------------------------------------------- from any folder
+GUESS_MODULE = """import agentgym
+
+agentgym.register("HereEnv/NumberGuess-v0", "examples.own_env.guess:NumberGuessEnv")
+"""
+"""A user's module in the folder a run starts in: it registers the example env under an id
+of its own."""
+
+
+def test_the_installed_command_runs_trains_main(tmp_path):
+    from pathlib import Path
+
+    import tomllib
+
+    scripts = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())[
+        "project"]["scripts"]
+    assert scripts == {"agentgym-train": "train:run"}
+    assert callable(train.run)
+
+
+def test_the_command_imports_a_users_module_from_the_folder_it_starts_in(tmp_path, monkeypatch,
+                                                                         capsys):
+    """As ``agentgym-train`` starts: sys.path[0] is its bin folder, not the current one."""
+    import sys
+
+    (tmp_path / "here_guess_env.py").write_text(GUESS_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [str(tmp_path / "bin"), *[
+        entry for entry in sys.path if entry not in ("", ".", str(tmp_path))]])
+    monkeypatch.delitem(sys.modules, "here_guess_env", raising=False)
+    monkeypatch.setattr("sys.argv", ["agentgym-train", "--env.env-id",
+                                     "here_guess_env:HereEnv/NumberGuess-v0",
+                                     "--model.name-or-path", "tiny", "--dry-run"])
+    with pytest.raises(SystemExit) as exit_info:
+        train.cli()
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0, out
+    assert "ok    env contract: here_guess_env:HereEnv/NumberGuess-v0 passes" in out
+    assert sys.path[1] == str(tmp_path)
+
+
+def test_python_m_train_from_another_folder_finds_the_users_module(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "here_guess_env.py").write_text(GUESS_MODULE)
+    checkout = str(Path(__file__).parents[1])
+    env = {**os.environ, "PYTHONPATH": checkout}
+    result = subprocess.run(
+        [sys.executable, "-m", "train", "--env.env-id", "here_guess_env:HereEnv/NumberGuess-v0",
+         "--model.name-or-path", "tiny", "--dry-run"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "env contract: here_guess_env:HereEnv/NumberGuess-v0 passes" in result.stdout
+    assert "run folder   runs/cpu-demo-gigpo-seed0 (new)" in result.stdout
+    assert not (tmp_path / "runs").exists()

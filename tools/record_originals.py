@@ -415,7 +415,7 @@ def record_prompts(args: argparse.Namespace) -> dict[str, Any]:
     )
 
     import agentgym  # noqa: F401  (registers the ids)
-    from benchmarks.tiny_vlm import tiny_image_processor, vlm_tokenizer
+    from studies.tiny_vlm import tiny_image_processor, vlm_tokenizer
     from tests.algorithms.test_vlm import VERL_AGENT_PROMPTS, their_manager
 
     with originals.verl_agent_rollout(args.verl_agent, args.deps) as theirs:
@@ -500,7 +500,7 @@ def record_prompts(args: argparse.Namespace) -> dict[str, Any]:
                 "on random images (input: the seed, shape and digest of the image; output: "
                 "shape and digest); TrajectoryCollector.preprocess_single_sample on its "
                 "visual Sokoban and EZPoints messages with a random image, with this "
-                "project's tokenizer (benchmarks.tiny_vlm.vlm_tokenizer over the "
+                "project's tokenizer (studies.tiny_vlm.vlm_tokenizer over the "
                 "messages' words; its digest recorded: tokenizers) and two "
                 "image processors (output: the token ids, the pixel values' shape and "
                 "digest, image_grid_thw); its Sokoban and gym-cards env managers' "

@@ -43,6 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.alfworld.data import (
+    GAME_FILENAME,
+    GAMES_DIRNAME,
     TASK_TYPES,
     TRAJ_FILENAME,
     GameRecord,
@@ -52,6 +54,7 @@ from agentgym.alfworld.data import (
     validate_task_types,
 )
 from agentgym.core import AnchorMode, TextEnv, Transition
+from agentgym.tools import EnvTools, string_argument, tool
 
 BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 TASK_PREFIX = "Your task is to: "
@@ -78,6 +81,80 @@ def task_of(intro: str) -> str:
     return task.strip() if found else ""
 
 
+def alfworld_data_problems(cls: type, kwargs: dict[str, Any]) -> list[str]:
+    """A data path that holds no games, a split that is not there, an official split
+    without game files, or no alfworld package to generate games with (the
+    constructor reads no game, so building one here is cheap)."""
+    download = ("run alfworld-download (it writes to $ALFWORLD_DATA, else "
+                "~/.cache/alfworld) or point $ALFWORLD_DATA at its folder")
+    try:
+        env = cls(**kwargs)
+    except FileNotFoundError as error:
+        return [f"{error}; {download}"]
+    except (ValueError, TypeError) as error:
+        return [str(error)]
+    root, split = env.data_root, env.split
+    env.close()
+    if root is None:
+        import importlib.util
+
+        if importlib.util.find_spec("alfworld") is None:
+            return ["ALFWorld games are generated with the alfworld package, which is not "
+                    "installed: pip install -e '.[alfworld]'"]
+        return []
+    games = root / GAMES_DIRNAME / split
+    if next(games.glob(f"*/*/{GAME_FILENAME}"), None) is None:
+        return [f"no ALFWorld game files ({GAME_FILENAME}) in {games}: an incomplete "
+                f"download? {download}"]
+    return []
+
+
+def alfworld_tools() -> EnvTools:
+    """One tool per command of ALFWorld's grammar (``alfworld/data/alfred.twl2``; not
+    ``help``): ``go_to(receptacle)`` -> ``go to {receptacle}``, ``take(object, source)`` ->
+    ``take {object} from {source}``, ``move(object, target)`` -> ``move {object} to
+    {target}``, ..., ``look()``, ``inventory()``."""
+    def thing(what: str) -> dict[str, Any]:
+        return string_argument(f"The {what}'s name with its number, as the observation "
+                               "writes it (e.g. 'cabinet 1').")
+
+    return EnvTools((
+        tool("go_to", "Walk to a receptacle.", "go to {receptacle}",
+             receptacle=thing("receptacle")),
+        tool("take", "Pick up an object from a receptacle.", "take {object} from {source}",
+             object=thing("object"), source=thing("receptacle")),
+        tool("move", "Put the object you hold in or on a receptacle.",
+             "move {object} to {target}", object=thing("object"),
+             target=thing("receptacle")),
+        tool("put_into", "Put an object into a container object you hold.",
+             "put {object} into {container}", object=thing("object"),
+             container=thing("container")),
+        tool("put_in", "Put a container object you hold in a receptacle.",
+             "put {object} in {receptacle}", object=thing("container"),
+             receptacle=thing("receptacle")),
+        tool("open", "Open a receptacle.", "open {receptacle}",
+             receptacle=thing("receptacle")),
+        tool("close", "Close a receptacle.", "close {receptacle}",
+             receptacle=thing("receptacle")),
+        tool("heat", "Heat an object with an appliance (e.g. a microwave).",
+             "heat {object} with {appliance}", object=thing("object"),
+             appliance=thing("appliance")),
+        tool("cool", "Cool an object with an appliance (e.g. a fridge).",
+             "cool {object} with {appliance}", object=thing("object"),
+             appliance=thing("appliance")),
+        tool("clean", "Clean an object with an appliance (e.g. a sink basin).",
+             "clean {object} with {appliance}", object=thing("object"),
+             appliance=thing("appliance")),
+        tool("slice", "Slice an object with a knife you hold.", "slice {object} with {knife}",
+             object=thing("object"), knife=thing("knife")),
+        tool("use", "Use an object (e.g. turn on a desk lamp).", "use {object}",
+             object=thing("object")),
+        tool("examine", "Look closely at an object or a receptacle.", "examine {target}",
+             target=thing("object or receptacle")),
+        tool("look", "Look around where you are.", "look"),
+        tool("inventory", "List what you carry.", "inventory")))
+
+
 class ALFWorldEnv(TextEnv):
     """ALFWorld (Shridhar et al., ICLR 2021) text games through TextWorld's PDDL engine.
 
@@ -101,13 +178,20 @@ class ALFWorldEnv(TextEnv):
         ValueError: unknown split, task type or expert.
     """
 
+    tools = alfworld_tools()
+    """The env's actions as tools (:func:`alfworld_tools`)."""
+
     @classmethod
     def task_source(cls, kwargs: dict[str, Any]) -> str:
         root = find_data_root(kwargs.get("data_path"))
         return (f"official ALFWorld games in {root}" if root is not None else
                 "ALFWorld games generated from the alfworld package (no official data: "
-                "set $ALFWORLD_DATA or data_path for it)")
+                "alfworld-download fetches it to $ALFWORLD_DATA, else ~/.cache/alfworld)")
 
+    @classmethod
+    def data_problems(cls, kwargs: dict[str, Any]) -> list[str]:
+        """What is missing for ``cls(**kwargs)`` (:func:`alfworld_data_problems`)."""
+        return alfworld_data_problems(cls, kwargs)
 
     def __init__(
         self,

@@ -53,6 +53,7 @@ from agentgym.alfworld.gen.store import (
     written_trials,
 )
 from agentgym.alfworld.gen.verify import VerificationError, replay
+from agentgym.command_line import OneLineParser
 
 __all__ = [
     "DEFAULT_NUM_GAMES",
@@ -310,7 +311,7 @@ def ensure_generated_games(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m agentgym.alfworld.generate",
         description=(
             "Generate ALFWorld games (game.tw-pddl + traj_data.json in the official "

@@ -4,7 +4,8 @@
 (:func:`agentgym.plain.make_text_env`: a plain Gymnasium env inside
 :class:`~agentgym.plain.PlainTextEnv`) and returns one :class:`CheckResult` per check, in
 this order (the *fast* part, which ``train.py`` runs before the model loads on any env
-that is not AgentGym's own, is the first ten):
+that is not AgentGym's own, is the first thirteen; twelve in the ``state`` anchor mode,
+which has no ``state keys`` check of its own):
 
 ``env id``            the id is registered (``"module:Env-v0"``: the module imports and
                       registers it)
@@ -19,6 +20,9 @@ that is not AgentGym's own, is the first ten):
                       at every step, with the contract's types
 ``anchors (MODE)``    every anchor of the probe episode hashes and pickles (the vector
                       env's workers send them), in the run's anchor mode
+``state keys``        in the ``observation`` anchor mode: every ``state_key()`` of a probe
+                      episode hashes and pickles too (the other mode's anchors: a list
+                      state key would break every ``anchor="state"`` run)
 ``seeds and task ids``  two probe episodes from equal seeds go alike (task, observations,
                       rewards); a reset with ``options={"task_id": ...}`` starts that task
                       (same first observation); ``task_ids`` is not empty
@@ -26,6 +30,15 @@ that is not AgentGym's own, is the first ten):
                       ``b"..."``) never raise; non-strings are ``valid_action=False``
 ``finished episode``  stepping an episode that ended repeats its last observation with
                       reward 0, the same flags and the same info
+``prompt length``     the prompts of the probe episode's steps against a token budget
+                      (:mod:`agentgym.check.prompt_length`): a warning, not a failure,
+                      when one is longer (a run would cut it)
+``tools``             the env's tools (:func:`agentgym.tools.env_tools`: its own, or the
+                      generic one) are valid schemas (:func:`agentgym.tools.tool_problems`)
+                      that JSON can write, and every admissible action of the probe
+                      episode and every action of the env's expert (when it declares one)
+                      is written by a call, which writes it back (``to_action(to_call(a))
+                      == a``)
 
 and in the full check also:
 
@@ -53,6 +66,13 @@ from typing import Any
 
 import numpy as np
 
+from agentgym.check.prompt_length import (
+    PromptCounter,
+    probe_steps,
+    prompt_length_detail,
+    text_counter,
+)
+from agentgym.check.tools_check import check_tools
 from agentgym.core import ANCHOR_MODES, INFO_KEYS
 
 PROBE_MAX_STEPS = 8
@@ -73,16 +93,19 @@ class CheckResult:
         name: the check (see the module docstring).
         passed: whether the env passed it.
         detail: one line: what was seen, or what is broken and what to do.
+        warning: passed, with something a run should know (``prompt length``).
     """
 
     name: str
     passed: bool
     detail: str
+    warning: bool = False
 
     @property
     def line(self) -> str:
-        """``PASS  name: detail`` or ``FAIL  name: detail``."""
-        return f"{'PASS' if self.passed else 'FAIL'}  {self.name}: {self.detail}"
+        """``PASS  name: detail``, ``WARN  name: detail`` or ``FAIL  name: detail``."""
+        status = "FAIL" if not self.passed else "WARN" if self.warning else "PASS"
+        return f"{status}  {self.name}: {self.detail}"
 
 
 class Breach(Exception):
@@ -108,6 +131,7 @@ class Episode:
     Attributes:
         observations: the reset's observation, then each step's.
         infos: the reset's info, then each step's.
+        actions: each step's action.
         rewards, terminated, truncated: each step's.
         error: ``"reset(seed=0)"`` or ``"step N (action ...)"`` and what it raised.
         error_type: the type of that exception.
@@ -118,6 +142,7 @@ class Episode:
 
     observations: list[Any] = field(default_factory=list)
     infos: list[dict[str, Any]] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
     rewards: list[Any] = field(default_factory=list)
     terminated: list[Any] = field(default_factory=list)
     truncated: list[Any] = field(default_factory=list)
@@ -162,6 +187,7 @@ def play_probe(env: Any, max_steps: int | None, *, seed: int | None = 0,
             return episode
         episode.observations.append(observation)
         episode.infos.append(dict(info))
+        episode.actions.append(action)
         episode.rewards.append(reward)
         episode.terminated.append(terminated)
         episode.truncated.append(truncated)
@@ -211,6 +237,22 @@ def anchor_problem(anchor: Any) -> str | None:
     return None
 
 
+def _first_difference(first: Episode, second: Episode) -> str:
+    """Where two probe episodes first differ: ``"the observation after step 2"``, ``"the
+    reward of step 3"``, or an error in one of them."""
+    for index, (a, b) in enumerate(zip(first.observations, second.observations,
+                                       strict=False)):
+        if not same(a, b):
+            return "the first observation" if index == 0 else \
+                f"the observation after step {index}"
+        if index < min(len(first.rewards), len(second.rewards)) and \
+                not same(first.rewards[index], second.rewards[index]):
+            return f"the reward of step {index + 1}"
+    if len(first.observations) != len(second.observations):
+        return "their length"
+    return f"one of them {first.error or second.error}"
+
+
 def same(first: Any, second: Any) -> bool:
     """Equality that also holds for NumPy arrays and containers of them."""
     if isinstance(first, dict) and isinstance(second, dict):
@@ -227,6 +269,128 @@ def same(first: Any, second: Any) -> bool:
         return repr(first) == repr(second)
 
 
+def check_observations(episode: Episode) -> str:
+    """The ``observations`` check: reset and every step of the probe returned ``str``."""
+    if episode.error is not None and episode.error_type is TypeError and \
+            "observation" in episode.error:
+        raise Breach(episode.error)
+    for index, observation in enumerate(episode.observations):
+        if not isinstance(observation, str):
+            where = "reset" if index == 0 else f"step {index}"
+            raise Breach(f"{where} returned {a_type(observation)} observation "
+                         f"({observation!r:.60}); observations are str")
+    return f"str at reset and at {len(episode.observations) - 1} steps"
+
+
+def check_episode(episode: Episode) -> str:
+    """The ``episode`` check: the probe raised nothing, its rewards are finite numbers and
+    its flags ``bool``."""
+    if episode.error is not None:
+        raise Breach(f"{episode.error}; envs must not raise (bad actions get feedback "
+                     "text and valid_action=False)")
+    for step, reward in enumerate(episode.rewards, start=1):
+        try:
+            finite = math.isfinite(float(reward))
+        except (TypeError, ValueError):
+            finite = False
+        if not finite:
+            raise Breach(f"step {step} returned the reward {reward!r}; rewards are finite "
+                         "numbers")
+    flags = episode.terminated + episode.truncated
+    bad = [flag for flag in flags if not isinstance(flag, (bool, np.bool_))]
+    if bad:
+        raise Breach(f"a step returned terminated/truncated of type "
+                     f"{type(bad[0]).__name__}; they are bool")
+    end = "ended" if episode.ended else "did not end"
+    return f"reset and {len(episode.rewards)} steps, no error; the episode {end}"
+
+
+def check_info_keys(episode: Episode, hint: Callable[[str], str]) -> str:
+    """The ``info keys`` check: every contract key, with its type, at reset and at every
+    step of the probe; ``hint(problem)`` says what to do about a broken one."""
+    for index, info in enumerate(episode.infos):
+        problem = info_problem(info, "reset" if index == 0 else f"step {index}")
+        if problem is not None:
+            raise Breach(f"{problem} ({hint(problem)})")
+    if not episode.infos:
+        raise Breach("no info to check: the reset failed")
+    if episode.infos[0]["valid_action"] is not True:
+        raise Breach("reset: info['valid_action'] must be True")
+    return f"{', '.join(INFO_KEYS)} at reset and at {len(episode.infos) - 1} steps"
+
+
+def check_anchors(episode: Episode) -> str:
+    """The ``anchors (MODE)`` check: every anchor of the probe hashes and pickles."""
+    if not episode.infos:
+        raise Breach(f"no anchor to check: {episode.error}")
+    for index, info in enumerate(episode.infos):
+        if "anchor" not in info:
+            raise Breach(f"{'reset' if index == 0 else f'step {index}'}: no anchor")
+        problem = anchor_problem(info["anchor"])
+        if problem is not None:
+            where = "reset" if index == 0 else f"step {index}"
+            raise Breach(f"{where}: {problem}")
+    kinds = sorted({type(info["anchor"]).__name__ for info in episode.infos})
+    return (f"{len(episode.infos)} anchors hash and pickle ({', '.join(kinds)})"
+            + (f"; the probe stopped early: {episode.error}" if episode.error else ""))
+
+
+def check_state_keys(env: Any, max_steps: int | None) -> str:
+    """Every ``state_key()`` of a probe episode hashes and pickles (the anchors of the
+    ``state`` mode, which the run's ``observation`` mode never computes)."""
+    from agentgym.core import TextEnv
+
+    inner = env.unwrapped
+    if not isinstance(inner, TextEnv):
+        return "not a TextEnv: no state_key() to check"
+    _, info = env.reset(seed=0)
+    keys: list[Any] = []
+    limit = max_steps if max_steps is not None else PROBE_MAX_STEPS
+    for step in range(limit + 1):
+        keys.append(inner.state_key())
+        problem = anchor_problem(keys[-1])
+        if problem is not None:
+            raise Breach(f"{'reset' if step == 0 else f'step {step}'}: the state key "
+                         f"(state_key(), the anchor of every anchor='state' run): "
+                         f"{problem}")
+        if step == limit:
+            break
+        try:
+            _, _, terminated, truncated, info = env.step(probe_action(info, step))
+        except Exception:  # noqa: BLE001 - a step that raises is the episode check's
+            break
+        if terminated or truncated:
+            keys.append(inner.state_key())
+            problem = anchor_problem(keys[-1])
+            if problem is not None:
+                raise Breach(f"step {step + 1}: the state key (state_key(), the anchor "
+                             f"of every anchor='state' run): {problem}")
+            break
+    kinds = sorted({type(key).__name__ for key in keys})
+    return f"{len(keys)} state keys hash and pickle ({', '.join(kinds)})"
+
+
+def info_hint(problem: str, *, plain: bool, text_env: bool) -> str:
+    """What to do about an info ``problem``: for an env built on ``TextEnv``, which
+    fills the keys in, the part of the env that fed the wrong value; for a plain env,
+    the info key the adapter copied; for any other, the contract, or ``TextEnv``."""
+    if plain and "admissible_actions" in problem:
+        return ("agentgym.PlainTextEnv copies your env's info['admissible_actions']: "
+                "list str actions")
+    if not text_env:
+        return ("the contract: agentgym/core.py, or build the env on agentgym.TextEnv, "
+                "which fills them in")
+    if "'task'" in problem:
+        return "TextEnv takes info['task'] from your env's task property: return a str"
+    if "admissible_actions" in problem:
+        return ("TextEnv takes info['admissible_actions'] from your env's "
+                "admissible_actions(): return str actions")
+    if "'success'" in problem:
+        return "TextEnv takes info['success'] from your env's success property"
+    return ("TextEnv fills these keys in: a wrapper around the env, or an override of "
+            "TextEnv's reset or step, changed them")
+
+
 class ContractCheck:
     """The checks of one env id and its keyword arguments (module docstring).
 
@@ -235,18 +399,23 @@ class ContractCheck:
         env_kwargs: the env's own constructor arguments (not ``anchor`` / ``max_steps``).
         anchor: the anchor mode of the fast part.
         max_steps: the ``max_steps`` the envs are built with (``None``: not passed).
+        prompts: how the ``prompt length`` check counts and what it compares with
+            (default: :func:`~agentgym.check.prompt_length.text_counter`, no budget).
     """
 
     def __init__(self, env_id: str, env_kwargs: dict[str, Any] | None = None, *,
-                 anchor: str = "observation", max_steps: int | None = PROBE_MAX_STEPS):
+                 anchor: str = "observation", max_steps: int | None = PROBE_MAX_STEPS,
+                 prompts: PromptCounter | None = None):
         if anchor not in ANCHOR_MODES:
             raise ValueError(f"anchor must be one of {ANCHOR_MODES}, got {anchor!r}")
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
         self.anchor = anchor
         self.max_steps = max_steps
+        self.prompts = prompts if prompts is not None else text_counter()
         self.results: list[CheckResult] = []
         self.plain = False
+        self.text_env = False  # built on TextEnv (the adapter of a plain env aside)
 
     # ------------------------------------------------------------------ running
     def run(self, *, fast: bool = False) -> list[CheckResult]:
@@ -270,7 +439,7 @@ class ContractCheck:
         if second is not None:
             try:
                 self._check(f"anchors ({other})",
-                            lambda: self._anchors(play_probe(second, self.max_steps)))
+                            lambda: check_anchors(play_probe(second, self.max_steps)))
             finally:
                 second.close()
         self._check("gymnasium check_env", self._gymnasium_check_env)
@@ -281,21 +450,32 @@ class ContractCheck:
         """The fast checks after the build; return whether all passed. A probe that
         stopped at its reset leaves nothing else to check."""
         before = len(self.results)
-        texts = self._check("observations", lambda: self._observations(episode))
+        texts = self._check("observations", lambda: check_observations(episode))
         if texts or episode.error is None:  # not the same failure twice
-            self._check("episode", lambda: self._episode(episode))
+            self._check("episode", lambda: check_episode(episode))
         if episode.infos:
-            self._check("info keys", lambda: self._info_keys(episode))
-            self._check(f"anchors ({self.anchor})", lambda: self._anchors(episode))
+            self._check("info keys", lambda: check_info_keys(
+                episode, lambda problem: info_hint(problem, plain=self.plain,
+                                                   text_env=self.text_env)))
+            self._check(f"anchors ({self.anchor})", lambda: check_anchors(episode))
+            if self.anchor == "observation":
+                self._check("state keys", lambda: check_state_keys(env, self.max_steps))
             self._check("seeds and task ids", lambda: self._seeds(env))
             self._check("bad actions", lambda: self._bad_actions(env))
             if episode.error is None:
                 self._check("finished episode", lambda: self._finished(episode))
+            if texts:
+                self._check("prompt length", lambda: prompt_length_detail(
+                    probe_steps(episode.observations, episode.infos, episode.actions,
+                                episode.ended), self.prompts))
+            self._check("tools", lambda: check_tools(env, episode, self._kwargs(self.anchor),
+                                                     self.max_steps))
         return all(result.passed for result in self.results[before:])
 
-    def _check(self, name: str, check: Callable[[], str]) -> bool:
-        """Run one check: its detail on success, :class:`Breach`'s (or the exception's)
-        on failure; return whether it passed."""
+    def _check(self, name: str, check: Callable[[], str | tuple[str, bool]]) -> bool:
+        """Run one check: its detail on success (with whether it is a warning, when the
+        check says), :class:`Breach`'s (or the exception's) on failure; return whether it
+        passed."""
         try:
             detail = check()
         except Breach as breach:
@@ -304,7 +484,10 @@ class ContractCheck:
         except Exception as error:  # noqa: BLE001 - the env's own error, reported
             self.results.append(CheckResult(name, False, f"raised {one_line(error)}"))
             return False
-        self.results.append(CheckResult(name, True, detail))
+        warning = False
+        if isinstance(detail, tuple):
+            detail, warning = detail
+        self.results.append(CheckResult(name, True, detail, warning))
         return True
 
     def _kwargs(self, anchor: str) -> dict[str, Any]:
@@ -321,9 +504,12 @@ class ContractCheck:
         made: list[Any] = []
 
         def build() -> str:
+            from agentgym.core import TextEnv
+
             try:
                 made.append(make_text_env(self.env_id, **self._kwargs(anchor)))
                 self.plain = isinstance(made[0], PlainTextEnv)
+                self.text_env = isinstance(made[0].unwrapped, TextEnv) and not self.plain
             except TypeError as error:
                 given = ", ".join(sorted(self.env_kwargs)) or "none"
                 cause = one_line(error).split(" was raised from the environment creator")[0]
@@ -370,76 +556,25 @@ class ContractCheck:
                     f"env {plain}")
         return f"not built on agentgym.TextEnv: {plain}"
 
-    def _observations(self, episode: Episode) -> str:
-        if episode.error is not None and episode.error_type is TypeError and \
-                "observation" in episode.error:
-            raise Breach(episode.error)
-        for index, observation in enumerate(episode.observations):
-            if not isinstance(observation, str):
-                where = "reset" if index == 0 else f"step {index}"
-                raise Breach(f"{where} returned {a_type(observation)} observation "
-                             f"({observation!r:.60}); observations are str")
-        return f"str at reset and at {len(episode.observations) - 1} steps"
-
-    def _episode(self, episode: Episode) -> str:
-        if episode.error is not None:
-            raise Breach(f"{episode.error}; envs must not raise (bad actions get feedback "
-                         "text and valid_action=False)")
-        for step, reward in enumerate(episode.rewards, start=1):
-            try:
-                finite = math.isfinite(float(reward))
-            except (TypeError, ValueError):
-                finite = False
-            if not finite:
-                raise Breach(f"step {step} returned the reward {reward!r}; rewards are finite "
-                             "numbers")
-        flags = episode.terminated + episode.truncated
-        bad = [flag for flag in flags if not isinstance(flag, (bool, np.bool_))]
-        if bad:
-            raise Breach(f"a step returned terminated/truncated of type "
-                         f"{type(bad[0]).__name__}; they are bool")
-        end = "ended" if episode.ended else "did not end"
-        return f"reset and {len(episode.rewards)} steps, no error; the episode {end}"
-
-    def _info_keys(self, episode: Episode) -> str:
-        for index, info in enumerate(episode.infos):
-            problem = info_problem(info, "reset" if index == 0 else f"step {index}")
-            if problem is not None:
-                raise Breach(f"{problem} (the contract: agentgym/core.py, or build the env "
-                             "on agentgym.TextEnv, which fills them in)")
-        if not episode.infos:
-            raise Breach("no info to check: the reset failed")
-        if episode.infos[0]["valid_action"] is not True:
-            raise Breach("reset: info['valid_action'] must be True")
-        return f"{', '.join(INFO_KEYS)} at reset and at {len(episode.infos) - 1} steps"
-
-    def _anchors(self, episode: Episode) -> str:
-        if not episode.infos:
-            raise Breach(f"no anchor to check: {episode.error}")
-        for index, info in enumerate(episode.infos):
-            if "anchor" not in info:
-                raise Breach(f"{'reset' if index == 0 else f'step {index}'}: no anchor")
-            problem = anchor_problem(info["anchor"])
-            if problem is not None:
-                where = "reset" if index == 0 else f"step {index}"
-                raise Breach(f"{where}: {problem}")
-        kinds = sorted({type(info["anchor"]).__name__ for info in episode.infos})
-        return (f"{len(episode.infos)} anchors hash and pickle ({', '.join(kinds)})"
-                + (f"; the probe stopped early: {episode.error}" if episode.error else ""))
-
     def _seeds(self, env: Any) -> str:
         # a step that raises is the "episode" check's; here the episodes up to it count
         first = play_probe(env, self.max_steps, seed=1)
         again = play_probe(env, self.max_steps, seed=1)
         if not first.infos or not again.infos:
             raise Breach(f"reset(seed=1) failed: {first.error or again.error}")
-        if not (same(first.infos[0].get("task_id"), again.infos[0].get("task_id"))
-                and same(first.observations, again.observations)
+        tasks = first.infos[0].get("task_id"), again.infos[0].get("task_id")
+        if not same(*tasks):
+            raise Breach(f"two episodes from reset(seed=1) started different tasks "
+                         f"({tasks[0]!r} and {tasks[1]!r}); equal seeds must give equal "
+                         "tasks (draw them from the env's np_random, which reset(seed=) "
+                         "seeds)")
+        if not (same(first.observations, again.observations)
                 and same(first.rewards, again.rewards) and first.error == again.error):
-            raise Breach(f"two episodes from reset(seed=1) with the same actions went "
-                         f"differently (tasks {first.infos[0].get('task_id')!r} and "
-                         f"{again.infos[0].get('task_id')!r}); equal seeds must give equal "
-                         "tasks (draw from the env's np_random, which reset(seed=) seeds)")
+            raise Breach(f"two episodes from reset(seed=1) played the same task "
+                         f"{tasks[0]!r} with the same actions but went differently "
+                         f"({_first_difference(first, again)}): the env's randomness after "
+                         "the task draw is not seeded by reset(seed=) (use self.np_random, "
+                         "not random or np.random, or seed them from it)")
         task_id = first.infos[0]["task_id"]
         # the task, not the env's own randomness after it (say slippery moves): compare
         # the start
@@ -550,7 +685,8 @@ class ContractCheck:
 
 def check_env_contract(env_id: str, env_kwargs: dict[str, Any] | None = None, *,
                        anchor: str = "observation", max_steps: int | None = PROBE_MAX_STEPS,
-                       fast: bool = False) -> list[CheckResult]:
+                       fast: bool = False, prompts: PromptCounter | None = None
+                       ) -> list[CheckResult]:
     """Check ``env_id`` built with ``env_kwargs`` against the contract (module docstring).
 
     Args:
@@ -559,19 +695,24 @@ def check_env_contract(env_id: str, env_kwargs: dict[str, Any] | None = None, *,
         anchor: the anchor mode of the fast part (the full check tries both).
         max_steps: the envs' ``max_steps`` (``None``: not passed).
         fast: only the fast part.
+        prompts: the ``prompt length`` check's counter and budget (default: the env's
+            text, estimated, no budget).
 
     Returns:
         One :class:`CheckResult` per check run.
     """
-    return ContractCheck(env_id, env_kwargs, anchor=anchor, max_steps=max_steps).run(fast=fast)
+    return ContractCheck(env_id, env_kwargs, anchor=anchor, max_steps=max_steps,
+                         prompts=prompts).run(fast=fast)
 
 
 def report(results: list[CheckResult], seconds: float) -> str:
-    """The last line of a check: how many passed, how long it took."""
+    """The last line of a check: how many passed (and warned), how long it took."""
     failed = sum(not r.passed for r in results)
+    warned = sum(r.passed and r.warning for r in results)
+    warnings = f", {warned} with a warning" if warned else ""
     if failed:
-        return f"{failed} of {len(results)} checks failed ({seconds:.1f} s)"
-    return f"all {len(results)} checks passed ({seconds:.1f} s)"
+        return f"{failed} of {len(results)} checks failed{warnings} ({seconds:.1f} s)"
+    return f"all {len(results)} checks passed{warnings} ({seconds:.1f} s)"
 
 
 def timed_check(env_id: str, env_kwargs: dict[str, Any] | None = None,
@@ -582,5 +723,5 @@ def timed_check(env_id: str, env_kwargs: dict[str, Any] | None = None,
     return results, time.perf_counter() - began
 
 
-__all__ = ["Breach", "CheckResult", "ContractCheck", "anchor_problem",
-           "check_env_contract", "info_problem", "report", "timed_check"]
+__all__ = ["Breach", "CheckResult", "ContractCheck", "PromptCounter", "anchor_problem",
+           "check_env_contract", "info_problem", "report", "text_counter", "timed_check"]

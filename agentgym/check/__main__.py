@@ -1,18 +1,20 @@
-"""``python -m agentgym.check ENV_ID [--env-kwargs JSON] [--anchor MODE] [--fast]``."""
+"""``python -m agentgym.check ENV_ID [--env-kwargs JSON] [--anchor MODE] [--fast]
+[--max-prompt-tokens N] [--history-window K] [--tokenizer PATH]``."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
 from agentgym.check import PROBE_MAX_STEPS, report, timed_check
+from agentgym.check.prompt_length import HISTORY_WINDOW, text_counter
+from agentgym.command_line import OneLineParser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Check an env, print one line per check and a summary; return the exit status:
     0 when every check passed, 1 when one failed, 2 for a bad command line."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m agentgym.check",
         description="Check an env against AgentGym's contract (Gymnasium's check_env, the "
                     "info keys, anchors, seeds, bad actions, finished episodes, group "
@@ -29,6 +31,19 @@ def main(argv: list[str] | None = None) -> int:
                              "that the probe episode ends)")
     parser.add_argument("--fast", action="store_true",
                         help="only the checks train.py runs before the model loads")
+    parser.add_argument("--max-prompt-tokens", type=int, default=None, metavar="N",
+                        help="the token budget of your run's prompts (train.py's "
+                             "--prompt.max-prompt-tokens; see python train.py --preset NAME "
+                             "--help): the prompt length check warns when a probe step's "
+                             "text is longer. train.py measures the whole prompt itself, "
+                             "with its tokenizer, before the model loads")
+    parser.add_argument("--history-window", type=int, default=HISTORY_WINDOW, metavar="K",
+                        help=f"(observation, action) pairs a prompt shows (train.py's "
+                             f"--prompt.history-window; default {HISTORY_WINDOW})")
+    parser.add_argument("--tokenizer", default=None, metavar="PATH",
+                        help="count tokens with this tokenizer.json (or a model folder "
+                             "holding one; needs the tokenizers package) instead of "
+                             "estimating")
     args = parser.parse_args(argv)
     try:
         kwargs = json.loads(args.env_kwargs)
@@ -36,8 +51,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--env-kwargs must be a JSON object: {error}")
     if not isinstance(kwargs, dict):
         parser.error(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    try:
+        prompts = text_counter(args.max_prompt_tokens, history_window=args.history_window,
+                               tokenizer=args.tokenizer)
+    except ValueError as error:
+        parser.error(str(error))
     results, seconds = timed_check(args.env_id, kwargs, anchor=args.anchor,
-                                   max_steps=args.max_steps, fast=args.fast)
+                                   max_steps=args.max_steps, fast=args.fast, prompts=prompts)
     for result in results:
         print(result.line, flush=True)
     print(report(results, seconds), flush=True)

@@ -65,7 +65,15 @@ from agentgym.gym_cards.rules import (
     solve_ezpoints,
 )
 from agentgym.seeded_tasks import SeededTaskIds
+from agentgym.tools import EnvTools, string_argument, tool
 from agentgym.visual import VisualEnv, visual_observation_space
+
+GAME_TOOL_DESCRIPTIONS = {
+    "ezpoints": "Append one card number or operator to the formula; '=' ends it.",
+    "numberline": "Move the current number one step down ('-') or up ('+').",
+    "blackjack": "Take another card ('hit') or end your turn ('stand').",
+}
+"""What each game's ``play`` tool does, for the model."""
 
 
 class GymCardsEnv(VisualEnv):
@@ -103,6 +111,17 @@ class GymCardsEnv(VisualEnv):
     def seed_of(self, task_id: str) -> int:
         """The gym-cards seed that deals ``task_id``."""
         return self._task_ids.seed_of(task_id)
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> EnvTools | None:
+        """``play(word)``, one of the game's action words, written as the canonical answer
+        ``{"action": "<word>"}`` that verl-agent's projection reads."""
+        if not cls.game:
+            return None
+        return EnvTools((tool("play", GAME_TOOL_DESCRIPTIONS[cls.game],
+                              '{{"action": "{word}"}}',
+                              word=string_argument("The action word.",
+                                                   ACTION_WORDS[cls.game])),))
 
     def admissible_actions(self) -> tuple[str, ...]:
         return self._admissible

@@ -13,6 +13,8 @@ import json
 import sys
 from typing import Any
 
+from agentgym.command_line import OneLineParser
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 
@@ -41,8 +43,8 @@ def _parse_env_kwargs(text: str) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     from agentgym.openenv.server import DEFAULT_MAX_SESSIONS
 
-    parser = argparse.ArgumentParser(prog="python -m agentgym.openenv",
-                                     description=__doc__.split("\n\n")[1])
+    parser = OneLineParser(prog="python -m agentgym.openenv",
+                           description=__doc__.split("\n\n")[1])
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve one registered env id over OpenEnv")
     serve.add_argument("env_id", help="a registered id, e.g. AgentGym/ALFWorld-v0")

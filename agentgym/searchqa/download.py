@@ -30,7 +30,6 @@ zero; ``huggingface-cli download`` resumes, if you prefer it).
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import shutil
 import sys
@@ -40,6 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from agentgym.command_line import OneLineParser
 
 HF = "https://huggingface.co/datasets"
 SEARCH_R1_QA = f"{HF}/PeterJinGo/nq_hotpotqa_train/resolve/main"
@@ -162,7 +163,7 @@ def gunzip(source: Path, target: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m agentgym.searchqa.download",
         description=(
             "Fetch Search-R1's public QA data, the wiki-18 corpus and its E5 index from "

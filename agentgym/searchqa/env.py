@@ -66,7 +66,12 @@ from agentgym.core import AnchorMode, TagActions, TextEnv, Transition
 from agentgym.searchqa.cache import knowledge_base_files
 from agentgym.searchqa.data import QAItem, load_qa
 from agentgym.searchqa.em import exact_match
-from agentgym.searchqa.retrievers import check_spec, is_url, make_retriever
+from agentgym.searchqa.retrievers import (
+    check_spec,
+    is_url,
+    make_retriever,
+    server_unreachable,
+)
 from agentgym.searchqa.tags import (
     ACTION_RULES,
     DEFAULT_ACTION_RULE,
@@ -74,10 +79,14 @@ from agentgym.searchqa.tags import (
     ActionRule,
     parse_action,
 )
+from agentgym.tools import EnvTools, string_argument, tool
 from retrieval.base import Retriever, SearchResult
 
 DEFAULT_RETRIEVER = "bm25"
 """Retriever of a default-constructed env (see the module docstring for why BM25)."""
+SERVER_PROBE_TIMEOUT_S = 3.0
+"""Seconds :meth:`SearchQAEnv.data_problems` waits for a retrieval server to accept a
+connection."""
 DEFAULT_TOP_K = 3
 """Passages returned per search (Search-R1 and the GiGPO recipe)."""
 DEFAULT_MAX_STEPS = 3
@@ -118,6 +127,16 @@ def information_observation(results: Sequence[SearchResult]) -> str:
     return "\n\n" + format_information(results) + "\n\n"
 
 
+SEARCHQA_TOOLS = EnvTools((
+    tool("search", "Search the corpus; the top passages come back.", "<search>{query}</search>",
+         query=string_argument("The search query.")),
+    tool("answer", "Give the final answer to the question (ends the episode).",
+         "<answer>{answer}</answer>", answer=string_argument("The answer, as short as possible."))))
+"""Search-QA's actions as tools: ``search(query)`` -> ``<search>query</search>`` and
+``answer(answer)`` -> ``<answer>answer</answer>``, the env's own tags, read by its
+``action_rule``."""
+
+
 class SearchQAEnv(TextEnv):
     """Search-augmented question answering on the Search-R1 protocol (module docstring).
 
@@ -148,6 +167,8 @@ class SearchQAEnv(TextEnv):
     base is written and the index is built or loaded on first use too.
     """
 
+    tools = SEARCHQA_TOOLS
+
     invalid_action_penalty: ClassVar[float] = 0.01
     """verl-agent's ``run_search.sh`` (``invalid_action_penalty_coef=0.01``)."""
     tag_actions: ClassVar[TagActions | None] = TAG_ACTIONS
@@ -158,6 +179,29 @@ class SearchQAEnv(TextEnv):
         data = kwargs.get("data_path")
         return (f"Search-QA questions from {data}" if data else
                 "the generated Search-QA knowledge base")
+
+    @classmethod
+    def data_problems(cls, kwargs: dict[str, Any]) -> list[str]:
+        """Arguments the constructor refuses (it reads nothing), question files that do
+        not exist, and a retrieval server that does not accept a connection within
+        :data:`SERVER_PROBE_TIMEOUT_S`."""
+        try:
+            cls(**kwargs).close()
+        except (FileNotFoundError, ValueError, TypeError) as error:
+            return [str(error)]
+        problems = []
+        data = kwargs.get("data_path")
+        paths = [data] if isinstance(data, (str, Path)) else list(data or ())
+        problems += [f"Search-QA data_path {str(path)!r} does not exist: fetch the questions "
+                     "with python -m agentgym.searchqa.download --out DIR --what qa"
+                     for path in paths if not Path(path).expanduser().exists()]
+        retriever = kwargs.get("retriever")
+        if is_url(retriever):
+            reason = server_unreachable(retriever, SERVER_PROBE_TIMEOUT_S)
+            if reason is not None:
+                problems.append(f"the retrieval server {retriever} does not answer ({reason}): "
+                                "start it first (python -m retrieval.serve, docs/retrieval.md)")
+        return problems
 
 
     def __init__(

@@ -46,6 +46,26 @@ def is_url(spec: object) -> bool:
     return isinstance(spec, str) and spec.startswith(("http://", "https://"))
 
 
+def server_unreachable(url: str, timeout: float) -> str | None:
+    """Why the server at ``url`` accepts no TCP connection within ``timeout`` seconds, or
+    ``None`` when it does (nothing is sent: a cheap check before a long run)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as error:
+        return str(error)
+    if not parts.hostname:
+        return "the URL names no host"
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout):
+            return None
+    except OSError as error:
+        return f"{parts.hostname}:{port}: {error.strerror or error}"
+
+
 def check_spec(spec: object) -> None:
     """Raise ``ValueError``/``TypeError`` early for a ``retriever=`` argument that cannot work."""
     if isinstance(spec, str):

@@ -39,6 +39,7 @@ from agentgym.core import AnchorMode, TextEnv, Transition
 from agentgym.seeded_tasks import SeededTaskIds
 from agentgym.sokoban.rooms import MOVES, WALL, Cell, SokobanRoom, generate_room, render_room
 from agentgym.sokoban.solver import first_move
+from agentgym.tools import EnvTools, string_argument, tool
 
 ACTION_WORDS: tuple[str, ...] = ("up", "down", "left", "right", "still")
 """The words verl-agent's projection looks for, in its search order."""
@@ -144,6 +145,15 @@ class SokobanEnv(TextEnv):
     @property
     def success(self) -> bool:
         return self._room is not None and self._boxes == set(self._targets)
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> EnvTools:
+        """``move(direction)``: up, down, left or right (pushing a box ahead)."""
+        return EnvTools((tool("move", "Step one cell, pushing the box ahead if there is one "
+                                      "and the cell behind it is free.", "{direction}",
+                              direction=string_argument(
+                                  "The direction to step in.",
+                                  [w for w in ACTION_WORDS if w != "still"])),))
 
     def admissible_actions(self) -> tuple[str, ...]:
         return ("up", "down", "left", "right")

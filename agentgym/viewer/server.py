@@ -3,7 +3,9 @@
 Built on the standard library's ``http.server`` and a single hand-written HTML/JS page:
 the viewer then works wherever ``agentgym`` is installed (gymnasium + numpy only), needs
 no build step and nothing from the internet, and -- since it only reads files -- imports
-nothing from ``algorithms`` (no torch). It binds to 127.0.0.1 only.
+nothing from ``algorithms`` (no torch). It binds to 127.0.0.1 (this machine only) unless
+told another address (``--host``; from another machine, ``ssh -L`` to the default is the
+safer way: ``docs/viewer.md``).
 
 API (all GET, JSON):
 
@@ -34,6 +36,7 @@ from agentgym.viewer.data import (
 )
 
 HOST = "127.0.0.1"
+"""The address the viewer binds by default: this machine only."""
 
 
 def _page() -> bytes:
@@ -91,7 +94,7 @@ def make_handler(run_dirs: list[Path]) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def make_server(run_dirs: list[Path], port: int = 0) -> ThreadingHTTPServer:
-    """A server for ``run_dirs`` on 127.0.0.1 (``port`` 0: any free port); call
-    ``serve_forever()`` on it, ``server_address[1]`` is its port."""
-    return ThreadingHTTPServer((HOST, port), make_handler([Path(p) for p in run_dirs]))
+def make_server(run_dirs: list[Path], port: int = 0, host: str = HOST) -> ThreadingHTTPServer:
+    """A server for ``run_dirs`` on ``host`` (default :data:`HOST`; ``port`` 0: any free
+    port); call ``serve_forever()`` on it, ``server_address[1]`` is its port."""
+    return ThreadingHTTPServer((host, port), make_handler([Path(p) for p in run_dirs]))

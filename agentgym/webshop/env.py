@@ -48,10 +48,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
 from agentgym.core import AnchorMode, TextEnv, Transition
+from agentgym.tools import EnvTools, string_argument, tool
 from agentgym.webshop import pages
 from agentgym.webshop.actions import (
     ACTION_PARSINGS,
@@ -61,6 +63,7 @@ from agentgym.webshop.actions import (
     parse_action,
 )
 from agentgym.webshop.browser import Browser
+from agentgym.webshop.data import WebShopDataError, WebShopFiles
 from agentgym.webshop.goals import (
     DEFAULT_PRICE_SEED,
     GOAL_SOURCES,
@@ -112,6 +115,26 @@ class WebShopEnv(TextEnv):
     def task_source(cls, kwargs: dict[str, Any]) -> str:
         data = kwargs.get("data")
         return f"WebShop data in {data}" if data else "the generated WebShop catalog"
+
+    @classmethod
+    def data_problems(cls, kwargs: dict[str, Any]) -> list[str]:
+        """A ``data`` path that does not exist, or a folder without WebShop's product file
+        (or with several); nothing is read but the folder's listing (the generated
+        catalog needs no check)."""
+        data = kwargs.get("data")
+        if not data or isinstance(data, WebShopFiles):
+            return []
+        path = Path(data).expanduser()
+        if not path.exists():
+            return [f"WebShop data {str(path)!r} does not exist: download WebShop's data (its "
+                    "setup.sh: items_shuffle.json, items_ins_v2.json, items_human_ins.json) "
+                    "and pass that folder as the env's data"]
+        if path.is_dir():
+            try:
+                WebShopFiles.find(path)
+            except WebShopDataError as error:
+                return [str(error)]
+        return []
 
 
     def __init__(
@@ -214,6 +237,19 @@ class WebShopEnv(TextEnv):
     def selected_options(self) -> Mapping[str, str]:
         """Option name -> value chosen on the open product (read-only view)."""
         return MappingProxyType(self._browser.options)
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> EnvTools:
+        """WebShop's two actions: ``search(query)`` -> ``search[query]`` and
+        ``click(target)`` -> ``click[target]``."""
+        return EnvTools((
+            tool("search", "Search the shop (from a page with a search bar).",
+                 "search[{query}]", query=string_argument("The search keywords.")),
+            tool("click", "Click something clickable on the page: a product id, an "
+                          "option value, 'buy now', 'back to search', 'next >', '< prev', "
+                          "or a product page's 'description', 'features' or 'reviews'.",
+                 "click[{target}]", target=string_argument(
+                     "The clickable's text, as the page shows it (lowercased)."))))
 
     def admissible_actions(self) -> tuple[str, ...]:
         return admissible_actions(self._browser.page)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.agent.metrics import trajectory_table
+from algorithms.agent.metrics import tool_call_metrics, trajectory_table
 from algorithms.agent.records import trajectory_records, write_run_records
 from algorithms.agent.rollout import NoStepsError, RolloutSettings, collect_rollout
 from algorithms.agent.step_batch import StepBatch
@@ -68,7 +68,7 @@ def evaluate(config: TrainConfig, engine: Any, tokenizer: Any, settings: Rollout
     chunk = max(1, min(len(task_ids), config.env.num_groups * config.env.group_size))
     # chunks are dealt to the ranks in turn; each rank plays its own
     starts = list(range(0, len(task_ids), chunk))[ranks.rank::ranks.world_size]
-    parts: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]] = []
+    parts: list[tuple[int, list[dict[str, Any]], list[dict[str, Any]], dict[str, float]]] = []
     eval_env = make_vec_env(config.env.eval_kwargs(), chunk, 1) if starts else None
     try:
         with progress_bar(bars, total=len(task_ids), leave=False,
@@ -88,7 +88,8 @@ def evaluate(config: TrainConfig, engine: Any, tokenizer: Any, settings: Rollout
                 chunk_batches = [(batch, part[:keep])]
                 parts.append((start, eval_rows(chunk_batches), eval_records(
                     chunk_batches, tokenizer, iteration,
-                    config.run.record_trajectories, offset=start)))
+                    config.run.record_trajectories, offset=start),
+                    {} if batch is None else tool_call_metrics(batch, "eval")))
                 bar.update(keep)
     finally:
         if eval_env is not None:
@@ -97,7 +98,7 @@ def evaluate(config: TrainConfig, engine: Any, tokenizer: Any, settings: Rollout
     gathered = sorted((item for rank_parts in
                        distributed.all_gather_objects(parts, ranks)
                        for item in rank_parts), key=lambda item: item[0])
-    results = eval_summary([row for _, rows, _ in gathered for row in rows])
+    results = eval_summary([row for _, rows, _, _ in gathered for row in rows])
     metrics = {"eval/success": _nan(results["success"]),
                "eval/return": _nan(results["return"]),
                "eval/episode_length": _nan(results["episode_length"]),
@@ -106,9 +107,12 @@ def evaluate(config: TrainConfig, engine: Any, tokenizer: Any, settings: Rollout
                "eval/env_errors": float(results["env_errors"])}
     for task_type, row in results["per_task_type"].items():
         metrics[f"eval/success/{task_type}"] = row["success"]
+    for _, _, _, counts in gathered:  # the tool-call format's counts, summed over chunks
+        for key, value in counts.items():
+            metrics[key] = metrics.get(key, 0.0) + value
     if not ranks.main:
         return metrics
-    records = [record for _, _, chunk_records in gathered for record in chunk_records]
+    records = [record for _, _, chunk_records, _ in gathered for record in chunk_records]
     write_run_records(run_dir, config, "eval", iteration,
                       records[: config.run.record_trajectories],
                       num_trajectories=len(task_ids))

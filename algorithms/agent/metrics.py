@@ -94,12 +94,33 @@ def rollout_metrics(batch: StepBatch, prefix: str = "rollout") -> dict[str, floa
         f"{prefix}/env_error_rate": batch.env_errors / episodes if episodes else 0.0,
         f"{prefix}/prompt_overflows": float(batch.prompt_overflows),
     }
+    metrics.update(tool_call_metrics(batch, prefix))
     by_type: dict[str, list[bool]] = defaultdict(list)
     for task_type, success in zip(table["task_types"][ended], table["success"][ended],
                                   strict=True):
         by_type[str(task_type) or "all"].append(bool(success))
     for task_type, values in sorted(by_type.items()):
         metrics[f"{prefix}/success/{task_type}"] = float(np.mean(values))
+    return metrics
+
+
+def tool_call_metrics(batch: StepBatch, prefix: str = "rollout") -> dict[str, float]:
+    """The ``tool-call`` format's counts (none for a batch of the tag format): call
+    attempts by status (``tool_calls/<status>``, every status of
+    :data:`~algorithms.agent.tool_calls.CALL_STATUSES`), and the chat bridge's turns
+    (``bridge_extended``, ``bridge_kept``, ``bridge_ended``; zeros in the window layout,
+    which renders each prompt afresh)."""
+    statuses = [status for row in batch.log.call_statuses if row for status in row.split(",")]
+    if not statuses:
+        return {}
+    from algorithms.agent.tool_calls import CALL_STATUSES
+
+    counts = dict.fromkeys(CALL_STATUSES, 0)
+    for status in statuses:
+        counts[status] = counts.get(status, 0) + 1
+    metrics = {f"{prefix}/tool_calls/{status}": float(count) for status, count in counts.items()}
+    metrics.update({f"{prefix}/{name}": float(getattr(batch, name)) for name in
+                    ("bridge_extended", "bridge_kept", "bridge_ended")})
     return metrics
 
 
@@ -289,92 +310,6 @@ CURVE_PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 """The panels of ``curves.png``: (title, metric names without the ``rollout/`` or
 ``eval/`` prefix)."""
-
-SUMMARY_METRICS: tuple[tuple[str, str], ...] = (
-    ("success", "rollout/success"),
-    ("return", "rollout/return"),
-    ("format-error rate", "rollout/format_error_rate"),
-    ("invalid-action rate", "rollout/invalid_action_rate"),
-    ("episode length", "rollout/episode_length"),
-)
-"""(label, metric) pairs :func:`run_summary` reports."""
-
-
-def run_summary(records: list[dict[str, float]], plot_path: Path | None = None) -> str:
-    """What moved in a run: each :data:`SUMMARY_METRICS` at the first and the last
-    iteration, and its mean over every iteration after the first.
-
-    The first iteration's rollout is sampled before any update, so it measures the
-    starting policy (the baseline: the base model, or an SFT warm start or
-    ``--model.init-checkpoint``'s); the later ones measure the policy in training. One
-    iteration of a small preset holds few episodes, so the last one alone is noisy: the
-    mean over iterations 2..N says more. Evaluation records (no ``rollout/`` keys) are
-    skipped.
-
-    Args:
-        records: the run's ``metrics.jsonl`` records, in order.
-        plot_path: where the curves were written, named in the last line.
-
-    Returns:
-        A few lines of text (empty when there is no training record).
-    """
-    rows = [r for r in records if "rollout/success" in r]
-    if not rows:
-        return ""
-    first, last = rows[0], rows[-1]
-    span = f"iteration {int(first['iteration'])} (before any update) -> " \
-           f"iteration {int(last['iteration'])}"
-    trained = rows[1:]
-    lines = [f"what moved, {span}"
-             + (f" (mean of iterations {int(trained[0]['iteration'])}-"
-                f"{int(last['iteration'])}):" if trained else ":")]
-    for label, key in SUMMARY_METRICS:
-        if key in first and key in last:
-            change = last[key] - first[key]
-            line = f"  {label:<20} {first[key]:7.3f} -> {last[key]:7.3f}  ({change:+.3f})"
-            values = [r[key] for r in trained if r.get(key) is not None]
-            if values:
-                line += f"  mean {sum(values) / len(values):.3f}"
-            lines.append(line)
-    if len(rows) == 1:
-        lines.append("  (one iteration only: nothing was trained before its rollout)")
-    lines += _step_group_lines(rows)
-    if plot_path is not None:
-        lines.append(f"curves: {plot_path}")
-    return "\n".join(lines)
-
-
-def _step_group_lines(rows: list[dict[str, float]]) -> list[str]:
-    """The summary's account of GiGPO's step groups (:func:`gigpo_term_metrics`), averaged
-    over the iterations that logged them; none for other estimators."""
-    keys = ("advantage/shared_state_share", "advantage/episode_abs_mean",
-            "advantage/step_abs_mean")
-    logged = [r for r in rows if all(r.get(k) is not None for k in keys)]
-    if not logged:
-        return []
-    def mean(key: str, every: bool = True) -> float | None:
-        """Over the iterations that logged ``key``; ``None`` when none did or, with
-        ``every``, when some did not (records written before the key existed)."""
-        values = [r[key] for r in logged if r.get(key) is not None]
-        if not values or (every and len(values) < len(logged)):
-            return None
-        return sum(values) / len(values)
-
-    share, episode, step = (mean(k) for k in keys)
-    lines = [f"GiGPO's step groups (mean of {len(logged)} iteration"
-             f"{'s' if len(logged) > 1 else ''}):",
-             f"  {share:.0%} of the steps shared their state with other steps of their group"]
-    nonzero, only = mean("advantage/step_nonzero_share"), mean("advantage/step_only_share")
-    if nonzero is not None and only is not None:
-        lines.append(f"  {nonzero:.0%} got a nonzero step advantage; {only:.0%} got one where "
-                     f"the episode advantage was zero (a gradient GRPO would not give)")
-    lines.append(f"  mean |step advantage| {step:.3f} beside mean |episode advantage| "
-                 f"{episode:.3f}")
-    corr = mean("advantage/step_episode_corr", every=False)  # absent where a term is constant
-    if corr is not None:
-        lines.append(f"  correlation of the step and episode advantages {corr:+.2f}")
-    return lines
-
 
 def plot_curves(metrics_path: Path, png_path: Path) -> Path:
     """Plot success, return, format-error and invalid-action rates and episode length

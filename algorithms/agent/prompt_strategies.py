@@ -12,9 +12,10 @@ trajectory (``budget_cut``) rather than being cut in the middle.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from algorithms.agent.env_slot import EnvSlot
+from algorithms.agent.parsing import ParsedAction, parse_action
 from algorithms.agent.prompts import BuiltPrompt, PromptBuilder
 from algorithms.config import PromptConfig
 
@@ -38,12 +39,27 @@ class PromptStrategy(Protocol):
         ``finished`` whether the env ended the episode."""
         ...
 
+    def read(self, text: str) -> Any:
+        """What an answer (the response prefix and the decoded response) asks for: an
+        object with ``action`` (the env's action text) and ``format_ok``."""
+        ...
+
+
+def read_tags(config: PromptConfig, text: str) -> ParsedAction:
+    """The tag format's reading of an answer (:func:`~algorithms.agent.parsing.parse_action`
+    with ``config``'s think rule, action tag and env style)."""
+    return parse_action(text, think=config.think, action_tag=config.action_tag,
+                        style=config.env_style)
+
 
 class WindowPrompts:
     """Every prompt built afresh from the slot's task, history window and observation."""
 
     def __init__(self, builder: PromptBuilder):
         self.builder = builder
+
+    def read(self, text: str) -> ParsedAction:
+        return read_tags(self.builder.config, text)
 
     def prompt(self, slot: EnvSlot) -> BuiltPrompt:
         info = slot.info
@@ -74,6 +90,9 @@ class TranscriptPrompts:
         # each later answer is opened by the prefix too, after the env text
         self.opener = builder.encode_text(config.response_prefix) \
             if config.response_prefix else ()
+
+    def read(self, text: str) -> ParsedAction:
+        return read_tags(self.builder.config, text)
 
     def prompt(self, slot: EnvSlot) -> BuiltPrompt:
         if slot.image is not None:

@@ -21,7 +21,13 @@ The first line is a header, every further line one trajectory (the format
                 "env_reward": 0.0, "reward": -0.1, "anchor": null, "prompt_cut": false,
                 "advantage": 0.41, "episode_advantage": 0.3, "step_advantage": 0.11,
                 "step_group": 5, "step_group_size": 2,
-                "step_group_members": [[0, 0], [1, 0]]}, ...]}
+                "step_group_members": [[0, 0], [1, 0]]}, ...],
+     "final_observation": "..."}
+
+``final_observation`` is the env's reply to the last step's action (its observation after
+it: "Game over: ...", "Invalid move", a turn-limit message), which no step shows as its
+``observation``; ``null`` for batches built without the env's replies. The reply to any
+earlier step is the next step's ``observation``.
 
 ``prompt`` is the prompt as the model saw it (chat template included, special tokens
 kept); gzip shares its repeated instructions across steps, so no prefix table is needed.
@@ -34,6 +40,13 @@ before the record file beside it::
     {"step": 0, ..., "images": ["iter_000003/t1_s0_0.png"]}
 
 Steps without images have no ``images`` key (text envs' records are unchanged).
+
+Tool calls (``prompt.action_format tool-call``): each step has ``"tool_call"``, the
+statuses of its call attempts (:mod:`algorithms.agent.tool_calls`) and the tool message
+that answered it::
+
+    {"step": 0, ..., "tool_call": {"statuses": ["ok"], "result": "You are in the hall..."}}
+
 ``anchor`` is ``null`` when it equals the observation (GiGPO's default anchor), else its
 text; bytes in it (a visual env's image anchor) are written as their length and the start
 of their SHA-256, ``<27648 bytes sha256:3f2a9c0e1b7d>``. Advantages and step groups are those of the update; they are ``null`` on
@@ -187,6 +200,11 @@ def trajectory_records(batch: StepBatch, tokenizer: Any, *, iteration: int, spli
                 "step_group_size": None if group is None else len(members[group]),
                 "step_group_members": None if group is None else members[group],
             })
+            statuses = batch.log.call_statuses[row] if batch.log.call_statuses else ""
+            if statuses:  # the tool-call format: the call's statuses and the tool's reply
+                steps[-1]["tool_call"] = {
+                    "statuses": statuses.split(","),
+                    "result": batch.log.tool_results[row] if batch.log.tool_results else ""}
             if batch.images is not None and batch.images[row]:
                 steps[-1]["images"] = list(batch.images[row])  # arrays: write_records
         records.append({
@@ -205,6 +223,8 @@ def trajectory_records(batch: StepBatch, tokenizer: Any, *, iteration: int, spli
                 "length": len(rows),
             },
             "steps": steps,
+            "final_observation": (batch.log.replies[rows[-1]] if batch.log.replies
+                                  else None),
         })
     return records
 

@@ -75,15 +75,14 @@ none fits) and the rest of the rollout goes on.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agentgym.vector.observations import observation_rows
-from algorithms.agent.env_slot import EnvSlot, StepRecord, assemble, split_observation
-from algorithms.agent.parsing import parse_action
+from algorithms.agent.env_slot import EnvSlot, StepRecord, split_observation
 from algorithms.agent.prompt_strategies import PromptStrategy, prompt_strategy
 from algorithms.agent.prompts import BuiltPrompt, PromptBuilder, PromptTooLongError
-from algorithms.agent.step_batch import StepBatch  # the rollout's output
+from algorithms.agent.step_batch import StepBatch, assemble  # the rollout's output
 from algorithms.config import PromptConfig
 from algorithms.engines import FailedGeneration
 
@@ -125,6 +124,8 @@ class RolloutSettings:
         vision: a vision-language policy's
             :class:`~algorithms.engines.vision.VisionProcessor` (prompts with a visual
             env's images), or ``None`` (a text policy).
+        tools: the env's :class:`~agentgym.tools.EnvTools` (the ``tool-call`` action
+            format; ``None`` in the tag format).
     """
 
     group_size: int
@@ -136,6 +137,7 @@ class RolloutSettings:
     keep_bootstrap_prompts: bool
     stop: tuple[str, ...] = ()
     vision: Any = None
+    tools: Any = None
 
 
 class NoStepsError(RuntimeError):
@@ -228,8 +230,7 @@ def collect_rollout(
     if all(slot.env_error for slot in slots):
         raise NoStepsError(f"every env failed to reset; the first error: {tally.first_error}")
     _check_groups(slots)
-    strategy = prompt_strategy(PromptBuilder(tokenizer, settings.prompt, settings.vision),
-                               settings.prompt)
+    strategy = rollout_strategy(tokenizer, settings)
     for turn in range(settings.max_steps):
         live: list[tuple[EnvSlot, BuiltPrompt]] = []
         for slot in slots:
@@ -258,7 +259,21 @@ def collect_rollout(
     return assemble(slots, int(tokenizer.pad_token_id),
                     keep_bootstrap=settings.keep_bootstrap_prompts,
                     layout=settings.prompt.layout, env_error_steps=tally.env_error_steps,
-                    prompt_overflows=tally.prompt_overflows)
+                    prompt_overflows=tally.prompt_overflows,
+                    bridge=getattr(strategy, "counts", None))
+
+
+def rollout_strategy(tokenizer: Any, settings: RolloutSettings) -> PromptStrategy:
+    """The prompt strategy of ``settings``' action format and layout."""
+    if settings.prompt.action_format == "tool-call":
+        from agentgym.tools import generic_tools
+        from algorithms.agent.tool_prompts import end_token_ids, tool_prompt_strategy
+
+        return tool_prompt_strategy(tokenizer, settings.prompt,
+                                    settings.tools or generic_tools(),
+                                    end_token_ids(tokenizer))
+    return prompt_strategy(PromptBuilder(tokenizer, settings.prompt, settings.vision),
+                           settings.prompt)
 
 
 def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
@@ -281,10 +296,8 @@ def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
     texts = tokenizer.batch_decode([list(r) for r in responses], skip_special_tokens=True)
     # The parser reads the answer as the model "wrote" it: the prefix the prompt
     # ended with (PromptConfig.response_prefix) followed by the sampled response.
-    prompt_config = settings.prompt
-    parsed = [parse_action(prompt_config.response_prefix + text, think=prompt_config.think,
-                           action_tag=prompt_config.action_tag,
-                           style=prompt_config.env_style) for text in texts]
+    prefix = settings.prompt.response_prefix
+    parsed = [strategy.read(prefix + text) for text in texts]
     actions = [""] * int(vec_env.num_envs)
     for (slot, _), answer in zip(live, parsed, strict=True):
         actions[slot.index] = answer.action
@@ -307,6 +320,7 @@ def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
             continue
         answer = parsed[position]
         valid = bool(next_rows[index].get("valid_action", True))
+        reply, next_image = split_observation(next_observations[index])
         penalty = settings.invalid_action_penalty if not (answer.format_ok and valid) else 0.0
         slot.steps.append(StepRecord(
             prompt=prompt.token_ids, response=tuple(responses[position]),
@@ -317,17 +331,27 @@ def _turn(vec_env: Any, engine: Any, tokenizer: Any, settings: RolloutSettings,
             task_type=str(slot.info.get("task_type", "") or ""), action=answer.action,
             text=texts[position], prompt_cut=prompt.was_cut, observation=slot.observation,
             task=str(slot.info.get("task", "")),
-            log_probs=getattr(responses[position], "log_probs", None), images=prompt.images))
+            log_probs=getattr(responses[position], "log_probs", None), images=prompt.images,
+            reply=reply,
+            call_statuses=",".join(a.status for a in getattr(answer, "attempts", ()))))
         slot.history.append((slot.observation, answer.action))
-        slot.observation, slot.image = split_observation(next_observations[index])
+        slot.answers.append(prefix + texts[position])
+        slot.feedbacks.append(getattr(answer, "feedback", ""))
+        slot.observation, slot.image = reply, next_image
         slot.info = next_rows[index]
         finished = bool(terminated[index]) or bool(truncated[index])
         if finished:
             slot.truncated = not bool(terminated[index])
         slot.success = bool(slot.info.get("success", False))
         strategy.advance(slot, prompt, responses[position], finished)
-        if not finished and slot.budget_cut:
-            finished = slot.truncated = True  # the transcript outgrew the budget: cut
+        if slot.views:  # the tool-call format: the tool message that answered the step
+            from algorithms.agent.tool_prompts import tool_message
+
+            slot.steps[-1] = replace(slot.steps[-1], tool_result=tool_message(
+                slot.feedbacks[-1], slot.views[len(slot.steps)]))
+        if not finished and (slot.budget_cut or slot.bridge_ended):
+            # the transcript outgrew the budget, or its next turn could not be bridged
+            finished = slot.truncated = True
         if finished:
             slot.active = False
             if settings.keep_bootstrap_prompts and slot.truncated:

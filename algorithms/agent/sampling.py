@@ -24,15 +24,21 @@ from algorithms.runs.seeds import iteration_seed
 def rollout_settings(config: TrainConfig, *, temperature: float, group_size: int,
                      bootstrap: bool, vision: Any = None) -> RolloutSettings:
     """One rollout's settings from ``config`` (steps, tokens, penalty, prompt, stop
-    strings) at ``temperature``, ``group_size`` trajectories per task, keeping the
+    strings; the env's tools in the ``tool-call`` format) at ``temperature``,
+    ``group_size`` trajectories per task, keeping the
     prompts that bootstrap truncated trajectories when ``bootstrap``; ``vision``: the
     policy's :class:`~algorithms.engines.vision.VisionProcessor` (``None``: text)."""
+    tools = None
+    if config.prompt.action_format == "tool-call":
+        from agentgym.tools import env_tools
+
+        tools = env_tools(config.env.env_id, config.env.kwargs())
     return RolloutSettings(group_size=group_size, max_steps=config.env.max_steps,
                            temperature=temperature,
                            max_new_tokens=config.generation.max_new_tokens,
                            invalid_action_penalty=config.env.penalty(),
                            prompt=config.prompt, keep_bootstrap_prompts=bootstrap,
-                           stop=config.stop_strings, vision=vision)
+                           stop=config.stop_strings, vision=vision, tools=tools)
 
 
 @dataclass

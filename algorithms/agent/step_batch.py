@@ -1,5 +1,6 @@
 """The rollout's output: :class:`StepBatch`, one row per agent step, and the helpers that
-build, cut and join such batches (padding, anchor interning, :func:`concat_batches`).
+build, cut and join such batches (:func:`assemble` from the rollout's env slots, padding,
+anchor interning, :func:`concat_batches`).
 
 Which fields have one entry per row is declared on the dataclass (:func:`per_row`) and
 read from it (:data:`ROW_FIELDS`), so :meth:`StepBatch.select` and :func:`concat_batches`
@@ -10,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from algorithms.agent.env_slot import EnvSlot
 
 _PER_ROW = "per_row"
 
@@ -37,6 +41,14 @@ class StepLog:
         observations: N observations each action answered (the env's raw text; empty
             for batches built without them).
         tasks: N task instructions (``info["task"]``; empty likewise).
+        call_statuses: N ``tool-call`` answers' attempt statuses joined by ``,``
+            (:mod:`algorithms.agent.tool_calls`; ``""`` in the tag format; empty for
+            batches built without them).
+        tool_results: N tool messages that answered each ``tool-call`` step (empty
+            likewise).
+        replies: N texts the env answered each action with (its next observation: the
+            last step's is the episode's final one, "Game over ..." or "Invalid move";
+            empty likewise).
     """
 
     task_ids: tuple[str, ...] = per_row()
@@ -45,6 +57,9 @@ class StepLog:
     response_texts: tuple[str, ...] = per_row()
     observations: tuple[str, ...] = per_row(default=())
     tasks: tuple[str, ...] = per_row(default=())
+    call_statuses: tuple[str, ...] = per_row(default=())
+    tool_results: tuple[str, ...] = per_row(default=())
+    replies: tuple[str, ...] = per_row(default=())
 
     def __len__(self) -> int:
         return len(self.task_ids)
@@ -122,6 +137,11 @@ class StepBatch:
             generation had).
         layout: ``"window"`` (each row's prompt built afresh) or ``"transcript"`` (each
             row's prompt is the trajectory's transcript so far; see the module docstring).
+        bridge_extended: ``tool-call`` transcripts: turns whose chat render extended the
+            earlier one (:class:`~algorithms.agent.chat_bridge.BridgeCounts`).
+        bridge_kept: turns the chat template rewrote, bridged keeping the sampled tokens.
+        bridge_ended: turns that ended their trajectory because they could not be
+            bridged.
     """
 
     prompt_ids: np.ndarray = per_row()
@@ -161,6 +181,9 @@ class StepBatch:
     policy_version: np.ndarray | None = per_row(default=None)
     images: tuple[tuple[np.ndarray, ...], ...] | None = per_row(default=None, repr=False)
     layout: str = "window"
+    bridge_extended: int = 0
+    bridge_kept: int = 0
+    bridge_ended: int = 0
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
@@ -333,6 +356,8 @@ def concat_batches(batches: Sequence[StepBatch], group_offsets: Sequence[int],
         "env_errors": sum(b.env_errors for b in batches),
         "env_error_steps": sum(b.env_error_steps for b in batches),
         "prompt_overflows": sum(b.prompt_overflows for b in batches),
+        **{name: sum(getattr(b, name) for b in batches)
+           for name in ("bridge_extended", "bridge_kept", "bridge_ended")},
     }
     for name in ("behaviour_log_probs", "ref_log_probs"):  # recorded or scored by the engine
         changes[name] = (padded(name, left=False)
@@ -363,3 +388,81 @@ def intern_anchors(anchors: Sequence[Hashable]) -> np.ndarray:
     return np.fromiter((table.setdefault(anchor, len(table)) for anchor in anchors),
                        dtype=np.int64, count=len(anchors))
 
+
+def assemble(slots: Sequence[EnvSlot], pad_id: int, *, keep_bootstrap: bool, layout: str,
+             env_error_steps: int, prompt_overflows: int,
+             bridge: Any = None) -> StepBatch:
+    """The :class:`StepBatch` of the slots' steps, sorted by trajectory then step.
+
+    Args:
+        slots: every sub-env's slot, in index order.
+        pad_id: the tokenizer's pad id.
+        keep_bootstrap: fill the bootstrap fields from the slots' ``bootstrap`` prompts.
+        layout: the prompt layout.
+        env_error_steps: agent steps whose env call failed.
+        prompt_overflows: steps not taken because no prompt fitted.
+        bridge: the chat bridge's :class:`~algorithms.agent.chat_bridge.BridgeCounts`
+            (``tool-call`` transcripts), or ``None``.
+    """
+    steps = [step for slot in slots for step in slot.steps]
+    owners = [slot for slot in slots for _ in slot.steps]
+    traj_ids = np.array([slot.index for slot in owners], dtype=np.int64)
+    last = np.ones(len(steps), dtype=bool)
+    last[:-1] = traj_ids[1:] != traj_ids[:-1]
+    prompt_ids, prompt_mask = pad_left([s.prompt for s in steps], pad_id)
+    response_ids, response_mask = pad_right([s.response for s in steps], pad_id)
+    behaviour = None
+    if any(s.log_probs is not None for s in steps):
+        behaviour = np.full(response_ids.shape, np.nan, dtype=np.float32)
+        for row, step in enumerate(steps):
+            if step.log_probs is not None:
+                behaviour[row, : len(step.log_probs)] = step.log_probs
+    env_rewards = np.array([s.env_reward for s in steps], dtype=np.float64)
+    penalties = np.array([s.penalty for s in steps], dtype=np.float64)
+    bootstrap: dict[str, np.ndarray] = {}
+    if keep_bootstrap:
+        ends = np.cumsum([len(slot.steps) for slot in slots]) - 1
+        kept = [(int(end), slot.bootstrap) for slot, end in zip(slots, ends, strict=True)
+                if slot.steps and slot.bootstrap is not None]
+        ids, mask = pad_left([prompt for _, prompt in kept], pad_id)
+        bootstrap = {"bootstrap_rows": np.array([row for row, _ in kept], dtype=np.int64),
+                     "bootstrap_prompt_ids": ids, "bootstrap_prompt_mask": mask}
+    return StepBatch(
+        prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+        response_ids=response_ids, response_mask=response_mask,
+        rewards=env_rewards - penalties, env_rewards=env_rewards, penalties=penalties,
+        invalid=~(np.array([s.format_ok and s.valid for s in steps], dtype=bool)),
+        format_ok=np.array([s.format_ok for s in steps], dtype=bool),
+        valid_action=np.array([s.valid for s in steps], dtype=bool),
+        traj_ids=traj_ids,
+        group_ids=np.array([slot.group for slot in owners], dtype=np.int64),
+        anchors=tuple(s.anchor for s in steps),
+        step_index=np.array([s.step for s in steps], dtype=np.int64),
+        last_step=last,
+        success=np.array([slot.success for slot in owners], dtype=bool),
+        truncated=np.array([slot.truncated for slot in owners], dtype=bool),
+        prompt_cut=np.array([s.prompt_cut for s in steps], dtype=bool),
+        log=StepLog(task_ids=tuple(s.task_id for s in steps),
+                    task_types=tuple(s.task_type for s in steps),
+                    actions=tuple(s.action for s in steps),
+                    response_texts=tuple(s.text for s in steps),
+                    observations=tuple(s.observation for s in steps),
+                    tasks=tuple(s.task for s in steps),
+                    replies=tuple(s.reply for s in steps),
+                    call_statuses=tuple(s.call_statuses for s in steps),
+                    tool_results=tuple(s.tool_result for s in steps)),
+        env_error=np.array([slot.env_error for slot in owners], dtype=bool),
+        env_errors=sum(slot.env_error for slot in slots),
+        env_error_steps=env_error_steps,
+        prompt_overflows=prompt_overflows,
+        anchor_ids=intern_anchors([s.anchor for s in steps]),
+        next_anchors=tuple(s.next_anchor for s in steps),
+        budget_cut=np.array([slot.budget_cut for slot in owners], dtype=bool),
+        behaviour_log_probs=behaviour,
+        images=(tuple(s.images for s in steps) if any(s.images for s in steps) else None),
+        layout=layout,
+        bridge_extended=0 if bridge is None else bridge.extended,
+        bridge_kept=0 if bridge is None else bridge.kept,
+        bridge_ended=0 if bridge is None else bridge.ended,
+        **bootstrap,
+    )

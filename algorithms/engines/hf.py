@@ -21,7 +21,7 @@ class HFEngine:
     seed gives the same samples and the caller's global RNG state is left untouched.
 
     Samples come from exactly softmax(logits / temperature) (top-p truncation only when
-    ``top_p < 1`` is asked for), the distribution :func:`~algorithms.training.policy.score_responses`
+    ``top_p < 1`` is asked for), the distribution :func:`~algorithms.training.scoring.score_responses`
     scores. transformers fills every field a ``GenerationConfig`` leaves unset from the
     model's own ``generation_config`` (checkpoints ship repetition penalties, top-k/top-p,
     suppressed tokens, ...), so :meth:`generate` runs with the model's config replaced by

@@ -17,7 +17,7 @@ vLLM's loader), never skipped.
 Sampling is exactly softmax(logits / T) (with ``top_p`` when asked): the checkpoint's
 ``generation_config.json`` never reaches the sampler (``generation_config="vllm"``, and
 every ``SamplingParams`` spells out ``top_k=0``, ``min_p=0`` and neutral penalties), so the
-samples are on-policy for :func:`~algorithms.training.policy.score_responses`.
+samples are on-policy for :func:`~algorithms.training.scoring.score_responses`.
 
 Behaviour log-probs: :meth:`VLLMEngine.generate` asks for the sampled token's log-prob
 (``logprobs=0``) and builds the engine with ``logprobs_mode="processed_logprobs"``. vLLM's

@@ -91,9 +91,24 @@ def check_similarity_threshold(threshold: float | None) -> None:
 
 
 def check_eps(eps: float) -> float:
+    """``eps`` of an estimator whose every division by ``std + eps`` skips degenerate
+    groups (they score exactly 0), so that eps 0 is a plain division by the std."""
     eps = float(eps)
     if not (np.isfinite(eps) and eps >= 0.0):
         raise ValueError(f"eps must be finite and >= 0, got {eps}")
+    return eps
+
+
+def check_positive_eps(eps: float, why: str) -> float:
+    """``eps`` of an estimator that divides by ``x + eps`` where ``x`` can be 0 (HGPO's sum
+    of weights, REINFORCE++'s batch variance): eps 0 would make that 0 / 0, NaN.
+
+    Raises:
+        ValueError: ``eps`` not finite or not > 0 (the message says ``why``).
+    """
+    eps = float(eps)
+    if not (np.isfinite(eps) and eps > 0.0):
+        raise ValueError(f"eps must be finite and > 0 ({why}), got {eps}")
     return eps
 
 

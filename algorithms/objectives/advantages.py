@@ -1,4 +1,5 @@
-"""Advantage estimators for multi-turn agents: GRPO, GiGPO, RLOO, REINFORCE++ and GAE.
+"""Advantage estimators for multi-turn agents: GRPO, GiGPO, HGPO, GraphGPO, RLOO,
+REINFORCE++ and GAE.
 
 Pure, deterministic NumPy functions (no torch, no trainer state). Every function takes one
 row per agent step:
@@ -50,6 +51,7 @@ from algorithms.objectives.advantage_kernels import (
     bootstrap_values,
     check_choice,
     check_eps,
+    check_positive_eps,
     check_similarity_threshold,
     check_unit_interval,
     dense_ids,
@@ -309,17 +311,18 @@ def reinforce_pp_advantages(
         penalties: optional (N,) row penalties (needs ``episode_stats="steps"``).
         token_counts: optional (N,) non-negative response-token counts of the rows (the
             whitening weights); ``None``: every row weighs 1.
-        eps: added to the variance; 1e-8 as verl's ``masked_whiten``.
+        eps: added to the variance, > 0 (a batch whose centred scores are all equal has
+            variance 0); 1e-8 as verl's ``masked_whiten``.
 
     Returns:
         (N,) float64 advantages. A batch whose total weight is at most 1 (one token or
         row) has no variance: its advantages are ``x - mu`` (verl raises there).
 
     Raises:
-        ValueError: as :func:`grpo_advantages`; bad ``token_counts``; a batch whose
-            rows all have zero weight.
+        ValueError: as :func:`grpo_advantages`; ``eps <= 0``; bad ``token_counts``; a
+            batch whose rows all have zero weight.
     """
-    eps = check_eps(eps)
+    eps = check_positive_eps(eps, "a batch of equal centred scores has variance 0")
     rewards = as_rewards(rewards)
     n = rewards.shape[0]
     weights = None
@@ -609,7 +612,7 @@ def hgpo_terms(
     check_choice(normalize, _NORMALIZE_CHOICES, "normalize")
     check_choice(episode_stats, _EPISODE_STATS_CHOICES, "episode_stats")
     penalties = as_penalties(penalties, n, episode_stats)
-    eps = check_eps(eps)
+    eps = check_positive_eps(eps, "a row with no nonzero item has weights summing to 0")
     if isinstance(history_length, bool) or not isinstance(history_length, (int, np.integer)) \
             or history_length < 0:
         raise ValueError(f"history_length must be an int >= 0, got {history_length!r}")
@@ -755,7 +758,8 @@ def hgpo_advantages(
             scripts.
         episode_stats: the base item's group statistics, "trajectories" (Eq. 3) or
             "steps" (verl-agent's, every row a member); see :func:`grpo_advantages`.
-        eps: added to each std and to the weights' sum; 1e-6.
+        eps: added to each std and to the weights' sum, > 0 (a row without a nonzero
+            item divides 0 by it); 1e-6.
         penalties: optional (N,) row penalties, subtracted from the row's step return and
             its episode score (verl-agent's placement; needs ``episode_stats="steps"``).
 
@@ -763,8 +767,8 @@ def hgpo_advantages(
         (N,) float64 advantages in input row order.
 
     Raises:
-        ValueError: bad shapes, non-finite rewards, unknown options, a negative
-            ``history_length``, or a trajectory whose rows carry two group ids.
+        ValueError: bad shapes, non-finite rewards, unknown options, ``eps <= 0``, a
+            negative ``history_length``, or a trajectory whose rows carry two group ids.
         TypeError: unhashable anchors.
     """
     return hgpo_terms(

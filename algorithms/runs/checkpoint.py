@@ -55,6 +55,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -352,6 +353,17 @@ def check_model_identity(path: Path, saved: dict[str, Any] | None,
     """
     if saved is None:
         return
+    smoke = _smoke_model(saved.get("base_source")), _smoke_model(current.get("base_source"))
+    if None not in smoke and not _same_smoke_model(*smoke):
+        (words, env, _), (now_words, now_env, _) = smoke
+        same_env = "the same env's" if env == now_env else f"{now_env}'s"
+        raise CheckpointError(
+            f"{path} was trained on the tiny smoke model built from {env}'s text "
+            f"({words} words), and this run's is built from {same_env} text ({now_words} "
+            "words, another vocabulary): its vocabulary is the env's text (episodes from the "
+            "first seeds, shaped by the env kwargs and prompt flags), which changed since, so "
+            "the checkpoint's token ids mean other words; train the smoke model again, or "
+            "run with the env, env kwargs and prompt flags it was trained with")
     if saved.get("lora") != current.get("lora"):
         raise CheckpointError(
             f"{path} was trained with {_describe_lora(saved.get('lora'))}, but this run's "
@@ -371,6 +383,31 @@ def check_model_identity(path: Path, saved: dict[str, Any] | None,
             f"from this run's: trained on {saved.get('base_source')} ({fingerprint[:19]}), "
             f"loading into {current.get('base_source')} "
             f"({str(current.get('frozen_fingerprint'))[:19]}); {fix}")
+
+
+SMOKE_MODEL = re.compile(r"the tiny smoke model \(.*?, (\d+) words from (.+)'s text"
+                         r"(?:, vocabulary ([0-9a-f]+))?\)")
+"""What the smoke model's ``source`` says (:func:`algorithms.training.tiny_model.load_tiny_policy`):
+its word count, env and vocabulary digest (absent before digests were written)."""
+
+
+def _smoke_model(source: Any) -> tuple[int, str, str | None] | None:
+    """``(words, env id, vocabulary digest)`` of a smoke model's ``base_source``, or
+    ``None`` for any other model. Without a digest on either side only words and env are
+    compared (a digest of ``None`` matches any)."""
+    match = SMOKE_MODEL.search(str(source or ""))
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2), match.group(3)
+
+
+def _same_smoke_model(first: tuple[int, str, str | None],
+                      second: tuple[int, str, str | None]) -> bool:
+    """Whether two :func:`_smoke_model` descriptions are of one vocabulary (the digests
+    compared where both sides have one)."""
+    if first[2] is not None and second[2] is not None:
+        return first[2] == second[2]
+    return first[:2] == second[:2]
 
 
 STARTED_FROM = ", started from "

@@ -6,7 +6,6 @@ Free of torch (``train.py`` may use it before the training stack is imported).
 from __future__ import annotations
 
 import functools
-
 import sys
 from typing import Any
 
@@ -57,18 +56,63 @@ def duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+def iteration_figures(metrics: dict[str, float]) -> dict[str, str]:
+    """The figures a progress bar shows after an iteration: success, return and, when
+    prompts were cut to fit ``--prompt.max-prompt-tokens``, the share cut (``cut``)."""
+    figures = {"success": f"{metrics['rollout/success']:.2f}",
+               "ret": f"{metrics['rollout/return']:.2f}"}
+    cut = metrics.get("rollout/prompt_cut_rate", 0.0)
+    if cut > 0:
+        figures["cut"] = f"{cut:.0%}"
+    return figures
+
+
 def iteration_line(done: int, total: int, start: int, elapsed: float,
                    metrics: dict[str, float]) -> str:
-    """The progress bar's figures after iteration ``done`` of ``total`` as one line:
-    success, return, seconds per iteration, time elapsed and left (the last two over the
-    iterations this process ran, from ``start``).
+    """The progress bar's figures after iteration ``done`` of ``total`` as one line
+    (:func:`iteration_figures`), seconds per iteration, time elapsed and left (the last
+    two over the iterations this process ran, from ``start``).
 
     >>> iteration_line(3, 6, 0, 30.0, {"rollout/success": 0.25, "rollout/return": 0.5})
     'iteration 3/6: success=0.25 ret=0.50 | 10.0 s/it, elapsed 0:30, left 0:30'
+    >>> iteration_line(3, 6, 0, 30.0, {"rollout/success": 0.25, "rollout/return": 0.5,
+    ...                                "rollout/prompt_cut_rate": 0.625})
+    'iteration 3/6: success=0.25 ret=0.50 cut=62% | 10.0 s/it, elapsed 0:30, left 0:30'
     """
-    return (f"iteration {done}/{total}: success={metrics['rollout/success']:.2f} "
-            f"ret={metrics['rollout/return']:.2f} | "
-            f"{_pace(done, total, start, elapsed, 'it')}")
+    figures = " ".join(f"{k}={v}" for k, v in iteration_figures(metrics).items())
+    return f"iteration {done}/{total}: {figures} | {_pace(done, total, start, elapsed, 'it')}"
+
+
+def prompt_cut_note(metrics: dict[str, float], prompt: Any, iteration: int) -> str | None:
+    """The one line a run says the first time its prompts lost text to fit the token
+    budget (``metrics``: iteration ``iteration``'s, with its evaluation's if any;
+    ``prompt``: the run's :class:`~algorithms.config.PromptConfig`), or ``None`` when
+    none did. Window layout: history (oldest first), then the observation's start, then
+    admissible actions, cut to ``--prompt.max-prompt-tokens``; transcript layout: the
+    env's text cut to ``--prompt.max-observation-tokens``, and trajectories ended when
+    their transcript outgrew ``--prompt.max-prompt-tokens``.
+    """
+    for prefix, what in (("rollout", f"iteration {iteration}"),
+                         ("eval", f"the evaluation after iteration {iteration}")):
+        share = metrics.get(f"{prefix}/prompt_cut_rate", 0.0)
+        ended = metrics.get(f"{prefix}/transcript_cut_rate", 0.0)
+        if share > 0 and prompt.layout == "window":
+            return (f"prompts cut: {share:.0%} of the steps of {what} did not fit "
+                    f"--prompt.max-prompt-tokens {prompt.max_prompt_tokens} and lost their "
+                    "oldest history, then the start of the observation, then admissible "
+                    "actions; raise the flag (or lower --prompt.history-window) to keep "
+                    "them whole (each iteration's line gives the share: cut=)")
+        if share > 0 or ended > 0:
+            parts = []
+            if share > 0:
+                parts.append(f"the env's text of {share:.0%} of the steps was cut to "
+                             f"--prompt.max-observation-tokens "
+                             f"{prompt.max_observation_tokens}")
+            if ended > 0:
+                parts.append(f"{ended:.0%} of the trajectories ended when their transcript "
+                             f"outgrew --prompt.max-prompt-tokens {prompt.max_prompt_tokens}")
+            return f"prompts cut in {what}: {'; '.join(parts)}; raise the flag to keep them"
+    return None
 
 
 def sft_step_line(done: int, total: int, start: int, elapsed: float,

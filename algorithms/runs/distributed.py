@@ -24,7 +24,7 @@ The split of work (one iteration):
    mean, the KL and entropy terms and the critic loss are global. Scores are combined by
    an all-reduce (each row is filled by exactly one rank, the others add zeros).
 4. The policy is sharded with FSDP2 (``fully_shard`` on each transformer block, then on
-   the :class:`~algorithms.training.policy.Scorer` that holds the policy and its value head, so
+   the :class:`~algorithms.training.scoring.Scorer` that holds the policy and its value head, so
    that tied embeddings and the LM head live in one group). The generation engine does
    not sample from the sharded model: it holds a full copy (:class:`WeightMirror`), filled
    parameter by parameter from the shards once per iteration (``DTensor.full_tensor``).

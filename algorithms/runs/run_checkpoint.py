@@ -12,6 +12,7 @@ on any number of ranks.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from pathlib import Path
@@ -41,12 +42,17 @@ def megabytes(size: int) -> str:
 
 
 def save_run_checkpoint(learner: Any, config: TrainConfig, run_dir: Path, iteration: int,
-                        metrics: dict[str, float], ranks: Ranks) -> tuple[Path, str]:
+                        metrics: dict[str, float], ranks: Ranks,
+                        state: dict[str, Any] | None = None) -> tuple[Path, str]:
     """Write an atomic checkpoint after ``iteration`` completed iterations.
 
     Metrics without a value (NaN: say success when every episode crashed) are stored as
     ``null``, so that ``meta.json`` stays valid JSON. Under torchrun every rank takes part
     (sharded checkpoint).
+
+    Args:
+        state: the learner state to write (:func:`learner_state_copy` taken earlier; one
+            process only); by default :func:`learner_state` now.
 
     Returns:
         The checkpoint folder and the line that tells the user what it holds.
@@ -68,7 +74,8 @@ def save_run_checkpoint(learner: Any, config: TrainConfig, run_dir: Path, iterat
         optimizer = sum(v for k, v in sizes.items() if "/optimizer/" in k)
         return path, (f"checkpoint {path}: {megabytes(checkpoint_size(path))} (sharded by "
                       f"{ranks.world_size} ranks; optimizer state {megabytes(optimizer)})")
-    state = learner_state(learner)
+    if state is None:
+        state = learner_state(learner)
     if not config.run.save_optimizer:
         state = {key: value for key, value in state.items() if key in WEIGHT_SECTIONS}
     path = save_checkpoint(run_dir, iteration, state, meta, keep=keep, score=score)
@@ -144,6 +151,13 @@ def learner_state(learner: Any) -> dict[str, Any]:
         state["critic"] = learner.critic.state_dict()
         state["critic_optimizer"] = learner.critic_optimizer.state_dict()
     return state
+
+
+def learner_state_copy(learner: Any) -> dict[str, Any]:
+    """:func:`learner_state` as a copy that later optimizer steps leave as it is (tensors
+    cloned, optimizer states deep-copied): the state to fall back to when a SIGTERM cuts
+    an update (:mod:`algorithms.runs.termination`). One process only."""
+    return copy.deepcopy(learner_state(learner))
 
 
 def load_learner_state(learner: Any, state: dict[str, Any]) -> None:

@@ -64,9 +64,11 @@ def holds_run(run_dir: Path) -> list[str]:
     return [name for name in RUN_FILES if (Path(run_dir) / name).exists()]
 
 
-def prepare_run_folder(config: TrainConfig, run_dir: Path) -> Path | None:
+def prepare_run_folder(config: TrainConfig, run_dir: Path, *,
+                       delete: bool = True) -> Path | None:
     """Check ``run_dir`` against the run's mode, before anything is loaded; with
-    ``run.overwrite``, delete the run files a previous run left there.
+    ``run.overwrite`` (and ``delete``: not for ``train.py --dry-run``, which only checks),
+    delete the run files a previous run left there.
 
     Returns:
         The checkpoint to load: the newest of the run (resume), the one to evaluate
@@ -110,7 +112,7 @@ def prepare_run_folder(config: TrainConfig, run_dir: Path) -> Path | None:
             raise RunFolderError(
                 f"{run_dir} already holds a run ({', '.join(present)}); {hint}, or "
                 "replace it with --run.overwrite")
-        for name in present:
+        for name in present if delete else ():
             path = run_dir / name
             shutil.rmtree(path) if path.is_dir() else path.unlink()
     return checkpoint

@@ -447,7 +447,8 @@ def response_ids(tokenizer: Any, answer: str, prompt: PromptConfig,
 
 def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
                    prompt: PromptConfig, *, stop: Sequence[str], max_new_tokens: int,
-                   vision: Any = None) -> tuple[list[SFTExample], ExampleStats]:
+                   vision: Any = None, tools: Any = None) -> tuple[list[SFTExample],
+                                                                   ExampleStats]:
     """Tokenize trajectories in the RL stage's prompt layout (module docstring).
 
     Args:
@@ -459,6 +460,8 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
         vision: a vision-language policy's
             :class:`~algorithms.engines.vision.VisionProcessor`: steps with an image show
             it in their prompts, as the RL rollout's do (``None``: a text policy).
+        tools: the env's :class:`~agentgym.tools.EnvTools` in the ``tool-call`` action
+            format (:func:`build_tool_examples`; ``None``: the generic tool).
 
     Returns:
         ``(examples, stats)``: one example per step (``window``) or per trajectory
@@ -469,6 +472,11 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
             trajectory and step), or steps with images in the transcript layout or for a
             text policy.
     """
+    if prompt.action_format == "tool-call":
+        from agentgym.tools import generic_tools
+
+        return build_tool_examples(trajectories, tokenizer, prompt, tools or generic_tools(),
+                                   stop=stop, max_new_tokens=max_new_tokens)
     builder = PromptBuilder(tokenizer, prompt, vision)
     stats = ExampleStats()
     examples: list[SFTExample] = []
@@ -522,5 +530,96 @@ def build_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
                 examples.append(SFTExample(tuple(ids), tuple(mask),
                                            images=() if step.image is None else (step.image,)))
         if transcript and any(mask):
+            examples.append(SFTExample(tuple(ids), tuple(mask)))
+    return examples, stats
+
+
+def tool_answer(task: str, step: ExpertStep, prompt: PromptConfig, tools: Any,
+                layout: str) -> str:
+    """The whole answer the model should write for ``step`` in the ``tool-call`` format
+    (the response prefix included): the ``<think>`` block when ``prompt.think`` is on, then
+    the expert's action written as the call that writes it (:meth:`~agentgym.tools.EnvTools.to_call`,
+    :func:`~algorithms.agent.tool_calls.format_call`); ``step.response`` when given.
+
+    Raises:
+        ValueError: no tool writes the action.
+    """
+    from algorithms.agent.tool_calls import format_call
+
+    if step.response is not None:
+        return step.response
+    call = tools.to_call(step.action)
+    if call is None:
+        raise ValueError(f"no tool of the env ({', '.join(tools.names)}) writes the action "
+                         f"{step.action[:60]!r}")
+    thought = step.thought if step.thought is not None else default_thought(task, step.action)
+    think = f"<think>{thought}</think>\n" if prompt.think else ""
+    return think + format_call(*call, layout=layout)
+
+
+def build_tool_examples(trajectories: Sequence[ExpertTrajectory], tokenizer: Any,
+                        prompt: PromptConfig, tools: Any, *, stop: Sequence[str],
+                        max_new_tokens: int) -> tuple[list[SFTExample], ExampleStats]:
+    """:func:`build_examples` in the ``tool-call`` action format: the prompts the RL
+    rollout's tool-call strategies build (:mod:`algorithms.agent.tool_prompts`), the
+    expert's actions written as tool calls (:func:`tool_answer`). ``window``: one sample per
+    step; ``transcript``: one per trajectory, its turns bridged by the chat bridge as the
+    rollout bridges them (a turn the bridge ends drops the trajectory's later steps)."""
+    from algorithms.agent.tool_prompts import (
+        ToolChat,
+        ToolWindowPrompts,
+        end_token_ids,
+        observation_view,
+        tool_message,
+    )
+
+    chat = ToolChat(tokenizer, prompt, tools, end_token_ids(tokenizer))
+    window = ToolWindowPrompts(chat, prompt)
+    stats = ExampleStats()
+    examples: list[SFTExample] = []
+    transcript_layout = prompt.layout == "transcript"
+    for number, trajectory in enumerate(trajectories):
+        views: list[str] = []
+        answers: list[str] = []
+        ids: list[int] = []
+        mask: list[int] = []
+        last: list[int] = []
+        transcript = None
+        for index, step in enumerate(trajectory.steps):
+            views.append(observation_view(step.observation, step.admissible_actions, prompt))
+            try:
+                answer = tool_answer(trajectory.task, step, prompt, tools, chat.layout)
+                response, cut = response_ids(tokenizer, answer, prompt, stop, max_new_tokens)
+            except ValueError as error:
+                raise SFTDataError(f"trajectory {number} step {index}: {error}") from None
+            if transcript_layout and transcript is not None:
+                bridged = chat.bridge.extend(transcript, last, [{"role": "tool",
+                                                                 "content": tool_message(
+                                                                     "", views[-1])}])
+                if bridged.transcript is None or \
+                        len(bridged.transcript.token_ids) > prompt.max_prompt_tokens:
+                    stats.steps_dropped += len(trajectory.steps) - index
+                    break
+                transcript = bridged.transcript
+                ids += list(bridged.appended)
+                mask += [0] * len(bridged.appended)
+            else:
+                try:
+                    built, transcript = window.build(trajectory.task, views, answers,
+                                                     [""] * len(answers))
+                except PromptTooLongError:
+                    stats.steps_dropped += len(trajectory.steps) - index
+                    break
+                stats.prompts_cut += int(built.was_cut)
+                ids, mask = list(built.token_ids), [0] * len(built.token_ids)
+            stats.steps += 1
+            stats.responses_cut += int(cut)
+            last = list(response)
+            ids += last
+            mask += [1] * len(last)
+            answers.append(answer)
+            if not transcript_layout:
+                examples.append(SFTExample(tuple(ids), tuple(mask)))
+        if transcript_layout and any(mask):
             examples.append(SFTExample(tuple(ids), tuple(mask)))
     return examples, stats

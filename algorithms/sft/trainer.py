@@ -33,7 +33,6 @@ Command line::
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -45,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentgym.command_line import RUNTIME_ERROR, USAGE_ERROR, OneLineParser
 from algorithms.agent.evaluation import held_out_task_ids
 from algorithms.agent.metrics import plot_curves, rollout_metrics, run_logger
 from algorithms.agent.rollout import NoStepsError, collect_rollout
@@ -224,9 +224,15 @@ class SFTTrainer(Trainer):
                     info_keys=template_info_keys(config.prompt))
             where = self.run_dir / DATA_FILE
             write_trajectories(where, trajectories)
+        tools = None
+        if config.prompt.action_format == "tool-call":
+            from agentgym.tools import env_tools
+
+            tools = env_tools(config.env.env_id, config.env.kwargs())
         examples, stats = build_examples(
             trajectories, self.policy.tokenizer, config.prompt, stop=config.stop_strings,
-            max_new_tokens=config.generation.max_new_tokens, vision=self.policy.vision)
+            max_new_tokens=config.generation.max_new_tokens, vision=self.policy.vision,
+            tools=tools)
         if not examples:
             raise SFTDataError(f"{where}: no step fits the prompt settings")
         successes = [t.extra["success"] for t in trajectories if "success" in t.extra]
@@ -367,7 +373,7 @@ class SFTTrainer(Trainer):
 # ---------------------------------------------------------------------- command line
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m algorithms.sft.trainer make-data|check ...`` (see the module docstring)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m algorithms.sft.trainer",
         description="Expert trajectories for the SFT warm start (train with "
                     "python train.py --algo sft; format: docs/sft.md).")
@@ -392,19 +398,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import gymnasium
 
+    if args.command == "make-data":
+        try:
+            kwargs = json.loads(args.env_kwargs)
+        except json.JSONDecodeError as error:
+            make.error(f"--env-kwargs must be a JSON object: {error}")
+        if not isinstance(kwargs, dict):
+            make.error(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+        if not 0 <= args.perturb <= 1 or args.episodes < 1:
+            make.error("--perturb must be in [0, 1] and --episodes >= 1")
     try:
         if args.command == "check":
             trajectories = read_trajectories(args.path)
             steps = sum(len(t.steps) for t in trajectories)
             print(f"{args.path}: {len(trajectories)} trajectories, {steps} steps, valid")
             return 0
-        kwargs = json.loads(args.env_kwargs)
-        if not isinstance(kwargs, dict):
-            raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
         if args.max_steps is not None:
             kwargs["max_steps"] = args.max_steps
-        if not 0 <= args.perturb <= 1 or args.episodes < 1:
-            raise ValueError("--perturb must be in [0, 1] and --episodes >= 1")
         trajectories = expert_trajectories(
             args.env_id, kwargs, args.episodes, perturb=args.perturb, seed=args.seed,
             task_order=args.task_order,
@@ -416,9 +426,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{success:.0%} successful")
         return 0
     except (ValueError, OSError, gymnasium.error.Error) as error:  # SFTDataError,
-        # NoExpertError, an unknown env id
+        # NoExpertError, an unknown env id (a usage error, as in train.py)
         print(f"python -m algorithms.sft.trainer: error: {error}", file=sys.stderr)
-        return 1
+        return USAGE_ERROR if isinstance(error, gymnasium.error.Error) else RUNTIME_ERROR
 
 
 if __name__ == "__main__":

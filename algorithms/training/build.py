@@ -1,4 +1,5 @@
-"""The parts a run is built from: the policy, the generation engine and the vector envs.
+"""The parts a run is built from: the policy, the generation engine, the vector envs and
+the samplers that roll out with them.
 
 :class:`~algorithms.training.trainer.Trainer` builds each with the functions here unless it is
 handed one (``policy=``, ``engine=``, ``make_vec_env=``): tests and other libraries pass
@@ -13,13 +14,16 @@ from typing import Any
 
 import torch
 
-from algorithms.config import TINY_MODEL, EnvConfig, TrainConfig
+from algorithms.agent.sampling import Sampler
+from algorithms.agent.step_batch import StepBatch
+from algorithms.config import TINY_MODEL, ConfigError, EnvConfig, TrainConfig
 from algorithms.engines import make_engine, resolve_engine
 from algorithms.precision import cpu_kernels
 from algorithms.precision import describe as describe_precision
 from algorithms.runs.distributed import Ranks, WeightMirror
 from algorithms.runs.memory import release_around_each_call
 from algorithms.training.learner import Learner
+from algorithms.training.overlap import OverlappedSampler
 from algorithms.training.policy import (
     Policy,
     check_model_source,
@@ -29,6 +33,22 @@ from algorithms.training.policy import (
 
 VecEnvFactory = Callable[[dict[str, Any], int, int], Any]
 """``(env kwargs, num_envs, group_size) -> vector env``."""
+
+
+def check_sft_stage_ran(config: TrainConfig) -> None:
+    """Refuse an RL trainer for a config whose SFT warm start has not run yet (it would
+    train silently without the warm start asked for).
+
+    Raises:
+        ConfigError: ``sft.warm_start`` is set and the stage's checkpoint is not the
+            config's start yet.
+    """
+    if config.sft_stage_first:
+        raise ConfigError(
+            "sft.warm_start: the SFT stage runs before the RL trainer is built; call "
+            "algorithms.sft.stage.run_stage(config, run_dir) first and build the Trainer "
+            "with the config it returns (train.py does), or pass "
+            "--model.init-checkpoint of an SFT run")
 
 
 def check_model_sources(config: TrainConfig, *, policy_given: bool) -> None:
@@ -191,3 +211,63 @@ def build_vec_env(config: TrainConfig, make_vec_env: VecEnvFactory, group_count:
     say(f"building {group_count * env.group_size} {env.env_id} envs ({env.backend} backend"
         f"{', per rank' if ranks.distributed else ''})")
     return make_vec_env(env.kwargs(), group_count * env.group_size, env.group_size)
+
+
+def check_reference_engine(engine: Any, ranks: Ranks) -> None:
+    """Refuse ``run.reference_in_worker`` where the reference cannot be scored in the
+    engine: an engine other than the HF worker engine (vLLM), or several ranks.
+
+    Raises:
+        ValueError: in one line, naming what to change.
+    """
+    if not hasattr(engine, "call"):
+        raise ValueError(f"run.reference_in_worker scores the KL reference in the HF engine's "
+                         f"worker; this run's engine is {type(engine).__name__} "
+                         f"(set --generation.engine hf, or leave the option off)")
+    if ranks.distributed:
+        raise ValueError("run.reference_in_worker runs on one process only (under torchrun "
+                         "each rank's engine holds a weight mirror); leave it off")
+
+
+def check_overlap_engine(engine: Any, policy: Policy) -> None:
+    """Refuse an engine that samples with the learner's own model object (the in-process
+    HF engine): overlapped, the update would change the weights under a rollout.
+
+    Raises:
+        ValueError: ``engine.model`` is ``policy.model``.
+    """
+    if getattr(engine, "model", None) is policy.model:
+        raise ValueError(
+            "run.max_staleness > 0 needs an engine with its own copy of the weights (the HF "
+            "worker engine, vLLM); this engine samples with the training model itself")
+
+
+def build_samplers(config: TrainConfig, vec_env: Any, engine: Any, policy: Policy,
+                   temperature: float, ranks: Ranks, group_first: int, *, bars: bool,
+                   say: Callable[[str], None], sync: Callable[[], None], version: int,
+                   reference_in_worker: Callable[[StepBatch], StepBatch]
+                   ) -> tuple[Sampler, OverlappedSampler | None]:
+    """The run's :class:`~algorithms.agent.sampling.Sampler` (rollouts sampled at
+    ``temperature``, the one the learner scores at: ``Learner.temperature``) and, with
+    ``run.max_staleness > 0``, the :class:`~algorithms.training.overlap.OverlappedSampler`
+    around it (``sync``: the engine's weight sync; ``version``: the policy version of the
+    first iteration; ``reference_in_worker``: the KL reference scored in the engine's
+    worker, with ``run.reference_in_worker``), else ``None``.
+
+    Raises:
+        ValueError: the engine cannot run the overlapped rollout
+            (:func:`check_overlap_engine`) or score the reference
+            (:func:`check_reference_engine`).
+    """
+    sampler = Sampler(config, vec_env, engine, policy.tokenizer, temperature, ranks,
+                      group_first, bars, say, vision=policy.vision)
+    if config.run.max_staleness == 0:
+        return sampler, None
+    check_overlap_engine(engine, policy)
+    score_block = None
+    if config.run.reference_in_worker:
+        check_reference_engine(engine, ranks)
+        score_block = reference_in_worker
+    return sampler, OverlappedSampler(
+        sampler, max_staleness=config.run.max_staleness, iterations=config.run.iterations,
+        sync=sync, version=version, score_block=score_block)

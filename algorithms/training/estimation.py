@@ -106,10 +106,9 @@ def estimate_advantages(batch: StepBatch, config: TrainConfig) -> Advantages:
     # the rollout's dense anchor ids take GiGPO's integer path (same groups)
     anchors = batch.anchor_ids if batch.anchor_ids is not None else batch.anchors
     if estimator == "hgpo":
-        history = (config.prompt.history_window if learner.hgpo_history_length is None
-                   else learner.hgpo_history_length)
         hgpo = adv.hgpo_terms(
-            rewards, batch.traj_ids, batch.group_ids, anchors, history_length=history,
+            rewards, batch.traj_ids, batch.group_ids, anchors,
+            history_length=hgpo_history_length(batch, config),
             gamma=learner.gamma, normalize=learner.normalize,
             length_weight_alpha=learner.hgpo_length_weight_alpha,
             base_group=learner.hgpo_base_group, episode_stats=learner.episode_stats,
@@ -122,7 +121,7 @@ def estimate_advantages(batch: StepBatch, config: TrainConfig) -> Advantages:
                              "which the rollout records; this batch has none")
         graph = adv.graphgpo_terms(
             rewards, batch.traj_ids, batch.group_ids, batch.anchors, batch.next_anchors,
-            batch.success, gamma=learner.gamma, normalize=learner.normalize,
+            batch.success, gamma=learner.graphgpo_decay, normalize=learner.normalize,
             normalize_distance=learner.graphgpo_normalize_distance,
             similarity_threshold=learner.similarity_threshold,
             episode_stats=learner.episode_stats, penalties=penalties)
@@ -139,6 +138,34 @@ def estimate_advantages(batch: StepBatch, config: TrainConfig) -> Advantages:
     return Advantages(advantages=terms.combined(learner.step_weight),
                       step_group_ids=terms.step_group_ids, episode=terms.episode,
                       step=terms.step)
+
+
+def hgpo_history_length(batch: StepBatch, config: TrainConfig) -> int:
+    """The ``history_length`` HGPO's groups take: ``learner.hgpo_history_length`` when set,
+    else the history the batch's prompts held.
+
+    HGPO groups a step with the steps whose last ``k`` anchors match its own, up to the
+    history its policy saw: verl-agent ties the two (``env.history_length`` sets both the
+    prompt's window and the groups). In the window layout that is
+    ``prompt.history_window``. In the transcript layout a step's prompt is its whole
+    trajectory so far (a transcript that would outgrow ``prompt.max_prompt_tokens`` ends the
+    trajectory instead of losing its start), and ``history_window`` is not read, so the
+    groups reach back to the trajectory's first step: one less than the batch's longest
+    trajectory (a step ``t`` then joins its groups ``k = 1 .. t + 1``). This keeps HGPO's
+    rule -- the groups of the context the action was chosen in -- rather than refusing
+    the layout; the longest of these groups are the steps with the same anchors from the
+    start, which no reference code runs (verl-agent's HGPO has window prompts only).
+
+    Returns:
+        An int >= 0.
+    """
+    if config.learner.hgpo_history_length is not None:
+        return config.learner.hgpo_history_length
+    if batch.layout == "transcript":
+        if len(batch) == 0:
+            return 0
+        return int(np.unique(batch.traj_ids, return_counts=True)[1].max()) - 1
+    return config.prompt.history_window
 
 
 def rewards_and_penalties(batch: StepBatch, config: TrainConfig) -> tuple[np.ndarray, np.ndarray | None]:

@@ -1,18 +1,21 @@
-"""The one learner loop: PPO-clip with a KL penalty, for GiGPO, GRPO and PPO.
+"""The one learner loop: PPO-clip with a KL penalty, for every ``--algo`` but ``sft``:
+the group estimators (GiGPO, HGPO, GraphGPO, GRPO, RLOO, REINFORCE++; Dr.GRPO and GSPO
+through their loss settings) and PPO.
 
 An iteration after the rollout:
 
 0. :meth:`Learner.training_batch` -- the rollout's steps that are trained on. A step whose
-   env call failed is never in a batch (see :mod:`algorithms.agent.rollout`); GiGPO and GRPO
-   also leave out the earlier steps of a trajectory that ended on an env error, PPO keeps
+   env call failed is never in a batch (see :mod:`algorithms.agent.rollout`); the group
+   estimators also leave out the earlier steps of a trajectory that ended on an env error, PPO keeps
    them (reasons below).
 1. :meth:`Learner.score` -- old log-probs under the sampling policy, reference log-probs
    (frozen copy, or the base model with LoRA adapters disabled), and critic values (PPO):
    V(s_t) of every step and, with ``learner.bootstrap_truncated``, V(s_T) of the prompt
    that would have followed each trajectory cut by a step limit or an env error.
 2. :meth:`Learner.advantages` -- one advantage per step from the estimator the config
-   names: ``gigpo`` (Eq. 8 of Feng et al. 2025), ``grpo`` (Eq. 3), ``rloo``,
-   ``reinforce_pp`` (``docs/estimators.md``) or ``gae`` (turn-level GAE with the critic's
+   names: ``gigpo`` (Eq. 8 of Feng et al. 2025), ``hgpo`` (weighted history groups),
+   ``graphgpo`` (the episode advantage plus state-graph distance returns), ``grpo``
+   (Eq. 3), ``rloo``, ``reinforce_pp`` (``docs/estimators.md``) or ``gae`` (turn-level GAE with the critic's
    values; a cut -- step limit or env error -- bootstraps from V(s_T), a termination does
    not).
 3. :meth:`Learner.update` -- ``epochs`` passes over mini-batches (in batch order, or
@@ -54,7 +57,7 @@ Layouts. In the window layout every step is one sample: a forward pass scores it
 prompt and response, and ``learner.mini_batch_size`` / ``micro_batch_size`` count steps.
 In the transcript layout (:mod:`algorithms.agent.rollout`) a trajectory is one sample: one
 forward pass over its whole transcript scores every response in it
-(:func:`~algorithms.training.policy.score_transcripts`), and the two sizes count trajectories.
+(:func:`~algorithms.training.scoring.score_transcripts`), and the two sizes count trajectories.
 Either way the per-token arrays the losses see are the same (N, R) response tokens with
 the same step advantages -- the env's text between turns is never gathered, so it enters
 no policy, KL or entropy term and no token mean -- and the advantage estimators run on
@@ -67,6 +70,7 @@ optimizer state and the batch -- which is what makes ``--resume`` exact.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -80,7 +84,7 @@ from algorithms.objectives import losses
 from algorithms.objectives.behaviour_weights import behaviour_as_old, behaviour_weights
 from algorithms.runs import distributed
 from algorithms.runs.distributed import SINGLE, Ranks
-from algorithms.training import scoring
+from algorithms.training import batch_scoring
 from algorithms.training.estimation import Advantages, estimate_advantages
 from algorithms.training.learner_setup import build_learner_models, loss_recipe
 from algorithms.training.micro_batches import (
@@ -154,7 +158,7 @@ class Learner:
 
         Returns:
             ``batch`` itself for PPO, or when no trajectory ended on an env error; for
-            GiGPO and GRPO, a batch without those trajectories (possibly empty: then
+            the group estimators, a batch without those trajectories (possibly empty: then
             there is nothing to train on).
         """
         if self.config.estimator == "gae" or not batch.env_error.any():
@@ -184,7 +188,7 @@ class Learner:
     def score(self, batch: StepBatch, *, progress: Any = None,
               with_old_log_probs: bool = True) -> StepBatch:
         """Old log-probs, reference log-probs (when ``kl_coef > 0``) and values (PPO), at
-        :attr:`temperature` (:func:`~algorithms.training.scoring.score_batch`).
+        :attr:`temperature` (:func:`~algorithms.training.batch_scoring.score_batch`).
 
         Args:
             batch: the unscored rollout batch.
@@ -201,13 +205,13 @@ class Learner:
         """
         if not with_old_log_probs and not self.single_pass(batch):
             raise ValueError("old log-probs can only be skipped for a single-pass update")
-        return scoring.score_batch(self.models, batch, self.config, ranks=self.ranks,
+        return batch_scoring.score_batch(self.models, batch, self.config, ranks=self.ranks,
                                    device=self.device, temperature=self.temperature,
                                    with_old_log_probs=with_old_log_probs, progress=progress)
 
     def score_passes(self, batch: StepBatch) -> int:
         """Micro-batch passes :meth:`score` makes on ``batch`` (its progress total)."""
-        return scoring.score_passes(batch, self.config, self.ranks)
+        return batch_scoring.score_passes(batch, self.config, self.ranks)
 
 
     # ------------------------------------------------------------------ phase 2
@@ -228,7 +232,8 @@ class Learner:
         return learner.epochs * (full * per_mini + last)
 
     def update(self, batch: StepBatch, signals: Advantages, *, seed: int,
-               progress: Any = None) -> dict[str, float]:
+               progress: Any = None, before_step: Callable[[], None] | None = None
+               ) -> dict[str, float]:
         """PPO-clip epochs over mini-batches; return averaged diagnostics.
 
         Args:
@@ -237,6 +242,9 @@ class Learner:
             seed: seeds mini-batch shuffling (``learner.shuffle``) and torch's RNG for
                 this update.
             progress: optional tqdm-like bar, advanced once per micro-batch.
+            before_step: called before each optimizer step, while the weights and the
+                optimizer state are still those before it (a SIGTERM's fallback copy,
+                :mod:`algorithms.runs.termination`).
 
         Returns:
             ``policy_loss``, ``kl_ref``, ``entropy``, ``approx_kl``, ``clip_fraction``,
@@ -266,7 +274,8 @@ class Learner:
                 order = (rng.permutation(self.num_samples(batch)) if learner.shuffle
                          else np.arange(self.num_samples(batch)))
                 for mini in chunks(order, learner.mini_batch_size):
-                    stats = self._mini_batch_step(batch, view, signals, mini, progress)
+                    stats = self._mini_batch_step(batch, view, signals, mini, progress,
+                                                  before_step)
                     mini_rows = mini if view is None else view.rows_of(mini)
                     tokens += int(batch.response_mask[mini_rows].sum())
                     for key, value in stats.items():
@@ -297,24 +306,14 @@ class Learner:
         return (self.config.run.max_staleness > 0
                 and self.learner.staleness_correction == "behaviour-clip")
 
-    def _token_weights(self, rows: dict[str, torch.Tensor], old_log_probs: torch.Tensor,
-                       mask: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, Any]]:
-        """The micro-batch's behaviour weights and their statistics (``None`` and none when
-        the loss is not weighted)."""
-        if not self.behaviour_weighting:
-            return None, {}
-        drop = (self.learner.behaviour_weight_cap if self.config.run.max_staleness > 0
-                else None)
-        return behaviour_weights(old_log_probs, rows["behaviour_log_probs"], mask,
-                                 truncate_at=self.learner.tis_cap, drop_above=drop)
-
     @cached_property
     def loss_recipe(self) -> losses.LossRecipe:
         """The actor loss's terms (:func:`~algorithms.training.learner_setup.loss_recipe`)."""
         return loss_recipe(self.config)
 
     def _mini_batch_step(self, batch: StepBatch, view: TranscriptView | None,
-                         signals: Advantages, mini: np.ndarray, progress: Any = None
+                         signals: Advantages, mini: np.ndarray, progress: Any = None,
+                         before_step: Callable[[], None] | None = None
                          ) -> dict[str, float]:
         """One optimizer step over the samples ``mini`` (steps, or trajectories with a
         ``view``)."""
@@ -340,12 +339,12 @@ class Learner:
             mask = rows["response_mask"].float()
             weight, stats_weight = micro_weights(int(mask.sum().item()), mini_tokens, real,
                                                  learner)
-            scored = scoring.score_rows(self.scorer, rows, temperature=self.temperature,
+            scored = batch_scoring.score_rows(self.scorer, rows, temperature=self.temperature,
                                         with_entropy=True, entropy_grad=learner.entropy_coef > 0,
                                         with_values=self.value_head is not None)
             token_advantages = losses.broadcast_to_tokens(signals.advantages[micro], mask)
             old_log_probs = rows.get("old_log_probs", scored.log_probs.detach())
-            token_weights, weight_stats = self._token_weights(rows, old_log_probs, mask)
+            token_weights, weight_stats = micro_batch_token_weights(self, rows, old_log_probs, mask)
             kl_weights = None
             if self.behaviour_clip:
                 # PPO's ratio against the behaviour policy (staleness_correction
@@ -363,7 +362,7 @@ class Learner:
                 weight_max = max(weight_max, float(weight_stats["is_weight_max"].item()))
             total = loss * weight
             if self.config.use_critic:
-                values = scoring.critic_values(self.models, rows, scored.values)
+                values = batch_scoring.critic_values(self.models, rows, scored.values)
                 value_loss = losses.step_value_loss(values, batch.values[micro],
                                                     signals.returns[micro],
                                                     clip_range=learner.value_clip)
@@ -378,6 +377,8 @@ class Learner:
                 sums[key] += float(stats[key].item()) * stats_weight
             if progress is not None:
                 progress.update(1)
+        if before_step is not None:
+            before_step()
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         grad_norm = distributed.global_norm(
             torch.nn.utils.clip_grad_norm_(parameters, learner.max_grad_norm))
@@ -403,3 +404,16 @@ class Learner:
         """:func:`~algorithms.training.policy.model_identity` of the policy, computed once (the
         frozen weights it hashes never change during a run)."""
         return model_identity(self.policy)
+
+
+def micro_batch_token_weights(learner: Learner, rows: dict[str, torch.Tensor],
+                              old_log_probs: torch.Tensor, mask: torch.Tensor
+                              ) -> tuple[torch.Tensor | None, dict[str, Any]]:
+    """A :class:`Learner` micro-batch's behaviour weights and their statistics (``None``
+    and none when the loss is not weighted)."""
+    if not learner.behaviour_weighting:
+        return None, {}
+    drop = (learner.learner.behaviour_weight_cap if learner.config.run.max_staleness > 0
+            else None)
+    return behaviour_weights(old_log_probs, rows["behaviour_log_probs"], mask,
+                             truncate_at=learner.learner.tis_cap, drop_above=drop)

@@ -27,17 +27,9 @@ from algorithms.objectives import losses
 from algorithms.precision import autocast_dtype, mark_autocast
 from algorithms.runs import distributed
 from algorithms.runs.distributed import Ranks
-from algorithms.training.policy import (
-    Policy,
-    Scorer,
-    SeparateCritic,
-    ValueHead,
-    adapters_only,
-    frozen_copy,
-    hidden_size,
-    load_causal_lm,
-    split_model,
-)
+from algorithms.training.lora import adapters_only
+from algorithms.training.policy import Policy, frozen_copy, hidden_size, load_causal_lm, split_model
+from algorithms.training.scoring import Scorer, SeparateCritic, ValueHead
 
 
 @dataclass

@@ -33,8 +33,12 @@ from algorithms.training.policy import Policy, resolve_dtype, wrap_model
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[EOS]")
 """Ids 0, 1, 2 of every word tokenizer here."""
 
-TAG_PATTERN = r"</?[a-z]+>"
-"""An answer tag, ``<action>`` or ``</think>``."""
+TAG_PATTERN = r"</?[a-z_]+>"
+"""An answer tag, ``<action>``, ``</think>`` or ``<tool_call>``."""
+
+TURN_START = "<|im_start|>"
+"""The tool-call template's turn opener: a special token of the smoke model's tokenizer in
+the ``tool-call`` format (its turns end with ``[EOS]``, the template's ``eos_token``)."""
 
 TINY_SEED = 0
 """The seed of the smoke model's weights (the same base model in every run)."""
@@ -53,22 +57,26 @@ TEXT_STEPS = 16
 
 def text_words(texts: Iterable[str], *, split_tags: bool = True) -> set[str]:
     """The distinct whitespace-separated words of ``texts`` (with ``split_tags``, tags cut
-    off the words they touch first)."""
+    off the words they touch first; :data:`TURN_START` and ``[EOS]`` always)."""
     words: set[str] = set()
     for text in texts:
+        text = text.replace(TURN_START, f" {TURN_START} ").replace("[EOS]", " [EOS] ")
         if split_tags:
             text = re.sub(TAG_PATTERN, lambda m: f" {m.group(0)} ", text)
         words.update(text.split())
     return words
 
 
-def word_tokenizer(words: Iterable[str], *, split_tags: bool = True) -> Any:
+def word_tokenizer(words: Iterable[str], *, split_tags: bool = True,
+                   chat_template: str | None = None) -> Any:
     """A word-level tokenizer over ``words``.
 
     Ids: :data:`SPECIAL_TOKENS` first (``[PAD]`` 0, ``[UNK]`` 1, ``[EOS]`` 2), then the
     sorted distinct words. Text is split on whitespace (and, with ``split_tags``, around
     ``<tag>`` / ``</tag>``, so ``go north</action>`` is three tokens); decoding joins
-    tokens with spaces.
+    tokens with spaces. With ``chat_template`` (the ``tool-call`` format's), that is its
+    chat template and :data:`TURN_START` a special token of its own (split out wherever
+    it stands).
     """
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -82,8 +90,14 @@ def word_tokenizer(words: Iterable[str], *, split_tags: bool = True) -> Any:
         core.pre_tokenizer = pre_tokenizers.Sequence([
             pre_tokenizers.WhitespaceSplit(),
             pre_tokenizers.Split(Regex(TAG_PATTERN), behavior="isolated")])
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]",
-                                   unk_token="[UNK]", eos_token="[EOS]")
+    if chat_template is None:
+        return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]",
+                                       unk_token="[UNK]", eos_token="[EOS]")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]",
+                                        unk_token="[UNK]", eos_token="[EOS]",
+                                        additional_special_tokens=[TURN_START])
+    tokenizer.chat_template = chat_template
+    return tokenizer
 
 
 def tiny_llama(vocab_size: int, *, seed: int = TINY_SEED, hidden: int = TINY_HIDDEN,
@@ -194,16 +208,75 @@ def run_texts(config: TrainConfig) -> list[str]:
     return texts
 
 
+def tool_texts(config: TrainConfig) -> list[str]:
+    """The ``tool-call`` format's texts of ``config``'s run: its env's episodes
+    (:func:`env_texts`) rendered as the run's chats (AgentGym's tool template, or
+    ``prompt.tool_template``), each admissible and expert action written as a call, and
+    the parser's feedback lines."""
+    from agentgym.tools import env_tools
+    from algorithms.agent.tool_calls import format_call, usage
+    from algorithms.agent.tool_prompts import (
+        builtin_template,
+        observation_view,
+        tool_message,
+        user_message,
+    )
+
+    prompt = config.prompt
+    tools = env_tools(config.env.env_id, config.env.kwargs())
+    template = builtin_template() if prompt.tool_template is None else open(
+        prompt.tool_template, encoding="utf-8").read()
+    renderer = word_tokenizer((), chat_template=template)
+    texts = [usage("hermes"), "Error: the answer calls no tool. the call is not valid JSON "
+             "the call ends before </tool_call> there is no tool named the tools are "
+             "needs the argument has no argument must be one of got", *tools.names]
+    kinds = [config.env.kwargs()]
+    if json.loads(config.env.eval_env_kwargs):
+        kinds.append(config.env.eval_kwargs())
+    for kwargs in kinds:
+        for task, history, observation, actions in env_texts(config.env.env_id, kwargs):
+            view = observation_view(observation, actions, prompt)
+            calls = [tools.to_call(a) for a in (*actions, *(a for _, a in history))]
+            answers = [format_call(*c) for c in calls if c is not None]
+            chat = [{"role": "user", "content": user_message(task, view, prompt)}]
+            for answer in answers[:2]:
+                chat += [{"role": "assistant", "content": answer},
+                         {"role": "tool", "content": tool_message("", view)}]
+            texts += [*answers, renderer.apply_chat_template(
+                chat, tools=tools.schemas, tokenize=False, add_generation_prompt=True)]
+    return texts
+
+
 def load_tiny_policy(config: TrainConfig, device: torch.device, *, seed: int = 0) -> Policy:
     """The smoke model of ``config``'s run (``model.name_or_path`` ``tiny``): vocabulary
-    from :func:`run_texts`, weights from :data:`TINY_SEED`, in ``model.dtype`` on
+    from :func:`run_texts` (and :func:`tool_texts`, with AgentGym's tool template as its
+    chat template, in the ``tool-call`` format), weights from :data:`TINY_SEED`, in ``model.dtype`` on
     ``device``, LoRA and gradient checkpointing per ``config.model`` (LoRA initialised
     from ``seed``)."""
-    tokenizer = word_tokenizer(text_words(run_texts(config)))
+    if config.prompt.action_format == "tool-call":
+        from algorithms.agent.tool_prompts import builtin_template
+
+        template = builtin_template() if config.prompt.tool_template is None else open(
+            config.prompt.tool_template, encoding="utf-8").read()
+        words = text_words([*run_texts(config), *tool_texts(config)]) - {TURN_START}
+        tokenizer = word_tokenizer(words, chat_template=template)
+    else:
+        tokenizer = word_tokenizer(text_words(run_texts(config)))
     model = tiny_llama(len(tokenizer))
     model.to(device=device, dtype=resolve_dtype(config.model.dtype, device))
     return wrap_model(model, tokenizer, config.model,
                       source=f"the tiny smoke model (a random Llama: {TINY_LAYERS} layers of "
                              f"width {TINY_HIDDEN}, {len(tokenizer)} words from "
-                             f"{config.env.env_id}'s text)",
+                             f"{config.env.env_id}'s text, vocabulary "
+                             f"{vocabulary_digest(tokenizer)})",
                       path="tiny", gguf_file=None, seed=seed)
+
+
+def vocabulary_digest(tokenizer: Any) -> str:
+    """The first 12 hex digits of the SHA-256 of a word tokenizer's vocabulary (its words
+    in id order): equal exactly when two smoke models read text alike, which their
+    checkpoints' identities then say (:func:`~algorithms.runs.checkpoint.check_model_identity`)."""
+    import hashlib
+
+    words = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    return hashlib.sha256("\n".join(word for word, _ in words).encode()).hexdigest()[:12]

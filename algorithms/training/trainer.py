@@ -44,30 +44,37 @@ from algorithms.agent.metrics import (
 from algorithms.agent.records import trajectory_records, write_run_records
 from algorithms.agent.sampling import Sampler, rollout_settings
 from algorithms.agent.step_batch import StepBatch
-from algorithms.config import ConfigError, TrainConfig
+from algorithms.agent.tool_prompts import tool_call_note
+from algorithms.config import TrainConfig
 from algorithms.engines.hf_worker import trainable_names
 from algorithms.runs import distributed
 from algorithms.runs.console import (
+    iteration_figures,
     iteration_line,
     on_terminal,
     progress_bar,
+    prompt_cut_note,
     quiet_dependency_bars,
     torchrun_line,
 )
 from algorithms.runs.distributed import SINGLE, Ranks, WeightMirror
 from algorithms.runs.run_checkpoint import (
+    learner_state_copy,
     restore_run_checkpoint,
     restored_message,
     save_run_checkpoint,
 )
 from algorithms.runs.run_folder import default_run_dir, discard_new_run, prepare_on_rank0
-from algorithms.runs.termination import Terminated, TermSignal
+from algorithms.runs.termination import StopNow, TermSignal
+from algorithms.training.batch_scoring import worker_reference_log_probs
 from algorithms.training.build import (
     VecEnvFactory,
     build_learner,
     build_policy,
+    build_samplers,
     build_vec_env,
     check_model_sources,
+    check_sft_stage_ran,
     engine_source,
     make_run_engine,
     sync_engine_weights,
@@ -79,7 +86,7 @@ from algorithms.training.policy import (
     Policy,
     resolve_device,
 )
-from algorithms.training.scoring import worker_reference_log_probs
+from algorithms.training.run_end import close_run, stopped, terminated
 from algorithms.training.update_phases import UPDATE_PHASES, learn, timed
 
 
@@ -101,12 +108,7 @@ class Trainer:
                  engine: Any = None, make_vec_env: VecEnvFactory | None = None,
                  run_dir: Path | None = None, ranks: Ranks = SINGLE):
         self.config = config.validate()
-        if config.sft_stage_first:  # silently training without the warm start asked for
-            raise ConfigError(
-                "sft.warm_start: the SFT stage runs before the RL trainer is built; call "
-                "algorithms.sft.stage.run_stage(config, run_dir) first and build the Trainer "
-                "with the config it returns (train.py does), or pass "
-                "--model.init-checkpoint of an SFT run")
+        check_sft_stage_ran(config)
         self.ranks = ranks
         self.device = distributed.training_device(ranks, resolve_device(config.run.device))
         self.run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)
@@ -122,6 +124,8 @@ class Trainer:
         self.overlap: OverlappedSampler | None = None
         self.logger: MetricsLogger | None = None
         self.start_iteration = 0
+        self.resumed_from: Path | None = None  # the checkpoint a resumed run started from
+        self.term = TermSignal(0.0)  # marks the iteration's phases (run() installs one)
         self.group_first, self.group_count = distributed.group_block(
             config.env.num_groups, ranks)
 
@@ -179,7 +183,8 @@ class Trainer:
                                           trainable=trainable)
         transport = getattr(self.engine, "weight_transport", None)
         self._say(f"generation engine: {type(self.engine).__name__}"
-                  + (f" (weight sync: {transport})" if transport else ""))
+                  + (f" (weight sync: {transport})" if transport else "")
+                  + tool_call_note(config, self.policy.tokenizer))
         if checkpoint is not None:
             self._restore(checkpoint)
         elif config.model.init_checkpoint is not None:
@@ -190,20 +195,11 @@ class Trainer:
         if not config.run.eval_only:
             self.vec_env = build_vec_env(config, self.make_vec_env, self.group_count, ranks,
                                          self._say)
-            # sampled at the temperature the learner scores at (Learner.temperature)
-            self.sampler = Sampler(config, self.vec_env, self.engine, self.policy.tokenizer,
-                                   self.learner.temperature, ranks, self.group_first,
-                                   self.bars, self._say, vision=self.policy.vision)
-            if config.run.max_staleness > 0:
-                check_overlap_engine(self.engine, self.policy)
-                score_block = None
-                if config.run.reference_in_worker:
-                    check_reference_engine(self.engine, ranks)
-                    score_block = self._reference_in_worker
-                self.overlap = OverlappedSampler(
-                    self.sampler, max_staleness=config.run.max_staleness,
-                    iterations=config.run.iterations, sync=self._sync_engine,
-                    version=self.start_iteration, score_block=score_block)
+            self.sampler, self.overlap = build_samplers(
+                config, self.vec_env, self.engine, self.policy, self.learner.temperature,
+                ranks, self.group_first, bars=self.bars, say=self._say,
+                sync=self._sync_engine, version=self.start_iteration,
+                reference_in_worker=self._reference_in_worker)
         if ranks.main:
             self.logger = run_logger(self.run_dir, config, self.start_iteration)
 
@@ -213,6 +209,8 @@ class Trainer:
         payload = restore_run_checkpoint(self.learner, checkpoint, device=self.device,
                                          optimizer=self.config.run.resume)
         self.start_iteration = int(payload["iteration"])
+        if self.config.run.resume:
+            self.resumed_from = Path(payload["path"])
         self._sync_engine()
         self._say(restored_message(payload, self.run_dir, resume=self.config.run.resume,
                                    world_size=self.ranks.world_size))
@@ -261,14 +259,18 @@ class Trainer:
         # GiGPO/GRPO leave out trajectories that ended on an env error (learner docstring).
         batch = self.learner.training_batch(sampled)
         signals, stats, lr = None, {}, None
+        self.term.phase("update")  # a SIGTERM from here on: finish, or fall back
         if len(batch):
-            batch, signals, stats, lr = learn(self.learner, batch, self.config,
-                                              iteration=iteration, timings=timings,
-                                              sync_weights=sync, bars=self.bars)
+            batch, signals, stats, lr = learn(
+                self.learner, batch, self.config, iteration=iteration, timings=timings,
+                sync_weights=sync, bars=self.bars,
+                before_step=lambda: self.term.changing(lambda: learner_state_copy(
+                    self.learner)))
         else:
             self._say(f"iteration {iteration + 1}: every trajectory ended on an env error; "
                       "nothing to train on, the update is skipped")
             timings.update({f"time/{name}": 0.0 for name in UPDATE_PHASES})
+        self.term.phase("finish")
         timings.update(overlap_times)
         metrics = iteration_metrics(rollout, sampling, len(batch), signals, stats, lr, timings)
         self.last_batch = batch
@@ -300,12 +302,15 @@ class Trainer:
         """Train (or evaluate) as configured; return the last metrics.
 
         Raises:
-            Terminated: a SIGTERM stopped the run (see :mod:`algorithms.runs.termination`):
-                after the iteration in progress, with a checkpoint of it, when that
-                iteration ended within ``run.term_grace`` seconds; else at once.
+            Terminated: a SIGTERM stopped the run, with a checkpoint of the newest state
+                that holds together: the last finished update for a signal in a rollout,
+                the iteration in progress when it ended within ``run.term_grace`` seconds,
+                else the state before its update (:mod:`algorithms.runs.termination`).
         """
         config = self.config
-        with TermSignal(config.run.term_grace, announce=self.progress) as term:
+        with TermSignal(config.run.term_grace, announce=self.progress,
+                        mid_iteration=not self.ranks.distributed) as term:
+            self.term = term
             if self.learner is None:
                 self.setup()
             try:
@@ -322,35 +327,45 @@ class Trainer:
                 self.logger.log(self.start_iteration, last)
             return last
         started = time.perf_counter()
-        saved: Path | None = None  # the checkpoint of the last completed iteration, if any
+        # the checkpoint of the last completed iteration, if there is one
+        saved: Path | None = self.resumed_from
         if config.run.eval_before_train and self.start_iteration == 0:
             last = self.evaluate(0)
             if self.logger is not None:
                 self.logger.log(0, last)
         term.loop_started()
         untrained = 0  # iterations in a row with nothing to train on
+        cut_said = False  # the first prompts cut to fit the budget are said in one line
         with progress_bar(self.bars, total=config.run.iterations,
                           initial=self.start_iteration, desc="training (iterations)") as bar:
             for iteration in range(self.start_iteration, config.run.iterations):
                 # every rank stops before the same iteration (a rank that saw no SIGTERM
                 # follows the others)
-                if (iteration > self.start_iteration
-                        and distributed.any_rank(term.requested, self.ranks)):
-                    raise Terminated(checkpoint=saved or self.save(iteration, last),
-                                     iteration=iteration)
-                term.iteration_started(iteration)
-                last = self.train_iteration(iteration)
-                done = iteration + 1
-                if config.run.eval_every and done % config.run.eval_every == 0:
-                    last.update(self.evaluate(done))
+                if distributed.any_rank(term.requested, self.ranks):
+                    raise terminated(self, iteration, saved, last)
+                previous = last
+                try:
+                    term.iteration_started(iteration)
+                    last = self.train_iteration(iteration)
+                    done = iteration + 1
+                    if config.run.eval_every and done % config.run.eval_every == 0:
+                        term.phase("evaluation")
+                        last.update(self.evaluate(done))
+                        term.phase("finish")
+                except StopNow as stop:
+                    term.iteration_finished()  # a further SIGTERM cannot cut what follows
+                    raise stopped(self, stop, saved, previous, last) from None
                 if self.logger is not None:
                     self.logger.log(done, last)
                 untrained = untrained + 1 if last["update/steps"] == 0 else 0
                 check_untrained(untrained, done, config.run.max_untrained_iterations, last)
                 term.iteration_finished()
                 bar.update(1)
-                bar.set_postfix(success=f"{last['rollout/success']:.2f}",
-                                ret=f"{last['rollout/return']:.2f}")
+                bar.set_postfix(**iteration_figures(last))
+                note = None if cut_said else prompt_cut_note(last, config.prompt, done)
+                if note:
+                    self._say(note)
+                    cut_said = True
                 if not self.bars:
                     self._say(iteration_line(done, config.run.iterations,
                                              self.start_iteration,
@@ -362,32 +377,19 @@ class Trainer:
                     plot_curves(self.logger.path, self.run_dir / "curves.png")
         return last
 
-    def save(self, iteration: int, metrics: dict[str, float]) -> Path:
+    def save(self, iteration: int, metrics: dict[str, float],
+             state: dict[str, Any] | None = None) -> Path:
         """Write an atomic checkpoint after ``iteration`` completed iterations
-        (:func:`~algorithms.runs.run_checkpoint.save_run_checkpoint`) and say what it holds."""
+        (:func:`~algorithms.runs.run_checkpoint.save_run_checkpoint`; ``state``: a copy
+        taken earlier instead of the learner's state now) and say what it holds."""
         path, message = save_run_checkpoint(self.learner, self.config, self.run_dir,
-                                            iteration, metrics, self.ranks)
+                                            iteration, metrics, self.ranks, state=state)
         self._say(message)
         return path
 
     def close(self) -> None:
-        """Close the envs, the logger and the engine (a vLLM engine shuts down here, while
-        a torchrun job's process group still exists). An overlapped rollout still running
-        ends on the closed engine's error first."""
-        if self.overlap is not None:  # kept, closed: its spans stay readable
-            self.overlap.cancel()
-            if self.engine is not None and hasattr(self.engine, "close"):
-                self.engine.close()
-                self.engine = None
-            self.overlap.close()
-        if self.vec_env is not None:
-            self.vec_env.close()
-            self.vec_env = None
-        if self.logger is not None:
-            self.logger.close()
-        if self.engine is not None and hasattr(self.engine, "close"):
-            self.engine.close()
-            self.engine = None
+        """Close the envs, the logger and the engine (:func:`close_run`)."""
+        close_run(self)
 
 
 class UntrainedRunError(RuntimeError):
@@ -416,32 +418,3 @@ def check_untrained(untrained: int, done: int, limit: int, metrics: dict[str, fl
 
 def _no_sync() -> None:
     """The weight sync of an overlapped iteration: the pipeline's (module docstring)."""
-
-
-def check_reference_engine(engine: Any, ranks: Ranks) -> None:
-    """Refuse ``run.reference_in_worker`` where the reference cannot be scored in the
-    engine: an engine other than the HF worker engine (vLLM), or several ranks.
-
-    Raises:
-        ValueError: in one line, naming what to change.
-    """
-    if not hasattr(engine, "call"):
-        raise ValueError(f"run.reference_in_worker scores the KL reference in the HF engine's "
-                         f"worker; this run's engine is {type(engine).__name__} "
-                         f"(set --generation.engine hf, or leave the option off)")
-    if ranks.distributed:
-        raise ValueError("run.reference_in_worker runs on one process only (under torchrun "
-                         "each rank's engine holds a weight mirror); leave it off")
-
-
-def check_overlap_engine(engine: Any, policy: Policy) -> None:
-    """Refuse an engine that samples with the learner's own model object (the in-process
-    HF engine): overlapped, the update would change the weights under a rollout.
-
-    Raises:
-        ValueError: ``engine.model`` is ``policy.model``.
-    """
-    if getattr(engine, "model", None) is policy.model:
-        raise ValueError(
-            "run.max_staleness > 0 needs an engine with its own copy of the weights (the HF "
-            "worker engine, vLLM); this engine samples with the training model itself")

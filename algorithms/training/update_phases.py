@@ -38,7 +38,8 @@ def timed(phase: str, timings: dict[str, float]) -> Iterator[None]:
 
 
 def learn(learner: Learner, batch: StepBatch, config: TrainConfig, *, iteration: int,
-          timings: dict[str, float], sync_weights: Callable[[], None], bars: bool = False
+          timings: dict[str, float], sync_weights: Callable[[], None], bars: bool = False,
+          before_step: Callable[[], None] | None = None
           ) -> tuple[StepBatch, Advantages, dict[str, Any], float]:
     """Score ``batch``, compute its advantages, update the policy and give the engine the
     new weights (``sync_weights``), each phase timed into ``timings``.
@@ -51,6 +52,7 @@ def learn(learner: Learner, batch: StepBatch, config: TrainConfig, *, iteration:
         timings: filled with ``time/<phase>`` of :data:`UPDATE_PHASES`.
         sync_weights: gives the engine the policy's weights.
         bars: show progress bars over the micro-batches.
+        before_step: called before each optimizer step (:meth:`Learner.update`).
 
     Returns:
         The scored batch, its advantages, the update's statistics and its learning rate.
@@ -71,7 +73,7 @@ def learn(learner: Learner, batch: StepBatch, config: TrainConfig, *, iteration:
                           desc=f"{prefix} update (micro-batches)") as bar:
             stats = learner.update(batch, signals,
                                    seed=iteration_seed(config.run.seed, iteration, 1),
-                                   progress=bar)
+                                   progress=bar, before_step=before_step)
     with timed("weight_sync", timings):
         sync_weights()
     return batch, signals, stats, lr

@@ -36,7 +36,8 @@ from algorithms.runs.checkpoint import (
     resolve_checkpoint,
 )
 from algorithms.runs.distributed import full_tensor
-from algorithms.training.policy import Policy, attach_lora, wrap_model
+from algorithms.training.lora import attach_lora
+from algorithms.training.policy import Policy, wrap_model
 
 _ADAPTER_MARK = "lora_"
 

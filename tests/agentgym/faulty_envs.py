@@ -231,12 +231,80 @@ class PlainGuessEnv(gym.Env):
         return hint, 0.0, False, self._left <= 0, {"guesses_left": self._left}
 
 
+class ToolsMissAnActionEnv(ScriptedTextEnv):
+    """Its tools write no ``jump``, one of its admissible actions."""
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> Any:
+        from agentgym.tools import EnvTools, tool
+
+        return EnvTools((tool("look", "Look around.", "look"),))
+
+    def admissible_actions(self) -> tuple[str, ...]:
+        return ("jump", *super().admissible_actions())
+
+
+class BadToolSchemaEnv(ScriptedTextEnv):
+    """A tool without a description."""
+
+    @classmethod
+    def tools(cls, kwargs: dict[str, Any]) -> Any:
+        from agentgym.tools import EnvTools, tool
+
+        return EnvTools((tool("look", "", "look"),))
+
+
+class UnseededStepEnv(ScriptedTextEnv):
+    """The scripted door env whose answers add a number from Python's global ``random``
+    (which ``reset(seed=)`` does not seed): the task is the seed's, the episode is not."""
+
+    def _step_text(self, action: str) -> Transition:
+        import random
+
+        transition = super()._step_text(action)
+        return Transition(observation=f"{transition.observation} ({random.random():.6f})",
+                          reward=transition.reward, terminated=transition.terminated,
+                          valid_action=transition.valid_action, info=transition.info)
+
+
+class UnseededTaskEnv(ScriptedTextEnv):
+    """The scripted door env that draws its task from Python's global ``random``."""
+
+    def task_id_for_seed(self, rng: Any) -> str:
+        import random
+
+        return random.choice(list(self.task_ids))
+
+
+class IntTaskEnv(ScriptedTextEnv):
+    """The scripted door env built on ``TextEnv`` whose ``task`` property is an int (the
+    task's number): ``TextEnv`` copies it into ``info["task"]``."""
+
+    @property
+    def task(self) -> str:
+        return int(str(self._task_id).rsplit("-", 1)[-1])  # type: ignore[return-value]
+
+
+class IntActionsPlainEnv(PlainGuessEnv):
+    """The plain number-guessing env whose info lists its admissible actions as ints."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        observation, info = super().reset(seed=seed, options=options)
+        return observation, {**info, "admissible_actions": tuple(range(1, self.high + 1))}
+
+
 BREACHES = {
+    "AgentGymTest/UnseededStep-v0": UnseededStepEnv,
+    "AgentGymTest/UnseededTask-v0": UnseededTaskEnv,
+    "AgentGymTest/IntTask-v0": IntTaskEnv,
+    "AgentGymTest/IntActionsPlain-v0": IntActionsPlainEnv,
     "AgentGymTest/UnhashableAnchor-v0": UnhashableAnchorEnv,
     "AgentGymTest/RaisingStep-v0": RaisingStepEnv,
     "AgentGymTest/Kwargs-v0": KwargsEnv,
     "AgentGymTest/IntObservation-v0": IntObservationEnv,
     "AgentGymTest/PlainGuess-v0": PlainGuessEnv,
+    "AgentGymTest/ToolsMissAnAction-v0": ToolsMissAnActionEnv,
+    "AgentGymTest/BadToolSchema-v0": BadToolSchemaEnv,
 }
 """The envs of the contract tests, by the id they are registered under."""
 

@@ -107,6 +107,30 @@ def test_envs_declare_their_penalty_and_task_source_without_being_built(monkeypa
     assert task_source("AgentGym/Nope-v0", {}) == "AgentGym/Nope-v0's own tasks"
 
 
+def test_envs_say_what_keeps_them_from_their_data_without_being_built(monkeypatch, tmp_path):
+    """Every registered env answers data_problems with its defaults (nothing missing: the
+    generated data is made on first use, not here), and one line per missing path."""
+    from agentgym.registration import data_problems
+
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert {env_id: data_problems(env_id, {}) for env_id in ENTRY_POINTS} == {
+        env_id: [] for env_id in ENTRY_POINTS}
+    assert not (tmp_path / ".cache").exists()  # nothing generated
+    assert data_problems("AgentGym/Nope-v0", {}) == []
+    (alfworld,) = data_problems("AgentGym/ALFWorld-v0", {"data_path": str(tmp_path / "no")})
+    assert alfworld.startswith(f"ALFWorld data_path '{tmp_path / 'no'}' does not exist; run "
+                               "alfworld-download")
+    (tmp_path / "alf" / "json_2.1.1" / "train").mkdir(parents=True)
+    (empty,) = data_problems("AgentGym/ALFWorld-v0", {"data_path": str(tmp_path / "alf")})
+    assert empty.startswith("no ALFWorld game files (game.tw-pddl) in ")
+    (shop,) = data_problems("AgentGym/WebShop-v0", {"data": str(tmp_path)})
+    assert shop.startswith(f"no WebShop product file in {tmp_path}")
+    (corpus,) = data_problems("AgentGym/SearchQA-v0", {"data_path": str(tmp_path),
+                                                       "corpus_path": "/no/corpus.jsonl"})
+    assert corpus == "corpus file not found: /no/corpus.jsonl"
+
+
 def test_an_env_with_tag_actions_declares_them():
     from agentgym.registration import env_creator, tag_actions
 

@@ -5,6 +5,7 @@ text envs."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import gymnasium as gym
 import pytest
@@ -51,6 +52,35 @@ def test_register_binds_the_registering_module_for_the_workers():
     assert gym.spec("AgentGymTest/PlainGuess-v0") is spec
     with pytest.raises(TypeError, match="sets the vector entry point itself"):
         agentgym.register("AgentGymTest/Other-v0", PlainGuessEnv, vector_entry_point="x:y")
+
+
+def test_registering_an_id_again_with_new_arguments_updates_its_spec_as_gym_does():
+    """A second :func:`agentgym.register` of an id with other kwargs (or options) replaces
+    the spec, as ``gym.register`` does; ``gym.make`` and the vector entry point then build
+    the env with the new arguments. The same registration again leaves the spec as it is."""
+    env_id = "AgentGymTest/Reregistered-v0"
+    try:
+        agentgym.register(env_id, PlainGuessEnv, kwargs={"high": 3})
+        first = gym.spec(env_id)
+        agentgym.register(env_id, PlainGuessEnv, kwargs={"high": 3})
+        assert gym.spec(env_id) is first
+        with warnings.catch_warnings():  # Gymnasium says it overrides the spec
+            warnings.simplefilter("ignore")
+            agentgym.register(env_id, PlainGuessEnv, kwargs={"high": 7}, max_episode_steps=4)
+        spec = gym.spec(env_id)
+        assert (spec.kwargs, spec.max_episode_steps) == ({"high": 7}, 4)
+        assert spec.vector_entry_point.args == (f"{__name__}:{env_id}",)
+        env = gym.make(env_id)
+        try:
+            assert env.unwrapped.high == 7
+        finally:
+            env.close()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            agentgym.register(env_id, PlainGuessEnv, kwargs={"high": 7})
+        assert gym.spec(env_id).max_episode_steps is None
+    finally:
+        gym.registry.pop(env_id, None)
 
 
 @pytest.mark.parametrize("backend", ["sync", "subprocess"])

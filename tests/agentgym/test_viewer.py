@@ -96,6 +96,59 @@ def visual_run(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def tool_run(tmp_path_factory) -> Path:
+    """A recorded run of the tiny model acting through tool calls on the scripted env."""
+    pytest.importorskip("transformers")
+    import torch
+
+    from algorithms.config import replace
+    from algorithms.training.tiny_model import load_tiny_policy
+    from algorithms.training.trainer import Trainer
+    from tests.algorithms.scripted_config import scripted_config
+
+    config = replace(scripted_config("gigpo", iterations=1, eval_every=1),
+                     prompt={"action_format": "tool-call", "max_prompt_tokens": 2048},
+                     generation={"max_new_tokens": 24}, model={"name_or_path": "tiny"})
+    root = tmp_path_factory.mktemp("tools") / "tool-calls"
+    Trainer(config, policy=load_tiny_policy(config, torch.device("cpu")), run_dir=root).run()
+    return root
+
+
+def test_tool_call_records_carry_the_statuses_and_the_tool_results(tool_run):
+    records = read_records(tool_run / "records" / "train" / "iter_000001.jsonl.gz")
+    steps = [step for record in records for step in record["steps"]]
+    assert steps and all(step["tool_call"]["result"] for step in steps)
+    from algorithms.agent.tool_calls import CALL_STATUSES
+
+    assert all(set(step["tool_call"]["statuses"]) <= set(CALL_STATUSES) for step in steps)
+    bad = [step for step in steps if step["tool_call"]["statuses"] != ["ok"]]
+    assert all(not step["format_ok"] and step["action"] == "" for step in bad)
+    assert all(step["tool_call"]["result"].startswith("Error: ") for step in bad)
+
+
+@pytest.mark.browser
+def test_a_tool_call_step_shows_its_call_and_result(tool_run, browser, shots):
+    server = make_server([tool_run], port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page = _open(browser, f"http://127.0.0.1:{server.server_address[1]}")
+        records = read_records(tool_run / "records" / "train" / "iter_000001.jsonl.gz")
+        page.click("#tab-rollouts")
+        page.click('[data-testid="iteration-train-1"]')
+        record = records[0]
+        step = record["steps"][0]
+        page.click(f'.step[data-traj="{record["traj_id"]}"][data-step="{step["step"]}"]')
+        call = page.inner_text("#detail-tool-call")
+        assert call.startswith(", ".join(step["tool_call"]["statuses"]) + " → ")
+        assert page.inner_text("#detail-tool-result") == step["tool_call"]["result"]
+        page.screenshot(path=str(shots / "tool-call-step.png"), full_page=True)
+        page.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_api_serves_each_steps_image(visual_run):
     import io
 
@@ -126,6 +179,20 @@ def test_api_serves_each_steps_image(visual_run):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_host_flag_binds_the_address_asked_and_says_a_bad_one_in_one_line(runs):
+    server = make_server(runs, port=0, host="0.0.0.0")
+    try:
+        assert server.server_address[0] == "0.0.0.0"
+    finally:
+        server.server_close()
+    result = subprocess.run([sys.executable, "-m", "agentgym.viewer", str(runs[0]), "--host",
+                             "192.0.2.1", "--port", "0"],  # TEST-NET-1: never this machine's
+                            cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip() == ("agentgym.viewer: error: cannot serve on 192.0.2.1:0: "
+                                     "Cannot assign requested address")
 
 
 def test_the_command_refuses_a_folder_without_a_run(tmp_path):
@@ -290,6 +357,44 @@ def test_evaluation_records_curves_and_comparison(runs, page, shots):
     page.screenshot(path=str(shots / "compare.png"), full_page=True)
 
 
+@pytest.mark.browser
+def test_the_page_opens_on_the_newest_training_iteration(runs, fresh_page):
+    """Issue 60: the page used to open on an empty pane until an iteration was clicked."""
+    from playwright.sync_api import expect
+
+    records = read_records(runs[0] / "records" / "train" / "iter_000002.jsonl.gz")
+    expect(fresh_page.locator(".iterations button.active")).to_have_attribute(
+        "data-testid", "iteration-train-2")  # not eval 2, the newest file of another kind
+    expect(fresh_page.locator(".traj")).to_have_count(len(records))
+    expect(fresh_page.locator("#shown")).to_have_text(
+        f"{len(records)} of {len(records)} trajectories")
+
+
+@pytest.mark.browser
+def test_the_envs_reply_to_each_action_is_shown_and_the_final_one_ends_each_column(
+        runs, fresh_page, shots):
+    """Issue 60: the env's answer to the last action ("Game over", "Invalid move", a turn
+    limit) was never recorded; it ends each trajectory's column and is the last step's
+    reply, and an earlier step's reply is the next step's observation."""
+    from playwright.sync_api import expect
+
+    page = fresh_page
+    records = read_records(runs[0] / "records" / "train" / "iter_000002.jsonl.gz")
+    expect(page.locator(".traj")).to_have_count(len(records))
+    record = next(r for r in records if len(r["steps"]) > 1)
+    final = page.locator(f'.final[data-final="{record["traj_id"]}"]')
+    assert final.inner_text() == f"end: {record['final_observation']}"
+    _step(page, record, record["steps"][-1]).click()
+    assert page.inner_text("#detail-reply") == record["final_observation"]
+    _step(page, record, record["steps"][0]).click()
+    assert page.inner_text("#detail-reply") == record["steps"][1]["observation"]
+    final.click()  # the end shows the last step
+    expect(page.locator("#detail-title")).to_have_text(
+        f"train 2 · traj {record['traj_id']}, step {record['steps'][-1]['step']} "
+        f"(group {record['group']})")
+    page.screenshot(path=str(shots / "final-observation.png"), full_page=True)
+
+
 # -------------------------------------- issue 27: a new user's four findings, one test each
 SUCCESS_CURVE = (0.05, 0.08, 0.12, 0.15, 0.2, 0.26, 0.31, 0.38, 0.44, 0.5, 0.57, 0.62)
 """``rollout/success`` of the hand-written run, iterations 1 to 12."""
@@ -371,11 +476,10 @@ def test_a_new_iteration_or_run_clears_the_selected_step(runs, fresh_page, shots
     assert page.locator(".step.selected").count() == 1
     page.screenshot(path=str(shots / "selection-after-switch.png"), full_page=True)
 
-    page.select_option("#run-select", "1")  # another run: nothing of the old one stays
+    page.select_option("#run-select", "1")  # another run: it opens on its own newest
     expect(page.locator("#detail")).to_have_text("Click a step.")
-    assert page.locator(".traj").count() == 0
-    assert page.inner_text("#shown") == ""
-    page.click('[data-testid="iteration-train-2"]')
+    expect(page.locator(".iterations button.active")).to_have_attribute(
+        "data-testid", "iteration-train-2")
     expect(page.locator(".traj")).to_have_count(len(
         read_records(runs[1] / "records" / "train" / "iter_000002.jsonl.gz")))
     assert page.locator(".step.selected").count() == 0

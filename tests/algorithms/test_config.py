@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from algorithms.config import PRESET_HELP, PRESETS, ConfigError, TrainConfig, replace
+from algorithms.config import ConfigError, TrainConfig, replace
+from algorithms.presets import PRESET_HELP, PRESETS
 
 
 def test_algo_selects_estimator_and_critic():
@@ -50,6 +51,26 @@ def test_gpu_presets_follow_the_paper():
     search = PRESETS["searchqa-3b"]
     assert (search.env.group_size, search.env.max_steps, search.env.penalty()) == (5, 4, 0.01)
     assert search.env.env_id == "AgentGym/SearchQA-v0"
+
+
+def test_the_7b_presets_are_the_1_5b_scripts_with_the_7b_model():
+    for small, large in (("alfworld-1.5b", "alfworld-7b"), ("webshop-1.5b", "webshop-7b")):
+        seven = PRESETS[large]
+        assert seven.model.name_or_path == "Qwen/Qwen2.5-7B-Instruct"
+        assert seven.model.lora_rank == 0
+        as_small = replace(seven, preset=small,
+                           model={"name_or_path": PRESETS[small].model.name_or_path})
+        assert as_small == PRESETS[small]
+
+
+def test_the_gpu_presets_are_those_with_a_qwen_model_and_vllm():
+    from algorithms.presets import GPU_PRESETS
+
+    assert GPU_PRESETS <= set(PRESETS)
+    for name, preset in PRESETS.items():
+        on_gpu = (preset.generation.engine == "vllm"
+                  and str(preset.model.name_or_path).startswith("Qwen/"))
+        assert on_gpu == (name in GPU_PRESETS), name
 
 
 def test_vision_language_presets_follow_run_sokoban_sh_and_run_ezpoints_sh():
@@ -157,12 +178,77 @@ def test_graphgpo_presets_follow_its_1_5b_scripts():
         assert (config.env.num_groups, config.env.group_size, config.env.penalty()) == (
             16, 8, 0.1)
         assert config.run.eval_before_train and config.run.iterations == 150
-    assert (alf.learner.gamma, alf.env.max_steps, alf.prompt.max_prompt_tokens) == (
+        assert learner.gamma == 0.95  # not read: GraphGPO does not discount
+    assert (alf.learner.graphgpo_decay, alf.env.max_steps, alf.prompt.max_prompt_tokens) == (
         0.1, 50, 2048)
     assert (alf.learner.mini_batch_size, alf.learner.micro_batch_size) == (256, 32)
-    assert (shop.learner.gamma, shop.env.max_steps, shop.prompt.max_prompt_tokens) == (
-        0.2, 15, 5120)
+    assert (shop.learner.graphgpo_decay, shop.env.max_steps, shop.prompt.max_prompt_tokens
+            ) == (0.2, 15, 5120)
     assert (shop.learner.mini_batch_size, shop.learner.micro_batch_size) == (64, 8)
+
+
+@pytest.mark.parametrize("algo", ["gigpo", "hgpo"])
+def test_another_algo_on_a_graphgpo_preset_discounts_with_gamma_not_the_graph_decay(algo):
+    """``learner.gamma`` is the discount only; GraphGPO's decay of its graph returns is
+    ``learner.graphgpo_decay``, so ``--algo gigpo`` (or ``hgpo``) on a GraphGPO preset
+    discounts with 0.95, and the GraphGPO presets still decay with their scripts' 0.1 and
+    0.2."""
+    pytest.importorskip("tyro")
+    import train
+
+    for preset, decay in (("graphgpo-alfworld-1.5b", 0.1), ("graphgpo-webshop-1.5b", 0.2)):
+        switched = train.parse_config(["--preset", preset, "--algo", algo])
+        assert (switched.algo, switched.learner.gamma) == (algo, 0.95)
+        graph = train.parse_config(["--preset", preset])
+        assert (graph.algo, graph.learner.graphgpo_decay, graph.learner.gamma) == (
+            "graphgpo", decay, 0.95)
+        assert train.parse_config(["--preset", preset, "--algo", algo, "--algo", "graphgpo"]
+                                  ).learner.graphgpo_decay == decay
+
+
+def _saved_before_graphgpo_decay(config: TrainConfig) -> dict:
+    """``config`` as a run saved it before GraphGPO's decay had a field of its own: no
+    ``learner.graphgpo_decay``, and a GraphGPO run's decay in ``learner.gamma``."""
+    data = json.loads(json.dumps(config.to_dict()))
+    decay = data["learner"].pop("graphgpo_decay")
+    if config.algo == "graphgpo":
+        data["learner"]["gamma"] = decay
+    return data
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_a_config_saved_before_graphgpo_decay_had_a_field_loads_as_the_same_config(name):
+    assert TrainConfig.from_dict(_saved_before_graphgpo_decay(PRESETS[name])) == PRESETS[name]
+
+
+def test_a_graphgpo_run_saved_before_the_decay_had_a_field_resumes(tmp_path):
+    """A run folder of ``--algo graphgpo`` written when its config held the decay in
+    ``learner.gamma`` (0.1) resumes under today's config (gamma 0.95, graphgpo_decay 0.1),
+    and its learner decays its graph returns by the same 0.1; another decay is still
+    refused as a change."""
+    from algorithms.config import with_algo
+    from algorithms.runs.checkpoint import LATEST, META_FILE, checkpoint_dir
+    from algorithms.runs.run_folder import prepare_run_folder
+
+    config = replace(with_algo(PRESETS["cpu-demo"], "graphgpo"), run={"resume": True})
+    saved = _saved_before_graphgpo_decay(config)
+    assert (saved["learner"]["gamma"], config.learner.gamma) == (0.1, 0.95)
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    checkpoints = checkpoint_dir(tmp_path)
+    (checkpoints / "iter_1").mkdir(parents=True)
+    (checkpoints / "iter_1" / META_FILE).write_text(json.dumps({"iteration": 1}))
+    (checkpoints / LATEST).write_text("iter_1")
+    assert prepare_run_folder(config, tmp_path) == checkpoints / "iter_1"
+    assert TrainConfig.from_dict(saved).learner.graphgpo_decay == 0.1
+    with pytest.raises(ConfigError, match=r"learner\.graphgpo_decay: saved 0\.1, now 0\.2"):
+        prepare_run_folder(replace(config, learner={"graphgpo_decay": 0.2}), tmp_path)
+
+
+def test_the_discount_and_the_graph_decay_are_checked_before_the_run():
+    for name in ("gamma", "graphgpo_decay"):
+        for bad in (-0.1, 1.5, float("nan")):
+            with pytest.raises(ConfigError, match=f"learner.{name} must be in \\[0, 1\\]"):
+                replace(TrainConfig(algo="graphgpo"), learner={name: bad}).validate()
 
 
 def test_similarity_and_hgpo_settings_are_checked():
@@ -211,6 +297,21 @@ def _sft_then_gigpo_preset(name: str, env_id: str):
     assert config.run.eval_before_train and config.run.eval_every == config.run.iterations
     assert env_kwargs_problems(config) == []  # e.g. none of the cpu-demo's KeyDoor kwargs
     return config
+
+
+def test_a_presets_env_kwargs_left_on_another_env_are_refused_with_where_they_came_from():
+    """The presets live in :mod:`algorithms.presets`, which imports the config module (not
+    the reverse); the refusal still names the preset that set the kwargs."""
+    from algorithms.config import env_kwargs_problems
+
+    guess = "examples.own_env:OwnEnv/NumberGuess-v0"
+    config = replace(PRESETS["cpu-demo"], env={"env_id": guess})
+    assert env_kwargs_problems(config) == [
+        f"env.env_kwargs has arguments {guess} does not take: height, key, width (the "
+        "cpu-demo preset sets them for AgentGym/KeyDoor-v0); clear them with "
+        "--env.env-kwargs '{}' or pass only its own (high, anchor, max_steps, render_mode)"]
+    with pytest.raises(ConfigError, match="the cpu-demo preset sets them for"):
+        config.validate()
 
 
 def test_cpu_webshop_is_sft_then_gigpo_on_the_offline_model():

@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 from algorithms.config import ModelConfig  # noqa: E402
 from algorithms.engines import Response  # noqa: E402
 from algorithms.engines.hf import HFEngine, plain_sampling_config  # noqa: E402
-from algorithms.training.policy import score_responses  # noqa: E402
+from algorithms.training.scoring import score_responses  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
 TOLERANCE = 1e-4
@@ -241,7 +241,7 @@ def test_vlm_rollout_batch_scores_on_policy(kind, lora, tower, dtype):
     from algorithms.config import PromptConfig
     from algorithms.runs.distributed import SINGLE
     from algorithms.training.micro_batches import micro_batches
-    from algorithms.training.policy import Scorer
+    from algorithms.training.scoring import Scorer
     from tests.algorithms.visual_env import ENV_ID, make_vision_policy
 
     config = ModelConfig(lora_rank=2 if lora else 0, lora_alpha=4, train_vision_tower=tower,

@@ -208,7 +208,7 @@ def _with_leaky_generation_config(policy):
 def _first_token_probs(policy, prompt: list[int], temperature: float) -> np.ndarray:
     """The scorer's distribution of the first response token: score every token as a
     one-token response."""
-    from algorithms.training.policy import score_responses
+    from algorithms.training.scoring import score_responses
 
     vocab = len(policy.tokenizer)
     prompt_ids = torch.tensor([prompt] * vocab)

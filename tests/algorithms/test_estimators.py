@@ -132,6 +132,14 @@ class TestReinforcePP:
         np.testing.assert_allclose(got, np.array([1, -1, 0, 0]) / np.sqrt(variance + 1e-8),
                                    **TOL)
 
+    def test_eps_0_is_refused_where_equal_scores_would_whiten_0_by_0(self):
+        # every group constant: centered all 0, batch variance 0; eps 0 gave NaN
+        equal = ([1.0, 1.0, 2.0, 2.0], [0, 1, 2, 3], [0, 0, 1, 1])
+        assert np.array_equal(reinforce_pp_advantages(*equal), np.zeros(4))
+        for eps in (0.0, -1e-8, float("nan")):
+            with pytest.raises(ValueError, match=r"^eps must be finite and > 0 \(a batch"):
+                reinforce_pp_advantages(*equal, eps=eps)
+
     def test_rows_weigh_by_their_tokens(self):
         # centered 1, -1, 0, 0 with 3, 1, 1, 1 tokens: mean 2 / 6, then Bessel over 6 tokens
         counts = np.array([3, 1, 1, 1])
@@ -228,12 +236,13 @@ def test_with_algo_sets_each_algorithms_settings():
     with pytest.raises(ConfigError, match="unknown algo"):
         with_algo(TrainConfig(), "dapo")
     graph = with_algo(TrainConfig(), "graphgpo")
-    assert (graph.estimator, graph.learner.gamma) == ("graphgpo", 0.1)  # its recipe's gamma
-    hgpo = with_algo(TrainConfig(), "hgpo")
+    assert (graph.estimator, graph.learner.graphgpo_decay, graph.learner.gamma) == (
+        "graphgpo", 0.1, 0.95)  # its recipe's decay, in a field of its own
+    hgpo = with_algo(graph, "hgpo")
     assert (hgpo.estimator, hgpo.learner.gamma) == ("hgpo", 0.95)
     for algo in ("hgpo", "graphgpo"):
         with_algo(TrainConfig(), algo).validate()
-    assert set(ALGO_SETTINGS) == {"dr_grpo", "gspo", "graphgpo"}
+    assert set(ALGO_SETTINGS) == {"dr_grpo", "gspo"}
 
 
 def test_an_algo_name_that_does_not_tell_the_truth_is_refused():

@@ -120,6 +120,8 @@ def test_hgpo_steps_statistics_and_penalties_reach_the_base_item():
     ({"length_weight_alpha": float("nan")}, ValueError, "length_weight_alpha"),
     ({"normalize": "max"}, ValueError, "normalize"),
     ({"penalties": [0.1, 0.0]}, ValueError, "episode_stats='steps'"),
+    ({"eps": 0.0}, ValueError, "eps must be finite and > 0"),
+    ({"eps": -1e-6}, ValueError, "eps must be finite and > 0"),
 ])
 def test_hgpo_refuses_bad_settings(kwargs, error, match):
     with pytest.raises(error, match=match):
@@ -128,6 +130,26 @@ def test_hgpo_refuses_bad_settings(kwargs, error, match):
 
 def test_hgpo_of_an_empty_batch():
     assert hgpo_advantages([], [], [], []).shape == (0,)
+
+
+def test_hgpo_refuses_eps_0_where_a_row_without_items_would_divide_0_by_0():
+    """A row with no nonzero item has weights 0, and its advantage ``0 / (0 + eps)``;
+    eps 0 made it NaN. GiGPO and GraphGPO at eps 0 stay finite (a degenerate group scores
+    exactly 0 without dividing), and keep their eps-0 results."""
+    rewards, traj, group = [0.0, 1.0, 0.0, 0.0], [7, 7, 8, 8], [0, 0, 0, 0]
+    anchors = ["A", "B", "A", "C"]  # B and C are singletons: no nonzero item
+    assert np.all(np.isfinite(hgpo_advantages(rewards, traj, group, anchors)))
+    with pytest.raises(ValueError, match=r"^eps must be finite and > 0 .*, got 0\.0$"):
+        hgpo_advantages(rewards, traj, group, anchors, eps=0.0)
+    from algorithms.objectives.advantages import gigpo_advantages
+
+    np.testing.assert_allclose(gigpo_advantages(rewards, traj, group, anchors, eps=0.0),
+                               [2 ** -0.5 + 2 ** -0.5, 2 ** -0.5, -(2 ** -0.5) - 2 ** -0.5,
+                                -(2 ** -0.5)], rtol=1e-15)
+    graph = graphgpo_advantages(rewards, traj, group, anchors, ["B", "G", "C", "D"],
+                                np.array([True, True, False, False]), eps=0.0)
+    np.testing.assert_allclose(graph, [2 * 2 ** -0.5, 2 ** -0.5, -2 * 2 ** -0.5, -(2 ** -0.5)],
+                               rtol=1e-15)
 
 
 # --------------------------------------------------------------------------- GraphGPO
@@ -184,6 +206,33 @@ def test_graphgpo_combines_the_step_groups_and_the_episode_term():
     alone = graphgpo_advantages(rewards, traj, group, anchors, nexts, success, gamma=0.5,
                                 normalize="mean", episode_weight=0.0)
     np.testing.assert_allclose(alone, terms.step)
+
+
+def test_graphgpo_normalizes_its_step_groups_with_the_sample_std_hand_computed():
+    """One group of three: 0 walks S -> A -> goal and wins, 1 walks S -> B -> X, 2 walks
+    S -> A -> Y; both fail. Distances: A 1, S 2, and B, X, Y cannot reach the goal: 3 (one
+    past S). Returns (gamma 0.1) ``10 * 0.1 ** d(next)``: S rows 1, 0.01, 1; A rows 10 and
+    0.01; B's row a singleton. Each step group divides by its *sample* std (ddof 1) plus
+    1e-6, and so does the episode term (returns 10, 0, 0)."""
+    rewards = np.array([0.0, 10.0, 0.0, 0.0, 0.0, 0.0])
+    traj, group = np.array([0, 0, 1, 1, 2, 2]), np.zeros(6, dtype=int)
+    anchors = ["S", "A", "S", "B", "S", "A"]
+    nexts = ["A", "G", "B", "X", "A", "Y"]
+    success = np.array([True, True, False, False, False, False])
+    terms = graphgpo_terms(rewards, traj, group, anchors, nexts, success, gamma=0.1)
+    np.testing.assert_allclose(terms.returns, [1.0, 10.0, 0.01, 0.01, 1.0, 0.01], rtol=1e-12)
+    # S: mean 0.67, deviations 0.33, -0.66, 0.33; sample variance 0.6534 / 2
+    s_scale = 1 / (np.sqrt(0.6534 / 2) + EPS)
+    # A: mean 5.005, deviations +-4.995; sample std 4.995 * sqrt(2)
+    a_scale = 1 / (4.995 * np.sqrt(2) + EPS)
+    np.testing.assert_allclose(terms.step, [0.33 * s_scale, 4.995 * a_scale, -0.66 * s_scale,
+                                            0.0, 0.33 * s_scale, -4.995 * a_scale], rtol=1e-10)
+    # episode: mean 10 / 3, deviations 20 / 3, -10 / 3, -10 / 3; sample variance 100 / 3
+    e_scale = 1 / (np.sqrt(100 / 3) + EPS)
+    np.testing.assert_allclose(terms.episode, np.repeat([20 / 3, -10 / 3, -10 / 3], 2) * e_scale,
+                               rtol=1e-10)
+    got = graphgpo_advantages(rewards, traj, group, anchors, nexts, success, gamma=0.1)
+    np.testing.assert_allclose(got, terms.step + terms.episode, rtol=1e-15)
 
 
 def test_graphgpo_similarity_merges_graph_nodes_not_step_groups():
@@ -279,6 +328,47 @@ def test_the_learner_runs_hgpo_with_the_prompts_history_window():
                                                  prompt={"history_window": 0}))
     # (S, A) {9.5, 0} joins A's {9.5, 0, 9.5} with a history window of 1
     assert np.abs(with_history.advantages - without.advantages).max() > 0.1
+
+
+def test_the_learner_runs_hgpo_over_the_whole_transcript_in_the_transcript_layout():
+    """In the transcript layout a step's prompt holds its trajectory so far, not the last
+    ``prompt.history_window`` pairs (0 in the transcript presets): HGPO's history groups
+    then reach back to the trajectory's start (``history_length`` one less than the
+    longest trajectory), unless ``learner.hgpo_history_length`` says otherwise."""
+    window = hand_batch([(0, [0.0, 0.0, 0.0, 10.0], ["S", "A", "B", "C"], False),
+                         (0, [0.0, 0.0, 0.0, 0.0], ["S", "A", "B", "D"], False),
+                         (0, [0.0, 0.0, 0.0, 10.0], ["T", "A", "B", "C"], False)])
+    batch = dataclasses.replace(window, layout="transcript")
+    config = replace(with_algo(TrainConfig(), "hgpo"),
+                     prompt={"layout": "transcript", "history_window": 0})
+    got = estimate_advantages(batch, config)
+    want = hgpo_terms(batch.env_rewards, batch.traj_ids, batch.group_ids, batch.anchors,
+                      history_length=3, episode_stats="steps", penalties=batch.penalties)
+    np.testing.assert_array_equal(got.advantages, want.advantages)
+    np.testing.assert_array_equal(got.step, want.history)
+    # the window's 0 would group by the current state alone: C's rows, 10 and 10, tie
+    short = hgpo_terms(batch.env_rewards, batch.traj_ids, batch.group_ids, batch.anchors,
+                       history_length=0, episode_stats="steps", penalties=batch.penalties)
+    assert np.abs(want.advantages - short.advantages).max() > 0.1
+    # an explicit history length wins, as in the window layout
+    chosen = estimate_advantages(batch, replace(config, learner={"hgpo_history_length": 1}))
+    np.testing.assert_array_equal(chosen.advantages, hgpo_terms(
+        batch.env_rewards, batch.traj_ids, batch.group_ids, batch.anchors, history_length=1,
+        episode_stats="steps", penalties=batch.penalties).advantages)
+
+
+def test_graphgpo_decays_with_its_own_field_and_not_with_the_discount():
+    batch = hand_batch([(0, [0.0, 10.0], ["S", "A"], False), (0, [0.0, 0.0], ["S", "B"], False)])
+    batch = dataclasses.replace(batch, next_anchors=("A", "T", "B", "U"),
+                                success=np.array([True, True, False, False]))
+    config = replace(with_algo(TrainConfig(), "graphgpo"), learner={"graphgpo_decay": 0.3})
+    got = estimate_advantages(batch, config)
+    terms = graphgpo_terms(batch.env_rewards, batch.traj_ids, batch.group_ids, batch.anchors,
+                           batch.next_anchors, batch.success, gamma=0.3,
+                           episode_stats="steps", penalties=batch.penalties)
+    np.testing.assert_array_equal(got.advantages, terms.combined(1.0, 1.0))
+    discounted = estimate_advantages(batch, replace(config, learner={"gamma": 0.5}))
+    np.testing.assert_array_equal(discounted.advantages, got.advantages)
 
 
 def test_the_learner_runs_graphgpo_from_the_recorded_next_states():

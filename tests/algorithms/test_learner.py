@@ -366,7 +366,7 @@ def test_score_progress_counts_the_bootstrap_passes():
 def test_scores_are_taken_at_the_configured_sampling_temperature():
     """Old, reference and current log-probs all use generation.temperature (one place)."""
     from algorithms.training.micro_batches import window_rows as _rows
-    from algorithms.training.policy import score_responses
+    from algorithms.training.scoring import score_responses
 
     policy = make_policy()
     config = replace(_config("grpo", kl_coef=0.01, mini_batch_size=64, micro_batch_size=64),

@@ -28,7 +28,8 @@ import pytest
 pytest.importorskip("transformers")
 
 from algorithms.agent.metrics import read_metrics  # noqa: E402
-from algorithms.config import CPU_DEMO_LOSS, replace  # noqa: E402
+from algorithms.config import replace  # noqa: E402
+from algorithms.presets import CPU_DEMO_LOSS  # noqa: E402
 from algorithms.training.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402

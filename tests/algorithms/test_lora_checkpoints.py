@@ -22,11 +22,8 @@ from algorithms.runs.checkpoint import (  # noqa: E402
     latest_checkpoint,
     load_checkpoint,
 )
-from algorithms.training.policy import (  # noqa: E402
-    frozen_weights_fingerprint,
-    lora_settings,
-    model_identity,
-)
+from algorithms.training.lora import lora_settings  # noqa: E402
+from algorithms.training.policy import frozen_weights_fingerprint, model_identity  # noqa: E402
 from algorithms.training.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.tiny import make_model, make_policy  # noqa: E402
@@ -197,7 +194,7 @@ def test_check_model_identity_rules(tmp_path):
 
 def test_the_adapters_initialisation_is_a_function_of_the_seed():
     """So that a LoRA run is reproduced by its seed alone, and seeds differ."""
-    from algorithms.training.policy import attach_lora
+    from algorithms.training.lora import attach_lora
 
     def lora_a(seed: int) -> torch.Tensor:
         model = attach_lora(make_model(40, seed=0), LORA, seed=seed)

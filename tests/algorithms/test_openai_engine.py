@@ -172,7 +172,7 @@ def test_prompts_with_images_go_to_the_chat_endpoint_as_png_data_urls():
 
     from algorithms.agent.prompts import PromptBuilder
     from algorithms.config import PromptConfig
-    from benchmarks.tiny_vlm import tiny_image_processor, vlm_tokenizer
+    from studies.tiny_vlm import tiny_image_processor, vlm_tokenizer
     from tests.algorithms.visual_env import MOVES, TASK, vocabulary_texts
 
     tokenizer = vlm_tokenizer(vocabulary_texts())

@@ -123,7 +123,8 @@ def test_token_ids_seeds_and_stop_strings(server, policy):
 def test_evaluation_through_the_rollout(server, policy, tmp_path):
     """``--eval-only`` with ``--generation.engine openai``: the trainer's evaluation
     plays ALFWorld episodes through the server."""
-    from algorithms.config import PRESETS, replace
+    from algorithms.config import replace
+    from algorithms.presets import PRESETS
     from algorithms.training.trainer import Trainer
 
     config = replace(PRESETS["cpu-demo"],

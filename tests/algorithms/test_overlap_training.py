@@ -20,9 +20,12 @@ from algorithms.agent.metrics import read_metrics  # noqa: E402
 from algorithms.config import ConfigError, replace  # noqa: E402
 from algorithms.engines.hf import HFEngine  # noqa: E402
 from algorithms.runs.checkpoint import latest_checkpoint  # noqa: E402
-from algorithms.training.build import vector_env_factory  # noqa: E402
+from algorithms.training.build import (
+    check_overlap_engine,  # noqa: E402
+    vector_env_factory,  # noqa: E402
+)
 from algorithms.training.learner import Learner  # noqa: E402
-from algorithms.training.trainer import Trainer, check_overlap_engine  # noqa: E402
+from algorithms.training.trainer import Trainer  # noqa: E402
 from tests.algorithms.scripted_config import scripted_config  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
@@ -333,7 +336,7 @@ def test_reference_in_worker_settings_are_checked():
 
 def test_reference_in_worker_refuses_other_engines_and_several_ranks():
     from algorithms.runs.distributed import Ranks
-    from algorithms.training.trainer import check_reference_engine
+    from algorithms.training.build import check_reference_engine
 
     with pytest.raises(ValueError, match="this run's engine is CopyEngine"):
         check_reference_engine(CopyEngine(make_policy(seed=0)), Ranks())

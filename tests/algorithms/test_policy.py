@@ -17,8 +17,8 @@ from algorithms.training.policy import (  # noqa: E402
     default_model_file,
     load_policy,
     resolve_dtype,
-    score_responses,
 )
+from algorithms.training.scoring import score_responses  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
 

@@ -260,8 +260,8 @@ def test_micro_batch_losses_add_up_as_configured(weighting):
     fresh = make_policy()
     fresh.model.load_state_dict(policy.model.state_dict())
     learner_fresh = Learner(fresh, config, CPU)
+    from algorithms.training.batch_scoring import score_rows as _score
     from algorithms.training.micro_batches import window_rows as _rows
-    from algorithms.training.scoring import score_rows as _score
 
     total = 0.0
     for rows, tokens in (([0, 1], 4), ([2, 3], 3)):
@@ -284,8 +284,8 @@ def test_the_learners_entropy_bonus_pushes_the_weights_up_the_entropy():
     """Zero advantages and no KL: the update's gradient is the entropy bonus's alone,
     ``-entropy_coef * d(token mean of H over the 7 response tokens)/dw``, and a small step
     against it raises the entropy (one micro-batch of the 4 rows)."""
+    from algorithms.training.batch_scoring import score_rows as _score
     from algorithms.training.micro_batches import window_rows as _rows
-    from algorithms.training.scoring import score_rows as _score
 
     policy = make_policy()
     config = _config("grpo", lr=0.0, weight_decay=0.0, entropy_coef=0.1, max_grad_norm=1e9,

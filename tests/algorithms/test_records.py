@@ -96,3 +96,27 @@ def test_records_are_off_with_zero(tmp_path):
 
 def test_the_viewer_reads_the_format_the_trainer_writes():
     assert FORMAT == RECORD_FORMAT
+
+
+def test_the_final_observation_is_the_envs_reply_to_the_last_action(tmp_path):
+    """Replaying a recorded trajectory's actions from its task gives, after the last one,
+    the record's final observation; every earlier reply is the next step's observation."""
+    import gymnasium as gym
+
+    config = scripted_config("grpo", iterations=1, record_trajectories=4)
+    trainer = Trainer(config, policy=make_policy(seed=1), run_dir=tmp_path)
+    trainer.run()
+    batch = trainer.last_batch
+    for row in range(len(batch) - 1):
+        if batch.traj_ids[row] == batch.traj_ids[row + 1]:
+            assert batch.log.replies[row] == batch.log.observations[row + 1]
+    records = read_records(tmp_path / "records" / "train" / "iter_000001.jsonl.gz")
+    env = gym.make(config.env.env_id, max_steps=config.env.max_steps,
+                   **json.loads(config.env.env_kwargs))
+    for record in records:
+        observation, _ = env.reset(options={"task_id": record["task_id"]})
+        for step in record["steps"]:
+            assert observation == step["observation"]
+            observation, *_ = env.step(step["action"])
+        assert record["final_observation"] == observation
+    env.close()

@@ -11,7 +11,8 @@ pytest.importorskip("transformers")
 
 from algorithms.agent.prompts import PromptBuilder, render_user_message  # noqa: E402
 from algorithms.agent.rollout import RolloutSettings, collect_rollout  # noqa: E402
-from algorithms.config import PRESETS, PromptConfig, replace  # noqa: E402
+from algorithms.config import PromptConfig, replace  # noqa: E402
+from algorithms.presets import PRESETS  # noqa: E402
 from tests.algorithms.tiny import make_tokenizer  # noqa: E402
 
 

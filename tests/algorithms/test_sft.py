@@ -13,7 +13,8 @@ import torch
 pytest.importorskip("transformers")
 
 from algorithms.agent.prompts import PromptBuilder  # noqa: E402
-from algorithms.config import PRESETS, ConfigError, ModelConfig, PromptConfig, replace  # noqa: E402
+from algorithms.config import ConfigError, ModelConfig, PromptConfig, replace  # noqa: E402
+from algorithms.presets import PRESETS  # noqa: E402
 from algorithms.runs.checkpoint import CheckpointError  # noqa: E402
 from algorithms.sft.data import (  # noqa: E402
     ExpertStep,
@@ -34,7 +35,7 @@ from algorithms.sft.trainer import (  # noqa: E402
     response_nll,
     sft_steps,
 )
-from algorithms.training.policy import score_responses  # noqa: E402
+from algorithms.training.scoring import score_responses  # noqa: E402
 from algorithms.training.warm_start import apply_init_checkpoint, base_fingerprint  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 
@@ -132,6 +133,28 @@ def test_the_check_command(tmp_path, capsys):
     path.write_text("{}\n", encoding="utf-8")
     assert main(["check", str(path)]) == 1
     assert "line 1: 'task' must be a string" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "status", "start"), [
+    (["make-data", "--env-id", KEYDOOR, "--env-kwargs", "[1]", "--out", "x.jsonl"], 2,
+     "python -m algorithms.sft.trainer make-data: error: --env-kwargs must be a JSON object"),
+    (["make-data", "--env-id", KEYDOOR, "--perturb", "2", "--out", "x.jsonl"], 2,
+     "python -m algorithms.sft.trainer make-data: error: --perturb must be in [0, 1]"),
+    (["make-data", "--env-id", "AgentGym/Nope-v0", "--out", "x.jsonl"], 2,
+     "python -m algorithms.sft.trainer: error: unknown env id 'AgentGym/Nope-v0'"),
+    (["check", "no-such-file.jsonl"], 1, "python -m algorithms.sft.trainer: error: "),
+])
+def test_the_data_makers_errors_are_one_line_with_the_kinds_exit_status(
+        tmp_path, monkeypatch, capsys, args, status, start):
+    """A command line that cannot run exits 2 (argparse's refusals too); a file that is not
+    there, 1."""
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(args)
+    except SystemExit as stop:
+        code = stop.code
+    (line,) = capsys.readouterr().err.splitlines()
+    assert code == status and line.startswith(start), line
 
 
 # ---------------------------------------------------------------------- expert data

@@ -11,7 +11,8 @@ import torch
 
 pytest.importorskip("transformers")
 
-from algorithms.config import PRESETS, ConfigError, replace  # noqa: E402
+from algorithms.config import ConfigError, replace  # noqa: E402
+from algorithms.presets import PRESETS  # noqa: E402
 from algorithms.runs.run_folder import RunFolderError  # noqa: E402
 from algorithms.sft.stage import FINISHED, STAGE_DIR, needs_stage, run_stage  # noqa: E402
 from algorithms.sft.trainer import SFTTrainer  # noqa: E402

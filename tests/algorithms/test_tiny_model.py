@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from algorithms.agent.prompts import PromptBuilder
-from algorithms.config import PRESETS, TrainConfig, replace
+from algorithms.config import TrainConfig, replace
 from algorithms.precision import compute_dtype
+from algorithms.presets import PRESETS
 from algorithms.training.tiny_model import (
     SPECIAL_TOKENS,
     env_texts,
@@ -89,3 +90,25 @@ def test_the_models_dtype_follows_the_config(dtype):
     policy = load_tiny_policy(config, torch.device("cpu"))
     # (on a CPU, bfloat16 is mixed precision: the trained weights stay float32)
     assert compute_dtype(policy.model) == getattr(torch, dtype)
+
+
+def test_a_checkpoint_of_a_smoke_model_built_from_other_env_text_is_refused_naming_it():
+    """Issue 60: the refusal suggested model flags, when the env's text (here its range
+    of numbers) had changed the smoke model's vocabulary."""
+    from algorithms.runs.checkpoint import CheckpointError, check_model_identity
+    from algorithms.training.policy import model_identity
+
+    trained = model_identity(load_tiny_policy(_config(), torch.device("cpu")))
+    again = model_identity(load_tiny_policy(_config(), torch.device("cpu")))
+    check_model_identity("runs/guess/checkpoints/iter_000001", trained, again)  # the same
+    wider = model_identity(load_tiny_policy(_config(env_kwargs=json.dumps({"high": 32})),
+                                            torch.device("cpu")))
+    with pytest.raises(CheckpointError) as refused:
+        check_model_identity("runs/guess/checkpoints/iter_000001", trained, wider)
+    message = str(refused.value)
+    words = trained["base_source"].split(" words from")[0].rsplit(" ", 1)[1]
+    assert message.startswith(
+        f"runs/guess/checkpoints/iter_000001 was trained on the tiny smoke model built from "
+        f"{GUESS}'s text ({words} words), and this run's is built from the same env's text (")
+    assert "the env kwargs and prompt flags" in message
+    assert "--model.name-or-path" not in message and "--model.dtype" not in message

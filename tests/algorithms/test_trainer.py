@@ -268,3 +268,26 @@ def test_a_run_with_nothing_to_train_on_stops_after_the_limit(tmp_path):
     metrics = Trainer(never, policy=make_policy(seed=1), make_vec_env=make_vec_env,
                       run_dir=tmp_path).run()
     assert metrics["update/steps"] == 0  # 0: the run goes on to the end
+
+
+def test_cut_prompts_are_said_once_and_their_share_is_on_every_iteration_line(tmp_path,
+                                                                             capsys):
+    """60 tokens hold the scripted env's first prompt (50) but not a later one with its
+    history (75-82): the run says so in one line naming the flag, and each iteration's
+    line (a log file's, not a terminal's) gives the share it cut."""
+    config = replace(scripted_config("grpo", iterations=2, progress=True),
+                     prompt={"max_prompt_tokens": 60})
+    Trainer(config, policy=make_policy(), run_dir=tmp_path).run()
+    out = capsys.readouterr().out.splitlines()
+    rates = [r["rollout/prompt_cut_rate"] for r in read_metrics(tmp_path / "metrics.jsonl")]
+    assert all(0 < rate < 1 for rate in rates)
+    notes = [line for line in out if line.startswith("[agentgym] prompts cut:")]
+    assert notes == [
+        f"[agentgym] prompts cut: {rates[0]:.0%} of the steps of iteration 1 did not fit "
+        "--prompt.max-prompt-tokens 60 and lost their oldest history, then the start of the "
+        "observation, then admissible actions; raise the flag (or lower "
+        "--prompt.history-window) to keep them whole (each iteration's line gives the "
+        "share: cut=)"]
+    lines = [line for line in out if line.startswith("[agentgym] iteration ")]
+    assert [f" cut={rate:.0%} | " in line for line, rate in zip(lines, rates, strict=True)] \
+        == [True, True]

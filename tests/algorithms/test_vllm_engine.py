@@ -118,7 +118,7 @@ def _recorded_vs_scored(engine, model, prompts, temperature: float, stop=(),
     """|recorded - scored| per sampled token (scored at ``score_temperature``, by default
     the sampling temperature)."""
     from algorithms.engines import Response
-    from algorithms.training.policy import score_responses
+    from algorithms.training.scoring import score_responses
 
     rows = engine.generate(prompts, temperature=temperature, max_new_tokens=32, seed=3,
                            stop=stop)
@@ -226,7 +226,7 @@ def test_full_model_sync_after_an_optimizer_step(engine, policy):
 
 
 def test_lora_sync_merges_on_the_fly(engine, policy):
-    from algorithms.training.policy import attach_lora
+    from algorithms.training.lora import attach_lora
 
     config = ModelConfig(lora_rank=4, lora_alpha=8,
                          lora_target_modules=("q_proj", "k_proj", "v_proj", "gate_proj",

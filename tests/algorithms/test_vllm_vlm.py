@@ -1,5 +1,5 @@
 """The vLLM engine with a vision-language policy, on whatever vLLM runs on here (its CPU
-backend without a GPU): the tiny random Qwen2.5-VL of :mod:`benchmarks.tiny_vlm` saved as
+backend without a GPU): the tiny random Qwen2.5-VL of :mod:`studies.tiny_vlm` saved as
 a model folder, prompts with images of different sizes, the recorded log-probs against
 the learner's scorer on the same pixels, and a weight sync (language model and vision
 tower changed) after which both agree again.
@@ -45,8 +45,9 @@ from algorithms.agent.prompts import PromptBuilder  # noqa: E402
 from algorithms.agent.step_batch import pad_left, pad_right  # noqa: E402
 from algorithms.config import GenerationConfig, ModelConfig, PromptConfig, VLLMConfig  # noqa: E402
 from algorithms.engines import make_engine  # noqa: E402
-from algorithms.training.policy import load_policy, score_responses  # noqa: E402
-from benchmarks.tiny_vlm import save_tiny_vlm  # noqa: E402
+from algorithms.training.policy import load_policy  # noqa: E402
+from algorithms.training.scoring import score_responses  # noqa: E402
+from studies.tiny_vlm import save_tiny_vlm  # noqa: E402
 from tests.algorithms.visual_env import MOVES, TASK, vocabulary_texts  # noqa: E402
 
 TOLERANCE = 1e-4

@@ -1,6 +1,6 @@
 """Vision-language policies: loading, what trains, images in prompts, pixel encoding.
 
-The tiny random Qwen2.5-VL / Qwen3-VL of :mod:`benchmarks.tiny_vlm` stands in for the
+The tiny random Qwen2.5-VL / Qwen3-VL of :mod:`studies.tiny_vlm` stands in for the
 real models; the visual grid of :mod:`tests.algorithms.visual_env` for a visual env.
 verl-agent's image resizing is compared with its own ``process_image`` when
 ``AGENTGYM_VERL_AGENT_PATH`` names a checkout.
@@ -30,9 +30,10 @@ from algorithms.engines.vision import (  # noqa: E402
     png_data_url,
     resize_like_verl_agent,
 )
-from algorithms.training.policy import adapters_only, load_policy  # noqa: E402
+from algorithms.training.lora import adapters_only  # noqa: E402
+from algorithms.training.policy import load_policy  # noqa: E402
 from algorithms.training.vision_model import resolve_model_kind, vision_tower  # noqa: E402
-from benchmarks.tiny_vlm import save_tiny_vlm  # noqa: E402
+from studies.tiny_vlm import save_tiny_vlm  # noqa: E402
 from tests.algorithms.tiny import make_policy  # noqa: E402
 from tests.algorithms.visual_env import (  # noqa: E402
     MOVES,
@@ -102,7 +103,7 @@ def test_a_saved_vlm_loads_through_load_policy_as_a_vision_policy(tmp_path):
 
 
 def test_a_text_tokenizer_is_refused_by_the_vision_processor():
-    from benchmarks.tiny_vlm import tiny_image_processor
+    from studies.tiny_vlm import tiny_image_processor
 
     policy = make_policy()
     with pytest.raises(ValueError, match="no <|vision_start|> token"):
@@ -273,7 +274,7 @@ def test_prompt_ids_and_pixels_equal_verl_agents_rollout(tmp_path):
     against our prompt builder given the same wording as a template (``<image>`` written
     ``{image}``): the same token ids (the image's tokens where theirs are) and the same
     pixel values, bit for bit, for frames of several sizes."""
-    from benchmarks.tiny_vlm import tiny_image_processor, vlm_tokenizer
+    from studies.tiny_vlm import tiny_image_processor, vlm_tokenizer
 
     collector_source = _verl_agent_collector(Path(VERL_AGENT))
     rollout, prompts, omegaconf, _ = next(collector_source)
@@ -376,7 +377,7 @@ def test_real_envs_prompts_equal_verl_agents_env_managers(tmp_path, env_id):
     )
 
     import agentgym  # noqa: F401  (registers the ids)
-    from benchmarks.tiny_vlm import vlm_tokenizer
+    from studies.tiny_vlm import vlm_tokenizer
 
     env_name, module, name, formatted = VERL_AGENT_PROMPTS[env_id]
     source = _verl_agent_collector(Path(VERL_AGENT))

@@ -1,7 +1,7 @@
 """A vision-language policy on the real visual envs, through ``train.py`` as a user runs it:
 ``--algo sft`` on visual Sokoban's BFS expert and on the EZPoints expert, ``--eval-only``
 from that checkpoint, RL from it with ``--resume``, and the viewer serving each step's
-frame. The tiny random Qwen2.5-VL of :mod:`benchmarks.tiny_vlm` is saved as a model folder
+frame. The tiny random Qwen2.5-VL of :mod:`studies.tiny_vlm` is saved as a model folder
 (its words read from the env) and loaded by ``--model.name-or-path``, as a hub model would
 be."""
 
@@ -42,8 +42,8 @@ def _common(model: Path, env_id: str, out: Path) -> list[str]:
 def sft_run(request, tmp_path_factory):
     """``--algo sft`` on the env's expert: (env id, model folder, common flags, run dir)."""
     import algorithms.precision as precision
-    from benchmarks.tiny_vlm import save_tiny_vlm
     from benchmarks.vlm_smoke import env_texts
+    from studies.tiny_vlm import save_tiny_vlm
 
     env_id = request.param
     root = tmp_path_factory.mktemp(env_id.split("/")[-1])

@@ -126,7 +126,7 @@ def test_sft_loss_on_images_agrees_with_the_rl_scorer():
     from algorithms.config import PromptConfig
     from algorithms.sft.data import build_examples
     from algorithms.sft.trainer import collate, response_nll
-    from algorithms.training.policy import score_responses
+    from algorithms.training.scoring import score_responses
 
     policy = make_vision_policy(seed=4, model_config=ModelConfig(lora_rank=2))
     with torch.no_grad():

@@ -32,7 +32,7 @@ def _vision():
     pytest.importorskip("transformers")
     pytest.importorskip("PIL")
     from algorithms.engines.vision import VisionProcessor
-    from benchmarks.tiny_vlm import tiny_image_processor, vlm_tokenizer
+    from studies.tiny_vlm import tiny_image_processor, vlm_tokenizer
 
     return VisionProcessor, tiny_image_processor, vlm_tokenizer
 

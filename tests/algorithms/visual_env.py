@@ -148,8 +148,8 @@ def vocabulary_texts() -> list[str]:
 def make_vision_policy(*, kind: str = "qwen2_5_vl", seed: int = 0, model_config: Any = None,
                        hidden: int = 32):
     """The tiny random vision-language model over :func:`vocabulary_texts`, wrapped like a
-    loaded policy (:func:`benchmarks.tiny_vlm.tiny_vlm_policy`)."""
-    from benchmarks.tiny_vlm import tiny_vlm_policy
+    loaded policy (:func:`studies.tiny_vlm.tiny_vlm_policy`)."""
+    from studies.tiny_vlm import tiny_vlm_policy
 
     return tiny_vlm_policy(vocabulary_texts(), kind=kind, seed=seed, hidden=hidden,
                            model_config=model_config)

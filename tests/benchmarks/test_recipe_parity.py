@@ -1,4 +1,5 @@
-"""The recipe-parity harness (``benchmarks/recipe_parity.py``) without verl-agent.
+"""The recipe-parity harness (``benchmarks/recipe_parity.py``, on the batches and pipelines
+of ``benchmarks/parity_pipelines.py``) without verl-agent.
 
 Its batch generator, this project's side of every term, the report and the exit status
 run here against the harness's own transcription of verl-agent's rules
@@ -24,19 +25,20 @@ torch = pytest.importorskip("torch")
 
 from algorithms.agent.step_batch import StepLog, concat_batches  # noqa: E402
 from benchmarks import frontier_parity as frontier  # noqa: E402
+from benchmarks import parity_pipelines as pipelines  # noqa: E402
 from benchmarks import recipe_parity as parity  # noqa: E402
 
 WORST_LINE = re.compile(r"^worst difference with defaults: \d\.\de[-+]\d\d \((.+), (std|mean)\)$")
 
 
 def test_batches_look_like_alfworld_rollouts():
-    rollout = parity.make_rollout(seed=0)
+    rollout = pipelines.make_rollout(seed=0)
     batch = rollout.batch
     groups = np.unique(batch.group_ids)
     assert len(groups) == 6
     assert all(len(np.unique(batch.traj_ids[batch.group_ids == g])) == 8 for g in groups)
     lengths = np.bincount(batch.traj_ids)
-    assert lengths.max() == parity.MAX_STEPS and lengths.min() >= 1
+    assert lengths.max() == pipelines.MAX_STEPS and lengths.min() >= 1
     assert batch.truncated.any() and (batch.success & ~batch.truncated).any()
     assert (~batch.success & ~batch.truncated).any()  # failures that terminated early
     assert set(np.unique(batch.env_rewards)) == {0.0, 10.0}
@@ -47,16 +49,16 @@ def test_batches_look_like_alfworld_rollouts():
     sizes = np.unique(np.array([hash(k) for k in keys]), return_counts=True)[1]
     assert sizes.min() == 1 and sizes.max() >= 30
     lengths = rollout.response_mask.sum(1)
-    assert lengths.min() == 1 and lengths.max() == parity.RESPONSE_TOKENS
+    assert lengths.min() == 1 and lengths.max() == pipelines.RESPONSE_TOKENS
     # equal seeds, equal batches
-    again = parity.make_rollout(seed=0)
+    again = pipelines.make_rollout(seed=0)
     np.testing.assert_array_equal(again.log_probs, rollout.log_probs)
 
 
-def _hand_rollout() -> parity.Rollout:
+def _hand_rollout() -> pipelines.Rollout:
     """One group: A takes two steps (the first invalid, the second wins 10), B one (0).
     A's first step and B's share the anchor s0."""
-    base = parity.make_rollout(seed=0, num_groups=1)
+    base = pipelines.make_rollout(seed=0, num_groups=1)
     rows = np.array([0, 1, 2])
     tokens = {name: getattr(base.batch, name)[rows] for name in (
         "prompt_ids", "prompt_mask", "response_ids", "response_mask", "format_ok",
@@ -78,9 +80,9 @@ def _hand_rollout() -> parity.Rollout:
                                entropies=base.entropies[rows], logits=base.logits[rows])
 
 
-def _with_lengths(rollout: parity.Rollout, lengths: list[int]) -> parity.Rollout:
+def _with_lengths(rollout: pipelines.Rollout, lengths: list[int]) -> pipelines.Rollout:
     """``rollout`` with responses of ``lengths`` tokens."""
-    mask = (np.arange(parity.RESPONSE_TOKENS)[None, :]
+    mask = (np.arange(pipelines.RESPONSE_TOKENS)[None, :]
             < np.array(lengths)[:, None]).astype(np.int64)
     batch = dataclasses.replace(rollout.batch, response_mask=mask,
                                 response_ids=np.maximum(rollout.batch.response_ids, 1) * mask)
@@ -100,15 +102,15 @@ def test_both_sides_give_the_hand_computed_advantages(normalize):
     rollout = _hand_rollout()
     mask = rollout.response_mask
     for estimator, expected in (("gigpo", episode + step), ("grpo", episode)):
-        ours = parity.our_advantages(rollout, parity.our_config(estimator, normalize))
+        ours = pipelines.our_advantages(rollout, pipelines.our_config(estimator, normalize))
         np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-12)
-        rules = parity.RuleTranscription().advantages(rollout, estimator, normalize)
+        rules = pipelines.RuleTranscription().advantages(rollout, estimator, normalize)
         np.testing.assert_allclose(rules["advantages"].numpy(), expected[:, None] * mask,
                                    rtol=0, atol=1e-12)
-    returns = parity.our_step_returns(rollout, parity.our_config("gigpo", normalize))
+    returns = parity.our_step_returns(rollout, pipelines.our_config("gigpo", normalize))
     np.testing.assert_allclose(returns, [9.4, 10.0, 0.0], rtol=0, atol=1e-12)
     # GSPO's estimator is GRPO's, whatever the normalization
-    gspo = parity.our_advantages(rollout, parity.our_config("gspo", normalize))
+    gspo = pipelines.our_advantages(rollout, pipelines.our_config("gspo", normalize))
     np.testing.assert_allclose(gspo, episode, rtol=0, atol=1e-12)
 
 
@@ -117,7 +119,7 @@ def test_both_sides_give_the_hand_computed_new_estimators():
     # and 3 tokens.
     rollout = _with_lengths(_hand_rollout(), [2, 1, 3])
     mask = rollout.response_mask
-    rules = parity.RuleTranscription()
+    rules = pipelines.RuleTranscription()
     # RLOO: each score minus the mean of the two others
     rloo = np.array([9.9 - 10.0 / 2, 10.0 - 9.9 / 2, 0.0 - 19.9 / 2])
     # REINFORCE++: x = score - 19.9 / 3, then whitened over the 6 tokens (x0 twice, x1
@@ -132,8 +134,8 @@ def test_both_sides_give_the_hand_computed_new_estimators():
     for algo, estimator, expected in (("rloo", "rloo", rloo),
                                       ("reinforce_pp", "reinforce_pp", reinforce),
                                       ("dr_grpo", "grpo", dr_grpo)):
-        config = parity.our_config(algo)
-        ours = parity.our_advantages(rollout, config)
+        config = pipelines.our_config(algo)
+        ours = pipelines.our_advantages(rollout, config)
         np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-12, err_msg=algo)
         theirs = rules.advantages(rollout, estimator, config.learner.normalize)
         np.testing.assert_allclose(theirs["advantages"].numpy(), expected[:, None] * mask,
@@ -141,13 +143,13 @@ def test_both_sides_give_the_hand_computed_new_estimators():
 
 
 def test_algo_configs_are_what_train_py_builds():
-    gspo = parity.our_config("gspo").learner
+    gspo = pipelines.our_config("gspo").learner
     assert (gspo.policy_loss, gspo.clip_eps_low, gspo.clip_eps_high) == ("gspo", 3e-4, 4e-4)
-    dr_grpo = parity.our_config("dr_grpo")
+    dr_grpo = pipelines.our_config("dr_grpo")
     assert dr_grpo.learner.normalize == "mean"
-    assert parity.our_learner(dr_grpo).loss_recipe.norm_length == parity.RESPONSE_TOKENS
+    assert pipelines.our_learner(dr_grpo).loss_recipe.norm_length == pipelines.RESPONSE_TOKENS
     with pytest.raises(ValueError, match="dr_grpo"):
-        parity.our_config("dr_grpo", "std")  # the algorithm fixes its normalization
+        pipelines.our_config("dr_grpo", "std")  # the algorithm fixes its normalization
 
 
 def test_gspo_term_by_hand():
@@ -164,7 +166,7 @@ def test_gspo_term_by_hand():
     expected = (-(1 + 4e-4) + 2 * s) / 2
     ours = parity.losses.gspo_policy_loss(log_probs, old, advantages, mask,
                                           clip_eps_low=3e-4, clip_eps_high=4e-4)[0]
-    per_token = parity.RuleTranscription._gspo_per_token(log_probs, old, advantages, mask,
+    per_token = pipelines.RuleTranscription._gspo_per_token(log_probs, old, advantages, mask,
                                                          3e-4, 4e-4)
     rules = ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
     for loss in (ours, rules):
@@ -180,10 +182,10 @@ def test_dr_grpo_divides_by_the_response_width_on_both_sides(dtype):
     # divided by 24 (verl: the padded width; the learner trims, but divides by
     # max_new_tokens = 24), so a micro-batch's loss is the sum of its lone-token losses.
     rollout = _with_lengths(_hand_rollout(), [5, 1, 24])
-    config = parity.our_config("dr_grpo")
-    tokens = parity.our_token_advantages(rollout, parity.our_advantages(rollout, config))
+    config = pipelines.our_config("dr_grpo")
+    tokens = parity.our_token_advantages(rollout, pipelines.our_advantages(rollout, config))
     ours = parity.our_loss(rollout, tokens, config, dtype)
-    theirs = parity.RuleTranscription().loss(rollout, tokens, (64, 8), dtype,
+    theirs = pipelines.RuleTranscription().loss(rollout, tokens, (64, 8), dtype,
                                              parity.DR_GRPO_VERL)
     mask = rollout.response_mask
     ratio = np.exp(rollout.log_probs - rollout.old_log_probs)
@@ -201,7 +203,7 @@ def test_dr_grpo_divides_by_the_response_width_on_both_sides(dtype):
 
 def test_overlong_cost_by_hand():
     rollout = _with_lengths(_hand_rollout(), [16, 20, 24])
-    rules = parity.RuleTranscription()
+    rules = pipelines.RuleTranscription()
     # 24 tokens at most; buffer 8: no cost up to 16 tokens, then (len - 16) / 8 * factor
     for buffer, factor, expected in ((8, 1.0, [0.0, 0.5, 1.0]), (5, 0.3, [0.0, 0.06, 0.3])):
         np.testing.assert_allclose(parity.our_overlong(rollout, buffer, factor), expected,
@@ -220,7 +222,7 @@ def test_dynamic_sampling_by_hand():
     assert batch.group_ids.tolist() == [0, 0, 0, 1, 1, 1]
     expected = [True] * 3 + [False] * 3
     ours = parity.varied_group_rows(batch.env_rewards, batch.traj_ids, batch.group_ids)
-    rules = parity.RuleTranscription()
+    rules = pipelines.RuleTranscription()
     assert ours.tolist() == expected
     assert rules.kept_rows(batch, False).tolist() == expected
     assert rules.kept_rows(batch, True).all()
@@ -230,9 +232,9 @@ def test_dynamic_sampling_loops_agree_and_keep_the_last_try_whole():
     made = {}
 
     def rollouts(index):
-        return made.setdefault(index, parity.make_rollout(10_000 + index, num_groups=6))
+        return made.setdefault(index, pipelines.make_rollout(10_000 + index, num_groups=6))
 
-    rules = parity.RuleTranscription()
+    rules = pipelines.RuleTranscription()
     for max_rollouts in (1, 2, 10):
         ours = parity.our_dynamic_sample(rollouts, 6, max_rollouts)
         theirs = parity.verl_dynamic_loop(rules.kept_rows, rollouts, 6, max_rollouts)
@@ -250,14 +252,14 @@ def test_in_float64_runs_the_function_code_in_float64():
         return np.zeros(2, dtype=np.float32).dtype, torch.ones(2, dtype=torch.float32).dtype
 
     assert make() == (np.float32, torch.float32)
-    assert parity.in_float64(make)() == (np.float64, torch.float64)
+    assert pipelines.in_float64(make)() == (np.float64, torch.float64)
     assert make() == (np.float32, torch.float32)  # the original is untouched
     # a module that imports torch only (verl's DAPO reward manager)
     torch_only = types.FunctionType(
         (lambda: torch.zeros(1, dtype=torch.float32).dtype).__code__, {"torch": torch})
-    assert parity.in_float64(torch_only)() == torch.float64
+    assert pipelines.in_float64(torch_only)() == torch.float64
     with pytest.raises(RuntimeError, match="neither"):
-        parity.in_float64(types.FunctionType(make.__code__, {}))
+        pipelines.in_float64(types.FunctionType(make.__code__, {}))
 
 
 def test_self_check_passes_and_ends_with_the_worst_line(capsys):
@@ -266,7 +268,7 @@ def test_self_check_passes_and_ends_with_the_worst_line(capsys):
     assert status == 0
     match = WORST_LINE.match(lines[-1])
     assert match, lines[-1]
-    assert float(lines[-1].split(": ")[1].split()[0]) <= parity.TOLERANCE
+    assert float(lines[-1].split(": ")[1].split()[0]) <= pipelines.TOLERANCE
     text = "\n".join(lines)
     for section in parity.SECTIONS:
         assert f"  {section.title}" in text
@@ -301,7 +303,7 @@ def test_a_perturbed_frontier_estimator_fails_and_is_named(monkeypatch, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert status == 1
     assert lines[-1].startswith("worst difference with defaults: ")  # defaults are right
-    assert float(lines[-1].split(": ")[1].split()[0]) <= parity.TOLERANCE
+    assert float(lines[-1].split(": ")[1].split()[0]) <= pipelines.TOLERANCE
     sweep = next(line for line in lines if line.startswith("worst difference over"))
     assert sweep.startswith("worst difference over the hgpo and graphgpo settings: 2.0e-06 "
                             "(graphgpo, gamma 0.1, distance gained")
@@ -340,7 +342,7 @@ def test_a_missing_graphgpo_core_is_skipped_with_its_reason(monkeypatch, tmp_pat
 
 
 def test_a_perturbed_term_fails_and_is_named(monkeypatch, capsys):
-    honest = parity.our_advantages
+    honest = pipelines.our_advantages
 
     def off_by_a_little(rollout, config):
         values = honest(rollout, config)
@@ -371,7 +373,7 @@ def test_a_perturbed_loss_fails(monkeypatch, capsys):
 
 def test_a_bad_checkout_is_one_line(tmp_path):
     with pytest.raises(SystemExit, match="not a verl-agent checkout"):
-        parity.VerlAgent(tmp_path)
+        pipelines.VerlAgent(tmp_path)
 
 
 @pytest.mark.skipif(not os.environ.get("VERL_AGENT_PATH"),

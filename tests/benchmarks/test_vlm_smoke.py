@@ -22,6 +22,7 @@ def test_vlm_smoke_passes_on_both_envs_and_reports_every_phase(tmp_path, capsys)
     for phase in vlm_smoke.PHASES:
         assert sum(line.split()[0] == phase for line in lines if line.strip()) == 2, phase
     assert out.count("12 of 12 rows show an image") == 2  # 2 groups x 2 x 3 steps each
+    assert out.count("updates: every loss finite") == 2  # a NaN update would be skipped
 
 
 def test_vlm_smoke_says_which_env_failed(tmp_path, capsys, monkeypatch):

@@ -15,7 +15,7 @@ import gymnasium as gym
 import pytest
 
 import agentgym  # noqa: F401
-from algorithms.config import PRESETS
+from algorithms.presets import PRESETS
 from tests.conftest import REPO_ROOT
 
 pytest.importorskip("trl", reason="TRL is not installed (pip install trl==1.16.0)")

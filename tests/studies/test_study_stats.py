@@ -1,4 +1,4 @@
-"""Hand-computed cases of the study's statistics (benchmarks/study_stats.py)."""
+"""Hand-computed cases of the study's statistics (studies/study_stats.py)."""
 
 import itertools
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from benchmarks.study_stats import (
+from studies.study_stats import (
     bootstrap_ci,
     paired_comparison,
     paired_difference_ci,

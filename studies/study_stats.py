@@ -1,9 +1,9 @@
 """Statistics of a multi-seed comparison: a bootstrap interval, a paired permutation test, and
 both over the seeds two runs share.
 
-Pure functions of per-seed figures (``benchmarks/credit_assignment.py`` and
-``benchmarks/compare_studies.py`` use them; their hand-computed cases are in
-``tests/benchmarks/test_study_stats.py``).
+Pure functions of per-seed figures (``studies/credit_assignment.py`` and
+``studies/compare_studies.py`` use them; their hand-computed cases are in
+``tests/studies/test_study_stats.py``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Two diagnostics behind docs/envs/sokoban.md, "Why the earlier attempt did not learn":
 
-* ``sft``: the SFT samples of :mod:`benchmarks.sokoban_learning` (the BFS expert's
+* ``sft``: the SFT samples of :mod:`studies.sokoban_learning` (the BFS expert's
   episodes in the cpu-demo prompt, built by ``algorithms.sft.data.build_examples``), the
   last ``--held-out`` of them held out, trained by a bare AdamW loop on
   ``algorithms.sft.trainer.response_nll`` (random batches; no clipping, no scheduler). Prints the
@@ -15,9 +15,9 @@ Two diagnostics behind docs/envs/sokoban.md, "Why the earlier attempt did not le
 
 Usage::
 
-    python -m benchmarks.sokoban_sft_plateau sft --lr 3e-3 --steps 600
-    python -m benchmarks.sokoban_sft_plateau sft --lr 1e-3 --steps 800 --input grid
-    python -m benchmarks.sokoban_sft_plateau probe --episodes 600
+    python -m studies.sokoban_sft_plateau sft --lr 3e-3 --steps 600
+    python -m studies.sokoban_sft_plateau sft --lr 1e-3 --steps 800 --input grid
+    python -m studies.sokoban_sft_plateau probe --episodes 600
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch
 
 from algorithms.sft.data import SFTExample, build_examples, expert_trajectories
 from algorithms.sft.trainer import collate, response_nll
-from benchmarks.sokoban_learning import ENV_ID, Budget, sft_config, tiny_policy
+from studies.sokoban_learning import ENV_ID, Budget, sft_config, tiny_policy
 
 SYMBOLS = ("#", "_", "O", "X", "√", "P", "S")
 MOVES = ("up", "down", "left", "right")

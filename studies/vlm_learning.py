@@ -1,11 +1,11 @@
 """Does a tiny vision-language policy learn visual Sokoban? SFT on the BFS expert, then GiGPO,
 against a random walker on the same rooms.
 
-The learning check of issue 42, the visual counterpart of :mod:`benchmarks.sokoban_learning`:
+The learning check of issue 42, the visual counterpart of :mod:`studies.sokoban_learning`:
 the same stages and budget, on ``AgentGym/SokobanVisual-v0`` (6 x 6, one box, 15 steps),
 where the room is only in the picture (the text is a fixed legend of the tiles).
 
-The policy is a tiny random Qwen3-VL of :mod:`benchmarks.tiny_vlm` (``--kind qwen2_5_vl``
+The policy is a tiny random Qwen3-VL of :mod:`studies.tiny_vlm` (``--kind qwen2_5_vl``
 for the paper's family), built in-process (no download): 2 language layers of width 64 (4
 heads of 16) over a word-level tokenizer of the prompt's and the env's words, a 2-block
 vision tower of width 32 whose patches are 8 pixels, so that each merged image token
@@ -44,7 +44,7 @@ a uniform random walker's success on the same held-out rooms
 
 Usage::
 
-    OMP_NUM_THREADS=1 python -m benchmarks.vlm_learning --seeds 1 --first-seed 0
+    OMP_NUM_THREADS=1 python -m studies.vlm_learning --seeds 1 --first-seed 0
 
 Measured figures: docs/vlm.md, "Learning check".
 """
@@ -60,8 +60,9 @@ from typing import Any
 
 import numpy as np
 
-from algorithms.config import CPU_DEMO_LOSS, PRESETS, ModelConfig, TrainConfig, replace
-from benchmarks.sokoban_learning import first_at
+from algorithms.config import ModelConfig, TrainConfig, replace
+from algorithms.presets import CPU_DEMO_LOSS, PRESETS
+from studies.sokoban_learning import first_at
 
 ENV_ID = "AgentGym/SokobanVisual-v0"
 EVAL_KWARGS = {"first_seed": 65_536}
@@ -97,7 +98,7 @@ class Budget:
     kind: str = "qwen3_vl"
     rope_theta: float = 100.0
     dtype: str = "float32"
-    """The policy's ``model.dtype``: float32 on any CPU, as :mod:`benchmarks.sokoban_learning`
+    """The policy's ``model.dtype``: float32 on any CPU, as :mod:`studies.sokoban_learning`
     (a model this small gains no speed from bfloat16; ``auto`` for the machine's
     default, docs/vlm.md says what it gave)."""
 
@@ -110,7 +111,7 @@ def model_settings(budget: Budget) -> dict[str, Any]:
 
 
 def base_config(budget: Budget, seed: int, out: Path) -> TrainConfig:
-    """:mod:`benchmarks.sokoban_learning`'s settings on the visual env, the prompt
+    """:mod:`studies.sokoban_learning`'s settings on the visual env, the prompt
     :data:`TEMPLATE` (written to ``out/template.txt``)."""
     out.mkdir(parents=True, exist_ok=True)
     template = out / "template.txt"
@@ -157,7 +158,7 @@ def vocabulary(config: TrainConfig) -> list[str]:
 
 def tiny_policy(budget: Budget, seed: int, config: TrainConfig) -> Any:
     """The tiny Qwen2.5-VL of the module docstring (36 image tokens per frame)."""
-    from benchmarks.tiny_vlm import tiny_vlm_policy
+    from studies.tiny_vlm import tiny_vlm_policy
 
     return tiny_vlm_policy(vocabulary(config), kind=budget.kind, seed=seed,
                            hidden=budget.hidden, layers=2,

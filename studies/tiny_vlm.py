@@ -21,9 +21,10 @@ tokenizer, ``preprocessor_config.json``) that ``--model.name-or-path`` loads thr
 :func:`qwen2_5_vl_3b_config` is Qwen2.5-VL-3B-Instruct's architecture, for random weights
 of its shape on a GPU (``benchmarks/gpu_vlm.py``).
 
-Why in ``benchmarks/``: a study and test model, not a library feature (tests may import
-benchmarks, never the reverse); the tiny text model is one (``--model.name-or-path tiny``,
-:mod:`algorithms.training.tiny_model`).
+Why in ``studies/``: the model the vision-language study (:mod:`studies.vlm_learning`)
+trains, which the tests and the benchmarks borrow (a benchmark may import a study, never the
+reverse: ``tests/test_layers.py``), not a library feature; the tiny text model is one
+(``--model.name-or-path tiny``, :mod:`algorithms.training.tiny_model`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Comparisons across two credit-assignment studies (benchmarks/compare_studies.py):
+"""Comparisons across two credit-assignment studies (studies/compare_studies.py):
 hand-computed cases, the committed seeds-0-9 figures it must reproduce, and its errors."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.compare_studies import main, seed_values
+from studies.compare_studies import main, seed_values
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 T4 = "credit_assignment_smollm2_g8_mb16_kl0.01_sft2p0.5_t4.json"

@@ -31,9 +31,9 @@ Stages, per task:
 
 Run from the repository root::
 
-    python -m benchmarks.credit_assignment --quick          # <= 15 min, 2 seeds
-    python -m benchmarks.credit_assignment                  # the full study, 10 seeds
-    python -m benchmarks.credit_assignment --tasks keydoor --methods gigpo-state-mean \\
+    python -m studies.credit_assignment --quick             # <= 15 min, 2 seeds
+    python -m studies.credit_assignment                     # the full study, 10 seeds
+    python -m studies.credit_assignment --tasks keydoor --methods gigpo-state-mean \\
         grpo-mean --seeds 0 1 2 --omega 0.5 --tag omega0.5     # an ablation
 
 Run folders go under ``--workdir`` (default ``runs/credit_assignment/<mode>``); a run
@@ -55,9 +55,11 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.study_stats import bootstrap_ci, paired_comparison
+from studies.study_stats import bootstrap_ci, paired_comparison
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+"""Where the study's JSON and PNGs go: ``benchmarks/results/``, beside the benchmarks' (the
+preregistered studies name their JSON there)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -576,7 +578,7 @@ def plot(runs: dict[str, Any], prefix: str, caption: str, folder: Path = RESULTS
 SMOLLM2_PRESET = "cpu-demo"
 """The pretrained-LM study runs this preset's recipe as it is: SmolLM2-135M-Instruct
 (the default model) with LoRA rank 16 on the 2 x 2 KeyDoor house without key, 2 groups
-x 4, 6 steps, state anchors, its loss (:data:`~algorithms.config.CPU_DEMO_LOSS`), lr 5e-4,
+x 4, 6 steps, state anchors, its loss (:data:`~algorithms.presets.CPU_DEMO_LOSS`), lr 5e-4,
 KL 0.2, its dtype (``auto``: bfloat16 mixed precision on a CPU with bfloat16 instructions,
 :mod:`algorithms.precision`), one thread per run; only ``--algo`` changes between
 methods (and ``--lm-task`` the env, :data:`SMOLLM2_TASKS`)."""
@@ -602,8 +604,9 @@ first), so the policy sees the room it acts in and nothing older."""
 
 SMOLLM2_METHODS: dict[str, str] = {"gigpo": "gigpo", "grpo": "grpo", "hgpo": "hgpo",
                                    "graphgpo": "graphgpo"}
-"""Method -> ``--algo`` (each with :func:`~algorithms.config.with_algo`'s settings:
-GraphGPO's gamma 0.1; HGPO's history length follows the preset's history window, 1)."""
+"""Method -> ``--algo`` (each with :func:`~algorithms.config.with_algo`'s settings and
+the learner's defaults: GraphGPO's graph decay 0.1, ``learner.graphgpo_decay``; HGPO's
+history length follows the preset's history window, 1)."""
 
 SMOLLM2_SFT: dict[str, Any] = {"episodes": 64, "lr": 5e-4, "batch_size": 16,
                                "micro_batch_size": 8}
@@ -709,7 +712,8 @@ def smollm2_config(method: str, seed: int, iterations: int, eval_episodes: int,
     held-out evaluation after the last iteration, no TensorBoard or trajectory records
     (``model``: another HF model or path in the default's place, e.g. a test's tiny
     one; ``variant``: the recipe's changes, :class:`LMVariant`)."""
-    from algorithms.config import PRESETS, replace, with_algo
+    from algorithms.config import replace, with_algo
+    from algorithms.presets import PRESETS
 
     config = with_algo(PRESETS[SMOLLM2_PRESET], SMOLLM2_METHODS[method])
     env: dict[str, Any] = {"eval_env_kwargs": json.dumps(smollm2_held_out(task)),
@@ -1027,14 +1031,19 @@ def recorded_runs(path: Path, iterations: int, eval_episodes: int, model: str | 
 
 def same_config(recorded: Any, now: Any, default: Any = None) -> bool:
     """Whether a study JSON's resolved config ``recorded`` is the config ``now`` (both as
-    JSON holds them). A field that ``now`` has and ``recorded`` lacks was added to the
-    config after the JSON was written; it counts as the same when ``now`` holds that
-    field's default (:class:`~algorithms.config.TrainConfig`'s), which the study's runs
-    had in effect. Any other difference is another configuration."""
-    if default is None:
-        from algorithms.config import TrainConfig
+    JSON holds them). A setting that moved to a field of its own after the JSON was
+    written is read where it is now (:func:`~algorithms.config.upgrade_saved_config`:
+    a GraphGPO study's ``learner.gamma`` 0.1 is its ``graphgpo_decay``). A field that
+    ``now`` has and ``recorded`` lacks was added to the config after the JSON was written;
+    it counts as the same when ``now`` holds that field's default
+    (:class:`~algorithms.config.TrainConfig`'s), which the study's runs had in effect. Any
+    other difference is another configuration."""
+    if default is None:  # the whole config (the recursion passes its sections' defaults)
+        from algorithms.config import TrainConfig, upgrade_saved_config
 
         default = json.loads(json.dumps(TrainConfig().to_dict()))
+        if isinstance(recorded, dict):
+            recorded = upgrade_saved_config(recorded)
     if isinstance(now, dict) and isinstance(recorded, dict):
         if set(recorded) - set(now):
             return False
@@ -1071,7 +1080,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     earlier ones', and the study's plan) is written after every finished run; the summary
     and the PNGs only once every planned run is in, or with ``--unblind``, which the JSON
     records (:func:`blinding`)."""
-    from algorithms.config import PRESETS
+    from algorithms.presets import PRESETS
 
     methods = args.methods or list(SMOLLM2_METHODS)
     unknown = sorted(set(methods) - set(SMOLLM2_METHODS))
@@ -1120,7 +1129,7 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
     unblinded = recorded.unblinded
     runs: dict[str, dict[int, dict[str, Any]]] = {
         m: dict(by_seed) for m, by_seed in recorded.runs.items()}  # earlier invocations'
-    command = "python -m benchmarks.credit_assignment " + " ".join(argv or [])
+    command = "python -m studies.credit_assignment " + " ".join(argv or [])
     began = time.perf_counter()
 
     def gather() -> None:  # the finished runs of this invocation's folders
@@ -1450,7 +1459,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary, "runs": runs,
         "measured_cpu_seconds": costs, "full_estimate_seconds": full_estimate,
         "plots": [p.name for p in pngs],
-        "command": "python -m benchmarks.credit_assignment " + " ".join(argv or []),
+        "command": "python -m studies.credit_assignment " + " ".join(argv or []),
     }
     out = results / f"credit_assignment_{name}.json"
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")

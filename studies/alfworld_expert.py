@@ -6,8 +6,8 @@ that probability, from a generator seeded by ``--seed``), and prints per task ty
 success rate, mean length of the solved episodes, mean length of the games' stored
 walkthroughs, and the steps where the hand-coded expert's own choice was not admissible.
 
-    PYTHONPATH=. python benchmarks/alfworld_expert.py --split train --games 60
-    PYTHONPATH=. python benchmarks/alfworld_expert.py --data ../shared/data/alfworld \\
+    PYTHONPATH=. python studies/alfworld_expert.py --split train --games 60
+    PYTHONPATH=. python studies/alfworld_expert.py --data ../shared/data/alfworld \\
         --split valid_seen
 
 Without ``--data`` (and ``$ALFWORLD_DATA``) it plays the generated games (seed 0).

@@ -29,8 +29,8 @@ averaged over all iterations.
 
 Usage::
 
-    python -m benchmarks.learning                      # 4 methods x 3 seeds (see --help)
-    python -m benchmarks.learning --seeds 5 --iterations 80 --out runs/learning
+    python -m studies.learning                         # 4 methods x 3 seeds (see --help)
+    python -m studies.learning --seeds 5 --iterations 80 --out runs/learning
 
 (``-m`` from the repo root, like every benchmark here.)
 """

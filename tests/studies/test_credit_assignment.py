@@ -1,6 +1,6 @@
 """The credit-assignment study's quick mode end to end (slow: minutes on two cores).
 
-Runs ``python -m benchmarks.credit_assignment --quick`` into a temporary folder and checks
+Runs ``python -m studies.credit_assignment --quick`` into a temporary folder and checks
 that its outputs exist and are well formed: the JSON of every run's figures (every task,
 method and seed, a final success in [0, 1], a CI around the mean, a p-value per pair)
 and the PNGs.
@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("torch")
 
 from algorithms.precision import cpu_kernels  # noqa: E402
-from benchmarks.credit_assignment import (  # noqa: E402
+from studies.credit_assignment import (  # noqa: E402
     METHODS,
     MODES,
     PAIRS,
@@ -88,7 +88,7 @@ def test_warm_start_only_trains_the_chosen_policy_size_and_runs_no_rl(tmp_path, 
                                                                        capsys):
     import dataclasses
 
-    import benchmarks.credit_assignment as study
+    import studies.credit_assignment as study
 
     small = dataclasses.replace(TASKS["keydoor"], sft_episodes=8, sft_max_steps=2,
                                 sft_eval_every=2, eval_episodes=4,
@@ -123,7 +123,7 @@ def small_keydoor(monkeypatch):
     out, 2 groups x 2, 6 steps, 2 SFT steps."""
     import dataclasses
 
-    import benchmarks.credit_assignment as study
+    import studies.credit_assignment as study
 
     small = dataclasses.replace(TASKS["keydoor"], sft_episodes=8, sft_max_steps=2,
                                 sft_eval_every=2, eval_episodes=4, group_size=2, max_steps=6,
@@ -221,7 +221,7 @@ def _tiny_model_folder(folder):
 
 @pytest.mark.slow
 def test_the_pretrained_lm_study_writes_every_run_and_resumes(tmp_path):
-    import benchmarks.credit_assignment as study
+    import studies.credit_assignment as study
 
     model = _tiny_model_folder(tmp_path / "model")
     results, workdir = tmp_path / "results", tmp_path / "runs"
@@ -241,7 +241,7 @@ def test_the_pretrained_lm_study_writes_every_run_and_resumes(tmp_path):
     assert "step_only_share" in graph and "step_only_share" not in data["runs"]["grpo"]["0"]
     assert graph["cpu"] == cpu_kernels()  # bfloat16's rounding depends on the CPU's kernels
     config = json.loads((workdir / "graphgpo" / "seed0" / "config.json").read_text())
-    assert config["algo"] == "graphgpo" and config["learner"]["gamma"] == 0.1
+    assert config["algo"] == "graphgpo" and config["learner"]["graphgpo_decay"] == 0.1
     assert config["env"]["eval_env_kwargs"] == json.dumps(study.SMOLLM2_HELD_OUT)
     tests = data["summary"]["paired_tests"]["heldout_success"]["graphgpo vs grpo"]
     assert tests["p_holm"] >= tests["p_value"]
@@ -283,7 +283,7 @@ def test_the_pretrained_lm_studys_runs_start_from_their_warm_start(tmp_path):
 
 
 def test_holm_adjusts_a_family_of_p_values():
-    from benchmarks.credit_assignment import holm_adjusted
+    from studies.credit_assignment import holm_adjusted
 
     got = holm_adjusted({"a": 0.01, "b": 0.04, "c": 0.03})
     assert got == pytest.approx({"a": 0.03, "c": 0.06, "b": 0.06})
@@ -291,8 +291,8 @@ def test_holm_adjusts_a_family_of_p_values():
 
 
 def test_the_pretrained_lm_studys_runs_differ_only_in_algo_and_seed():
-    from algorithms.config import PRESETS
-    from benchmarks.credit_assignment import SMOLLM2_METHODS, smollm2_config
+    from algorithms.presets import PRESETS
+    from studies.credit_assignment import SMOLLM2_METHODS, smollm2_config
 
     demo = PRESETS["cpu-demo"].to_dict()
     for method in SMOLLM2_METHODS:
@@ -300,16 +300,15 @@ def test_the_pretrained_lm_studys_runs_differ_only_in_algo_and_seed():
         assert config["algo"] == method and config["run"]["seed"] == 3
         assert config["model"] == demo["model"] and config["prompt"] == demo["prompt"]
         assert config["generation"] == demo["generation"]
-        same = {k: v for k, v in config["learner"].items() if k != "gamma"}
-        assert same == {k: v for k, v in demo["learner"].items() if k != "gamma"}
-        assert config["learner"]["gamma"] == (0.1 if method == "graphgpo" else 0.95)
+        assert config["learner"] == demo["learner"]  # GraphGPO's decay: its own field
+        assert (config["learner"]["gamma"], config["learner"]["graphgpo_decay"]) == (0.95, 0.1)
         assert config["env"]["eval_episodes"] == 16 and config["run"]["eval_every"] == 6
 
 
 def test_the_pretrained_lm_studys_tasks_change_only_the_env():
     import json
 
-    from benchmarks.credit_assignment import smollm2_config
+    from studies.credit_assignment import smollm2_config
 
     demo = smollm2_config("grpo", 3, 8, 16).to_dict()
     for task, kwargs, steps in (("keydoor-key", {"width": 2, "height": 2, "key": True}, 10),
@@ -330,7 +329,7 @@ def test_the_pretrained_lm_studys_sokoban_is_verl_agents_room_held_out_on_later_
     import json
 
     from agentgym.plain import make_text_env
-    from benchmarks.credit_assignment import smollm2_config
+    from studies.credit_assignment import smollm2_config
 
     demo = smollm2_config("grpo", 3, 8, 16).to_dict()
     config = smollm2_config("grpo", 3, 8, 16, task="sokoban").validate()
@@ -351,7 +350,7 @@ def test_the_pretrained_lm_studys_sokoban_is_verl_agents_room_held_out_on_later_
 
 
 def test_the_pretrained_lm_studys_figures_of_a_run():
-    from benchmarks.credit_assignment import smollm2_figures
+    from studies.credit_assignment import smollm2_figures
 
     rows = [{"iteration": i, "rollout/success": s, "rollout/format_error_rate": 0.5 - s / 2,
              "advantage/step_only_share": 0.1 * i, "advantage/step_group_share/1": 0.25,
@@ -371,7 +370,7 @@ def test_the_pretrained_lm_studys_figures_of_a_run():
 def test_the_learning_condition_reads_the_baselines_mean_rise():
     """The preregistered gate: GRPO's rise (last two iterations' mean training success
     minus iteration 1's), averaged over seeds, against 0.3 (hand-computed cases)."""
-    from benchmarks.credit_assignment import learning_rise, smollm2_summary
+    from studies.credit_assignment import learning_rise, smollm2_summary
 
     assert learning_rise([0.125, 0.0, 0.5, 0.25, 0.125, 0.5]) == pytest.approx(0.1875)
     assert np.isnan(learning_rise([0.0, 1.0]))
@@ -394,7 +393,7 @@ def test_the_learning_condition_reads_the_baselines_mean_rise():
 def test_a_run_collapsed_after_three_zero_iterations_past_the_first():
     """T4's collapse rule (hand-computed): success 0 in >= 3 consecutive iterations after
     iteration 1; iteration 1 (before any update) does not count."""
-    from benchmarks.credit_assignment import collapsed, smollm2_summary
+    from studies.credit_assignment import collapsed, smollm2_summary
 
     p7_seed_100 = [0.125, 0.1875, 0.5, 0.5, 0.0625, 0, 0, 0, 0, 0.0625, 0.5, 1.0]  # its JSON
     assert collapsed(p7_seed_100)
@@ -412,7 +411,7 @@ def test_a_run_collapsed_after_three_zero_iterations_past_the_first():
 
 
 def test_the_pretrained_lm_studys_group_size_changes_only_the_groups():
-    from benchmarks.credit_assignment import LMVariant, smollm2_config
+    from studies.credit_assignment import LMVariant, smollm2_config
 
     demo = smollm2_config("grpo", 3, 8, 16).to_dict()
     wide = smollm2_config("grpo", 3, 8, 16, variant=LMVariant(group_size=16)).validate().to_dict()
@@ -424,7 +423,7 @@ def test_the_pretrained_lm_studys_group_size_changes_only_the_groups():
 
 
 def test_the_pretrained_lm_studys_lr_and_mini_batch_change_only_the_learner():
-    from benchmarks.credit_assignment import LMVariant, smollm2_config
+    from studies.credit_assignment import LMVariant, smollm2_config
 
     demo = smollm2_config("grpo", 3, 8, 16).to_dict()
     fast = smollm2_config("grpo", 3, 8, 16, variant=LMVariant(lr=2e-3)).validate().to_dict()
@@ -456,7 +455,7 @@ def test_the_pretrained_lm_studys_lr_and_mini_batch_change_only_the_learner():
 
 
 def test_the_pretrained_lm_studys_warm_start_changes_only_the_sft_section():
-    from benchmarks.credit_assignment import SMOLLM2_SFT, LMVariant, smollm2_config
+    from studies.credit_assignment import SMOLLM2_SFT, LMVariant, smollm2_config
 
     demo = smollm2_config("grpo", 3, 8, 16).to_dict()
     assert demo["sft"]["warm_start"] is False
@@ -504,7 +503,7 @@ def test_a_study_stays_blind_until_every_planned_run_is_in(tmp_path, monkeypatch
     (per-run figures only, written after every finished run); once all are in, the
     summary, the paired tests with their intervals and the plots appear. The plan is
     every (method, seed) any invocation asked for, kept in the JSON."""
-    import benchmarks.credit_assignment as study
+    import studies.credit_assignment as study
 
     order, seen = [], []
     base = ["--policy", "smollm2", "--iterations", "3", "--tag", "c",
@@ -548,7 +547,7 @@ def test_a_study_stays_blind_until_every_planned_run_is_in(tmp_path, monkeypatch
 
 def test_unblind_computes_the_comparison_early_and_the_json_records_it(
         tmp_path, monkeypatch, capsys):
-    import benchmarks.credit_assignment as study
+    import studies.credit_assignment as study
 
     order: list = []
     monkeypatch.setattr(study, "run_jobs", _fake_runs(order, cut={("grpo", 2)}))
@@ -572,7 +571,7 @@ def test_unblind_computes_the_comparison_early_and_the_json_records_it(
 def test_a_json_from_before_a_config_field_existed_is_still_read():
     """A field added to the config later (its default in effect for the old runs) does
     not make an old study's JSON 'another configuration'; any other difference does."""
-    from benchmarks.credit_assignment import same_config
+    from studies.credit_assignment import same_config
 
     default = {"prompt": {"window": 2, "new_field": "tags"}, "seed": 0}
     now = {"prompt": {"window": 1, "new_field": "tags"}, "seed": 3}
@@ -584,12 +583,65 @@ def test_a_json_from_before_a_config_field_existed_is_still_read():
     assert not same_config({"prompt": {"window": 1, "gone": 1}, "seed": 3}, now, default)
 
 
+T4_JSON = (Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+           / "credit_assignment_smollm2_g8_mb16_kl0.01_sft2p0.5_t4.json")
+
+
+def test_the_committed_t4_study_is_still_read_as_its_own_configuration(tmp_path):
+    """The committed T4 JSON (all four methods, written before GraphGPO's decay had a
+    field of its own) is read as the configuration its own arguments give today: its runs
+    come back and the file stays where it is."""
+    import shutil
+
+    from studies.credit_assignment import LMVariant, recorded_runs
+
+    path = tmp_path / T4_JSON.name
+    shutil.copy(T4_JSON, path)
+    data = json.loads(path.read_text())
+    recorded = recorded_runs(path, data["iterations"], data["heldout"]["episodes"], None,
+                             data["task"], LMVariant(**data["variant"]))
+    assert path.exists() and sorted(p.name for p in tmp_path.iterdir()) == [T4_JSON.name]
+    assert {m: sorted(map(str, seeds)) for m, seeds in recorded.runs.items()} == {
+        m: sorted(seeds) for m, seeds in data["runs"].items()}
+    assert {"gigpo", "grpo", "hgpo", "graphgpo"} <= set(recorded.runs)
+
+
+def test_a_graphgpo_study_json_from_before_its_decay_had_a_field_is_the_same_configuration():
+    """A study JSON whose config is a GraphGPO run's as it was saved before
+    ``learner.graphgpo_decay`` existed (the decay in ``learner.gamma``) is today's GraphGPO
+    config; another decay is not, and neither is a GiGPO run that trained with gamma 0.1."""
+    import copy
+
+    from studies.credit_assignment import same_config, smollm2_config
+
+    def before(config):
+        data = json.loads(json.dumps(config.to_dict()))
+        decay = data["learner"].pop("graphgpo_decay")
+        if data["algo"] == "graphgpo":
+            data["learner"]["gamma"] = decay
+        return data
+
+    graph = smollm2_config("graphgpo", 1, 3, 4)
+    now = json.loads(json.dumps(graph.to_dict()))
+    assert (now["learner"]["gamma"], now["learner"]["graphgpo_decay"]) == (0.95, 0.1)
+    old = before(graph)
+    assert old["learner"]["gamma"] == 0.1 and same_config(old, now)
+    other = copy.deepcopy(old)
+    other["learner"]["gamma"] = 0.2
+    assert not same_config(other, now)
+    gigpo = smollm2_config("gigpo", 1, 3, 4)
+    assert same_config(before(gigpo), json.loads(json.dumps(gigpo.to_dict())))
+    discounted = before(gigpo)
+    discounted["learner"]["gamma"] = 0.1
+    assert not same_config(discounted, json.loads(json.dumps(gigpo.to_dict())))
+
+
 def test_the_pretrained_lm_study_carries_on_from_its_json_where_run_folders_are_gone(
         tmp_path, monkeypatch, capsys):
     """The committed JSON is the study's record across machines: a later invocation reads
     the runs it holds (no rerun), adds its own, and summarises them all; a JSON of another
     configuration is not read but kept beside, never lost. Jobs go seed by seed."""
-    import benchmarks.credit_assignment as study
+    import studies.credit_assignment as study
 
     order: list = []
     monkeypatch.setattr(study, "run_jobs", _fake_runs(order))
@@ -670,7 +722,7 @@ def _plotted_panels(runs, tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from benchmarks.credit_assignment import smollm2_plot
+    from studies.credit_assignment import smollm2_plot
 
     figures = []
     monkeypatch.setattr(plt, "close", figures.append)

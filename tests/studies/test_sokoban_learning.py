@@ -1,4 +1,4 @@
-"""The Sokoban learning check's plumbing (``benchmarks/sokoban_learning.py``): the SFT
+"""The Sokoban learning check's plumbing (``studies/sokoban_learning.py``): the SFT
 warm start on the BFS expert feeds the RL stage, the threshold reading is right, and the
 samples show the model the grid the expert acted on. The check itself (SFT, then 25
 iterations per method, ~20 minutes a seed) is run by hand; its figures are in
@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from agentgym.sokoban import SokobanEnv  # noqa: E402
 from algorithms.sft.data import build_examples, expert_trajectories  # noqa: E402
-from benchmarks.sokoban_learning import (  # noqa: E402
+from studies.sokoban_learning import (  # noqa: E402
     ENV_ID,
     Budget,
     first_at,

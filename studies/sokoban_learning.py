@@ -20,8 +20,8 @@ success of greedy-ish evaluation (temperature 0.4) on 64 held-out rooms (seeds f
 
 Usage::
 
-    python -m benchmarks.sokoban_learning                 # 2 seeds x GiGPO, GRPO
-    python -m benchmarks.sokoban_learning --seeds 1 --first-seed 1 --arch gpt2
+    python -m studies.sokoban_learning                    # 2 seeds x GiGPO, GRPO
+    python -m studies.sokoban_learning --seeds 1 --first-seed 1 --arch gpt2
 
 Measured figures and the diagnosis of the earlier failure (an SFT plateau at lr 3e-3,
 not a tokenization or prompt bug): docs/envs/sokoban.md, "Learning check".
@@ -41,7 +41,8 @@ import torch
 
 from agentgym.sokoban import SokobanEnv
 from algorithms.agent.prompts import answer_instruction
-from algorithms.config import CPU_DEMO_LOSS, PRESETS, ModelConfig, TrainConfig, replace
+from algorithms.config import ModelConfig, TrainConfig, replace
+from algorithms.presets import CPU_DEMO_LOSS, PRESETS
 from algorithms.sft.trainer import SFTTrainer
 from algorithms.training.policy import wrap_model
 from algorithms.training.trainer import Trainer

@@ -1,4 +1,4 @@
-"""The visual Sokoban learning check's plumbing (``benchmarks/vlm_learning.py``): each image
+"""The visual Sokoban learning check's plumbing (``studies/vlm_learning.py``): each image
 token is one cell of the room, every word of the prompt and the moves is known, the SFT
 samples show the frame the expert acted on, the random walker is measured on the held-out
 rooms, and the stages run end to end on a tiny budget. The check itself (about 40 minutes a
@@ -15,7 +15,7 @@ pytest.importorskip("PIL")
 from agentgym.sokoban.tiles import TILE  # noqa: E402
 from agentgym.sokoban.visual import SokobanVisualEnv  # noqa: E402
 from algorithms.sft.data import build_examples, expert_trajectories  # noqa: E402
-from benchmarks.vlm_learning import (  # noqa: E402
+from studies.vlm_learning import (  # noqa: E402
     ENV_ID,
     Budget,
     base_config,

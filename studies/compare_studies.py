@@ -1,18 +1,18 @@
 """Compare one method of a credit-assignment study with another, seed by seed, across runs.
 
-``benchmarks/credit_assignment.py`` tests its methods against each other within one run
+``studies/credit_assignment.py`` tests its methods against each other within one run
 (one ``--tag``). An ablation is a comparison across runs: the same method under two
 settings (``--episode-stats trajectories`` against the recipe's), or one measure other than
 the final held-out success (training-rollout success over some iterations). This script
 reads two of the study's result JSONs, pairs the seeds both have, and prints each side's
 mean with its 95% bootstrap interval, every seed, the mean paired difference with its 95%
 paired-bootstrap interval (the seeds resampled with replacement, 10,000 resamples, seed 0)
-and the two-sided paired permutation p-value (``benchmarks/study_stats.py``)::
+and the two-sided paired permutation p-value (``studies/study_stats.py``)::
 
-    python -m benchmarks.compare_studies \\
+    python -m studies.compare_studies \\
         benchmarks/results/credit_assignment_full_h48-eq3.json:gigpo-state-std \\
         benchmarks/results/credit_assignment_full_h48-omega1.json:gigpo-state-std
-    python -m benchmarks.compare_studies --measure train --iterations 5 8 \\
+    python -m studies.compare_studies --measure train --iterations 5 8 \\
         benchmarks/results/credit_assignment_full_h48-g16.json:gigpo-state-std \\
         benchmarks/results/credit_assignment_full_h48-g16.json:grpo-std
 
@@ -25,7 +25,7 @@ as well: ``final`` is their ``heldout_success``, ``train`` their ``train_success
 iteration; ``--task`` may be left out for them. An ablation of it (one method under another
 setting, e.g. ``--lm-step-weight 2``) is compared with the study it varies::
 
-    python -m benchmarks.compare_studies --measure train --iterations 2 12 \\
+    python -m studies.compare_studies --measure train --iterations 2 12 \\
         benchmarks/results/credit_assignment_smollm2_g8_mb16_kl0.01_sft2p0.5_w2_a1.json:gigpo \\
         benchmarks/results/credit_assignment_smollm2_g8_mb16_kl0.01_sft2p0.5_t4.json:gigpo
 """
@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.study_stats import paired_comparison
+from studies.study_stats import paired_comparison
 
 MEASURES = ("final", "train")
 
@@ -80,7 +80,7 @@ def seed_values(study: dict[str, Any], task: str | None, method: str, measure: s
     """One figure per seed of ``method`` on ``task`` in a study's result JSON.
 
     Args:
-        study: the JSON ``benchmarks/credit_assignment.py`` writes (its ``runs`` block).
+        study: the JSON ``studies/credit_assignment.py`` writes (its ``runs`` block).
         task: the small-policy study's task (``None``: ``keydoor``); for a pretrained-LM
             study, ``None`` or the one task it ran.
         measure: ``final`` (the last held-out evaluation's success) or ``train`` (the mean

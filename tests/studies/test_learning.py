@@ -1,7 +1,7 @@
 """The learning benchmark's short version: step-level credit makes a policy learn KeyDoor.
 
 One seed, 12 iterations of GiGPO (state anchors, mean-only normalization, the setting that
-learns in ``benchmarks/learning.py``) on a 3 x 3 house without a key: the trained policy's
+learns in ``studies/learning.py``) on a 3 x 3 house without a key: the trained policy's
 training-rollout success must rise well above the untrained policy's. Measured here: the
 first two iterations average 0.12, the last three 0.74 (11-32 s, measured with other
 jobs running).
@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from benchmarks.learning import (  # noqa: E402
+from studies.learning import (  # noqa: E402
     BenchSpec,
     format_table,
     iterations_to,
@@ -54,7 +54,7 @@ def test_moving_average_and_iterations_to_threshold():
 
 
 def test_summary_table_counts_runs_that_never_reach_a_threshold():
-    from benchmarks.learning import RunResult
+    from studies.learning import RunResult
 
     runs = [RunResult("grpo", seed, success=curve, episode_length=[5.0] * 4,
                       invalid_rate=[0.0] * 4, seconds=[1.0] * 4)
