@@ -57,6 +57,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: import this project from its root
     sys.path.insert(0, str(REPO))
 
+import tests  # noqa: E402, F401  (this project's, before a checkout's tests/ can shadow it)
 from tools import originals  # noqa: E402
 from tools.originals import digest  # noqa: E402
 
@@ -520,7 +521,14 @@ def record_prompts(args: argparse.Namespace) -> dict[str, Any]:
 def record_recipe(args: argparse.Namespace) -> dict[str, Any]:
     from tools.record_recipe import record
 
-    return record(args)
+    saved_path, saved_modules = list(sys.path), set(sys.modules)
+    try:
+        return record(args)
+    finally:  # the harness put the checkout first on sys.path (it has a tests/ of its own)
+        sys.path[:] = saved_path  # and imported its packages, which other loaders stand in for
+        for name in set(sys.modules) - saved_modules:
+            if name.split(".")[0] in ("agent_system", "verl", "gigpo", "recipe"):
+                del sys.modules[name]
 
 
 # --------------------------------------------------------------------------- command
@@ -586,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python tools/record_originals.py " + " ".join(
         argv if argv is not None else sys.argv[1:])
     different = []
-    for name in args.only or list(RECORDERS):
+    for name in [name for name in RECORDERS if name in (args.only or RECORDERS)]:
         start = time.perf_counter()
         try:
             fixture = fixture_of(name, args, command)

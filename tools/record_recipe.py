@@ -2,13 +2,14 @@
 HGPO's, GraphGPO's) on the recipe-parity harness's random batches.
 
 The originals run through the harness's own loaders and calls
-(``benchmarks.recipe_parity.VerlAgent``, ``benchmarks.frontier_parity.HGPOReference`` and
+(``benchmarks.parity_pipelines.VerlAgent`` with ``in_float64``, the comparisons' pairings
+of ``benchmarks.recipe_parity`` and ``benchmarks.frontier_parity.HGPOReference`` and
 ``GraphReference``; imported by those module paths), always counted: verl's float32
 names read as float64, as the harness counts them. Each record names the harness's term,
 what this project's side computes (``kind`` and ``params``, read by
 ``tests/benchmarks/test_recipe_verl_agent_recorded.py``) and the original's output.
 
-Batches (``benchmarks.recipe_parity.make_rollout(seed, groups)``; each stored as a digest
+Batches (``make_rollout(seed, groups)`` of ``benchmarks.parity_pipelines``; each stored as a digest
 of every array, which the test regenerates and checks):
 
 - :data:`BATCHES`: 8 seeds of 6 groups (every group kind of the harness): the advantages
@@ -84,7 +85,7 @@ def _gigpo_core(agent: Any, rollout: Any, normalize: str, similarity: float | No
     (``VerlAgent.advantages``' preparation, counted in float64)."""
     import torch
 
-    from benchmarks import recipe_parity as parity
+    from benchmarks import parity_pipelines as parity
 
     settings = parity.VerlSettings()
     data = agent._data(rollout, settings, True)
