@@ -324,9 +324,9 @@ def test_mini_batches_follow_the_batch_order_unless_shuffled():
         seen: list[list[int]] = []
         original = learner._mini_batch_step
 
-        def spy(batch, view, signals, mini, progress=None, _original=original, _seen=seen):
+        def spy(batch, view, signals, mini, *rest, _original=original, _seen=seen):
             _seen.append(sorted(mini.tolist()))
-            return _original(batch, view, signals, mini, progress)
+            return _original(batch, view, signals, mini, *rest)
 
         learner._mini_batch_step = spy
         batch = learner.score(_update_batch())
