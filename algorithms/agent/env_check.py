@@ -87,14 +87,24 @@ def check_run_env(config: TrainConfig, say: Callable[[str], None] = lambda line:
 def contract_checks(config: TrainConfig) -> list[Check]:
     """:func:`check_run_env` as ``train.py --dry-run``'s ``env contract`` check: one
     :class:`~algorithms.runs.readiness.Check`, or none for AgentGym's own envs (this
-    project's tests check those)."""
+    project's tests check those). What the run would say before its model loads comes
+    after it, a warning as a ``WARN`` check of its own (the prompt length, counted with
+    the estimating tokenizer: the dry run loads no model), a note as an ``ok`` one."""
     from agentgym.registration import is_agentgym_env
     from algorithms.runs.readiness import Check
 
     if is_agentgym_env(config.env.env_id):
         return []
+    said: list[str] = []
     try:
-        check_run_env(config)
+        check_run_env(config, said.append)
     except EnvContractError as error:
         return [Check("env contract", False, str(error))]
-    return [Check("env contract", True, f"{config.env.env_id} passes the fast checks")]
+    checks = [Check("env contract", True, f"{config.env.env_id} passes the fast checks")]
+    for line in said:
+        name, _, detail = line.removeprefix("warning: ").partition(f" of {config.env.env_id}")
+        if line.startswith("warning: "):
+            checks.append(Check(name, True, detail.removeprefix(": ").strip(), warning=True))
+        else:
+            checks.append(Check("env note", True, line))
+    return checks

@@ -61,8 +61,11 @@ class DryRun:
             lines.append(f"not ready: {len(self.failed)} of {len(self.checks)} checks failed "
                          "(each FAIL line says what to do)")
         else:
-            lines.append(f"ready: {len(self.checks)} checks passed; run the same command "
-                         "without --dry-run")
+            warned = sum(check.warning for check in self.checks)
+            also = (f", {warned} with a warning (the WARN line{'s' if warned > 1 else ''})"
+                    if warned else "")
+            lines.append(f"ready: {len(self.checks)} checks passed{also}; run the same "
+                         "command without --dry-run")
         return "\n".join(lines)
 
 

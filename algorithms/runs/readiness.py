@@ -45,16 +45,21 @@ class Check:
         name: the kind (the table in the module docstring).
         passed: whether the run can start as far as this check sees.
         detail: one line: what was found, or what to do.
+        warning: passed, but the run will do something worth knowing first (it cuts
+            prompts longer than the budget, say).
     """
 
     name: str
     passed: bool
     detail: str
+    warning: bool = False
 
     @property
     def line(self) -> str:
-        """``ok    name: detail`` or ``FAIL  name: detail``."""
-        return f"{'ok  ' if self.passed else 'FAIL'}  {self.name}: {self.detail}"
+        """``ok    name: detail``, ``WARN  name: detail`` (passed, with a warning) or
+        ``FAIL  name: detail``."""
+        mark = "FAIL" if not self.passed else "WARN" if self.warning else "ok  "
+        return f"{mark}  {self.name}: {self.detail}"
 
 
 @dataclass(frozen=True)

@@ -306,6 +306,46 @@ def test_an_env_that_breaks_the_contract_fails_the_dry_run(bare_machine, capsys)
     assert status == NOT_READY and failed == ["env contract"]
 
 
+def test_the_env_checks_warnings_and_notes_are_in_the_dry_run(bare_machine, capsys):
+    """Issue 60, nothing silent: prompts longer than the budget are a WARN line of the dry
+    run (it passes, exit 0), as the run itself would say before its model loads; a plain
+    Gymnasium env's note is an ok line; within the budget there is no warning."""
+    own = "examples.own_env:OwnEnv/NumberGuess-v0"
+    status, failed = dry_run_status(["--env.env-id", own, "--model.name-or-path", "tiny",
+                                     "--prompt.max-prompt-tokens", "20"], capsys)
+    assert status == READY and not failed
+    with pytest.raises(SystemExit):
+        train.main(["--env.env-id", own, "--model.name-or-path", "tiny",
+                    "--prompt.max-prompt-tokens", "20", "--dry-run"])
+    out = capsys.readouterr().out.splitlines()
+    (warn,) = [line for line in out if "  WARN  " in line]
+    assert warn.startswith("[agentgym]   WARN  prompt length: ")
+    assert "are longer than --prompt.max-prompt-tokens 20 (up to " in warn
+    assert "a run cuts them" in warn
+    assert out[-1].startswith("[agentgym] ready: ") and "1 with a warning" in out[-1]
+
+    with pytest.raises(SystemExit) as stop:
+        train.main(["--env.env-id", own, "--model.name-or-path", "tiny",
+                    "--prompt.max-prompt-tokens", "4096", "--dry-run"])
+    out = capsys.readouterr().out.splitlines()
+    assert stop.value.code == READY and not [line for line in out if "  WARN  " in line]
+    assert "with a warning" not in out[-1]
+
+    plain = "examples.own_env:OwnEnv/PlainNumberGuess-v0"
+    with pytest.raises(SystemExit) as stop:
+        train.main(["--env.env-id", plain, "--model.name-or-path", "tiny", "--dry-run"])
+    out = capsys.readouterr().out.splitlines()
+    (note,) = [line for line in out if "  ok    env note: " in line]
+    assert stop.value.code == READY and "is a plain Gymnasium env" in note
+
+
+def test_a_check_with_a_warning_passes_and_says_warn():
+    check = readiness.Check("prompt length", True, "too long", warning=True)
+    assert check.line == "WARN  prompt length: too long"
+    assert readiness.Check("x", True, "fine").line == "ok    x: fine"
+    assert readiness.Check("x", False, "do this", warning=True).line == "FAIL  x: do this"
+
+
 def test_under_torchrun_only_rank_0_prints(bare_machine, monkeypatch, capsys):
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(SystemExit):
