@@ -328,3 +328,31 @@ def test_the_agent_and_engine_packages_do_not_import_the_gateway():
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                     [node.module or ""] if isinstance(node, ast.ImportFrom) else []
                 assert not any(n.startswith("algorithms.gateway") for n in names), path
+
+
+TRIMMING = ("{%- for message in messages -%}{{- '<|im_start|>' + message.role + '\\n' + "
+            "(((message.content or '') | trim) if message.role == 'assistant' else "
+            "message.content) + '<|im_end|>\\n' -}}{%- endfor -%}"
+            "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}")
+
+
+@pytest.mark.parametrize("rewrite, how, joined", [("keep", "kept", True),
+                                                  ("end", "fresh", False)])
+def test_a_template_that_rewrites_an_answer_keeps_the_ids_or_renders_afresh(
+        smollm2, rewrite, how, joined):
+    answer = ids(smollm2, "  go north  ")
+    engine = ScriptedEngine(lambda prompt: answer)
+    with Gateway(engine, smollm2, max_prompt_tokens=600, chat_template=TRIMMING,
+                 rewrite=rewrite) as gw:
+        url = gw.open_session({})
+        sdk = client(url)
+        message = sdk.chat.completions.create(model="m", messages=TASK).choices[0].message
+        assert message.content == "  go north  "
+        sdk.chat.completions.create(model="m", messages=[
+            *TASK, message.model_dump(exclude_none=True), {"role": "user", "content": "ok"}])
+        record = gw.close_session(url)
+    first, second = record.calls
+    assert second.bridge == how and second.joined is joined
+    if joined:  # the answer's ids as sampled, though the template trims its text
+        assert second.prompt_ids[:len(first.prompt_ids) + len(answer)] == \
+            first.prompt_ids + tuple(answer)
