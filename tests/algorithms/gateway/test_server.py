@@ -356,3 +356,25 @@ def test_a_template_that_rewrites_an_answer_keeps_the_ids_or_renders_afresh(
     if joined:  # the answer's ids as sampled, though the template trims its text
         assert second.prompt_ids[:len(first.prompt_ids) + len(answer)] == \
             first.prompt_ids + tuple(answer)
+
+
+def test_a_body_over_the_limit_is_413_and_the_server_goes_on(gateway):
+    url = gateway.open_session({})
+    response = httpx.post(f"{url}/chat/completions", content=b" " * (33 * 1024 * 1024),
+                          timeout=120)
+    assert response.status_code == 413 and "error" in response.json()
+    assert httpx.get(f"{url}/models").status_code == 200
+
+
+def test_a_stopped_gateway_has_no_url_and_refuses_sessions(engine, smollm2):
+    gateway = Gateway(engine, smollm2, max_prompt_tokens=100).start()
+    url = gateway.open_session({})
+    gateway.stop()
+    with pytest.raises(RuntimeError):
+        print(gateway.base_url)
+    with pytest.raises(RuntimeError):
+        gateway.open_session({})
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/models", timeout=5)
+    with pytest.raises(ValueError):
+        Gateway(engine, smollm2, max_prompt_tokens=0)
