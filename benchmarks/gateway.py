@@ -69,13 +69,36 @@ def load(model: str) -> Any:
     return load_policy(ModelConfig(dtype="float32"), torch.device("cpu"))
 
 
+class TimedEngine:
+    """An engine whose calls are timed (``last_s``: the latest call's seconds)."""
+
+    def __init__(self, engine: Any):
+        self.engine = engine
+        self.last_s = 0.0
+
+    @property
+    def top_p(self) -> float:
+        return self.engine.top_p
+
+    @top_p.setter
+    def top_p(self, value: float) -> None:
+        self.engine.top_p = value
+
+    def generate(self, prompts: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return self.engine.generate(prompts, **kwargs)
+        finally:
+            self.last_s = time.perf_counter() - start
+
+
 def overhead(gateway: Any, engine: Any, chats: list, tools: list, args: Any) -> dict[str, float]:
     import openai
 
     bridge = gateway.renderer.bridge(tools)
     url = gateway.open_session({})
     client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=600)
-    through, direct, same = [], [], 0
+    through, direct, own, same = [], [], [], 0
     for index in range(args.calls):
         chat = chats[index % len(chats)]
         ids = list(bridge.start(chat).token_ids)
@@ -87,10 +110,12 @@ def overhead(gateway: Any, engine: Any, chats: list, tools: list, args: Any) -> 
         client.chat.completions.create(model="policy", messages=chat, tools=tools,
                                        max_tokens=args.max_tokens, seed=1000 + index)
         through.append(time.perf_counter() - start)
+        own.append(through[-1] - gateway.engine.last_s)
         same += gateway.record(url).calls[-1].completion_ids == tuple(row)
     gateway.close_session(url)
     return {"direct_ms": 1000 * statistics.median(direct),
-            "gateway_ms": 1000 * statistics.median(through), "same": same}
+            "gateway_ms": 1000 * statistics.median(through),
+            "own_ms": 1000 * statistics.median(own), "same": same}
 
 
 def throughput(gateway: Any, engine: Any, chats: list, tools: list, sessions: int,
@@ -152,15 +177,17 @@ def main() -> None:
         policy = load(model)
         engine = HFEngine(policy.model, policy.tokenizer, batch_size=max(args.sessions))
         window = {} if args.max_wait is None else {"batch_max_wait_s": args.max_wait}
-        with Gateway(engine, policy.tokenizer, max_prompt_tokens=4096, **window) as gateway:
+        with Gateway(TimedEngine(engine), policy.tokenizer, max_prompt_tokens=4096,
+                     **window) as gateway:
             engine.generate([list(gateway.renderer.bridge(tools).start(chats[0]).token_ids)],
                             temperature=1.0, max_new_tokens=4, seed=0)  # warm-up
             cost = overhead(gateway, engine, chats, tools, args)
             print(f"{model}: per call (median of {args.calls}) in-process "
                   f"{cost['direct_ms']:.1f} ms, through the gateway {cost['gateway_ms']:.1f} ms"
                   f" (+{cost['gateway_ms'] - cost['direct_ms']:.1f} ms, "
-                  f"{cost['gateway_ms'] / cost['direct_ms']:.2f}x); same tokens "
-                  f"{cost['same']}/{args.calls}", flush=True)
+                  f"{cost['gateway_ms'] / cost['direct_ms']:.2f}x); the gateway's own time "
+                  f"{cost['own_ms']:.1f} ms per call; same tokens {cost['same']}/{args.calls}",
+                  flush=True)
             for sessions in args.sessions:
                 rate = throughput(gateway, engine, chats, tools, sessions, args)
                 print(f"{model}: {sessions:>2} sessions: in-process {rate['direct']:.2f} "
