@@ -17,7 +17,9 @@ sampled at temperature 1 up to ``--max-tokens`` tokens with the HF engine, in fl
 * **Throughput**: ``c`` sessions, each a thread making ``--rounds`` calls in a row
   (each the first turn of its own task), against the in-process engine given batches of
   ``c`` of the same prompts ``--rounds`` times; ``--repeats`` measurements of each,
-  alternated (the load drifts), their medians and the median ratio of the pairs.
+  alternated (the load drifts), their medians and the median ratio of the pairs. Both
+  sides sample with the same seeds, so that they sample alike (a response's length
+  sets its cost: with random seeds one session's figure was mostly its lengths' luck).
   samples/s = responses / wall seconds. The loops' threads share the trainer's process
   (and its GIL) here, as threads would.
   The gateway batches the sessions' calls (it waits up to ``batch_max_wait_s`` for
@@ -140,16 +142,16 @@ def throughput(gateway: Any, engine: Any, chats: list, tools: list, sessions: in
                             seed=100 * repeat + round_)
         return sessions * args.rounds / (time.perf_counter() - start)
 
-    def gateway_rate() -> float:
+    def gateway_rate(repeat: int) -> float:
         urls = [gateway.open_session({"i": i}) for i in range(sessions)]
         clients = [openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=600)
                    for url in urls]
 
         def play(index: int) -> None:
-            for _ in range(args.rounds):
+            for round_ in range(args.rounds):
                 clients[index].chat.completions.create(
                     model="policy", messages=chats[index % len(chats)], tools=tools,
-                    max_tokens=args.max_tokens)
+                    max_tokens=args.max_tokens, seed=100 * repeat + round_)
 
         threads = [threading.Thread(target=play, args=(i,)) for i in range(sessions)]
         start = time.perf_counter()
@@ -166,7 +168,7 @@ def throughput(gateway: Any, engine: Any, chats: list, tools: list, sessions: in
     directs, throughs = [], []
     for repeat in range(args.repeats):  # alternated: the machine's load drifts
         directs.append(direct_rate(repeat))
-        throughs.append(gateway_rate())
+        throughs.append(gateway_rate(repeat))
     batch = (gateway.queue.requests - requests) / max(1, gateway.queue.engine_calls - calls)
     return {"direct": statistics.median(directs), "gateway": statistics.median(throughs),
             "ratio": statistics.median(t / d for t, d in zip(throughs, directs, strict=True)),
