@@ -20,8 +20,8 @@ sampled at temperature 1 up to ``--max-tokens`` tokens with the HF engine, in fl
   alternated (the load drifts), their medians and the median ratio of the pairs. Both
   sides sample with the same seeds, so that they sample alike (a response's length
   sets its cost: with random seeds one session's figure was mostly its lengths' luck).
-  samples/s = responses / wall seconds. The loops' threads share the trainer's process
-  (and its GIL) here, as threads would.
+  samples/s = responses / wall seconds. The sessions' loops are threads of the
+  gateway's own process here (they share its GIL).
   The gateway batches the sessions' calls (it waits up to ``batch_max_wait_s`` for
   every open session to call; its default unless ``--max-wait`` says); its mean engine
   batch is printed.
