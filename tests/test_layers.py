@@ -150,7 +150,7 @@ def test_algorithms_imports_no_env_module(graph):
 
 
 ALGORITHMS_LAYERS = ("algorithms.sft", "algorithms.integrations", "algorithms.training",
-                     "algorithms.agent", "algorithms.engines", "algorithms.runs",
+                     "algorithms.gateway", "algorithms.agent", "algorithms.engines", "algorithms.runs",
                      "algorithms.presets", "algorithms.config", "algorithms.templates",
                      "algorithms.precision", "algorithms.objectives")
 """``algorithms``' own rooms, top to bottom: each may import those after it, never one
