@@ -193,11 +193,14 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _play(spec: str, paths: list[str], cwd: str, base_url: str, task: dict[str, Any],
-          connection: Any) -> None:
-    """The episode's process: import the loop, play, send back ``("ok", value)`` or
-    ``("error", kind, message)``."""
+def _play(spec: str, paths: list[str], cwd: str, environ: dict[str, str], base_url: str,
+          task: dict[str, Any], connection: Any) -> None:
+    """The episode's process: the trainer's ``sys.path``, folder and environment (the
+    fork server's may be older), then import the loop, play, send back ``("ok", value)``
+    or ``("error", kind, message)``."""
     sys.path[:] = paths
+    os.environ.clear()
+    os.environ.update(environ)
     try:
         os.chdir(cwd)
     except OSError:
@@ -266,7 +269,8 @@ def play_episodes(spec: str, jobs: Sequence[EpisodeJob], *, concurrency: int,
             job = waiting.pop()
             receive, send = context.Pipe(duplex=False)
             process = context.Process(target=_play, daemon=True, name=f"agent-episode-{job.index}",
-                                      args=(spec, paths, cwd, job.base_url, job.task, send))
+                                      args=(spec, paths, cwd, dict(os.environ),
+                                            job.base_url, job.task, send))
             process.start()
             send.close()  # the child holds its end: EOF here once it exits
             running[receive] = (job, process, time.monotonic())

@@ -12,9 +12,11 @@ the run's engine and tokenizer once, and for each iteration:
    seconds (:func:`~algorithms.gateway.agent_loop.play_episodes`); each episode's session
    is closed as soon as it ends (a call of a stopped loop then gets 404);
 3. leaves out, and counts, every episode that failed (:data:`FAILURES`): the loop raised,
-   timed out, returned no reward it could be trained on, made no model call, its process
-   died, or a call was sampled at another temperature or top-p than the learner scores
-   (``off_policy``: the run's ``generation.temperature`` and top-p 1);
+   timed out, returned no reward it could be trained on, made no model call, or its
+   process died; ``off_policy`` (a call sampled at another temperature or top-p than the
+   learner scores) guards the gateway's pinning: it samples every call at the run's
+   ``generation.temperature`` and top-p 1, whatever the loop asks, and at most
+   ``generation.max_new_tokens`` tokens (the default when a call asks none; more is a 400);
 4. turns the others into a :class:`~algorithms.agent.step_batch.StepBatch`
    (:func:`~algorithms.gateway.episodes.harness_batch`: one row per model call, the exact
    recorded ids).
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -97,10 +100,16 @@ class HarnessSampler:
         self.tasks = TaskSource(config)
         if gateway_factory is None:
             from algorithms.gateway.server import Gateway as gateway_factory
+        generation = config.generation
         self.gateway = gateway_factory(
             engine, tokenizer, host=config.agent.host, port=config.agent.port,
             max_prompt_tokens=config.prompt.max_prompt_tokens,
-            max_new_tokens=config.generation.max_new_tokens)
+            chat_template=(Path(config.prompt.tool_template).read_text(encoding="utf-8")
+                           if config.prompt.tool_template else None),
+            rewrite=config.prompt.bridge_rewrite,
+            default_max_tokens=generation.max_new_tokens,
+            max_tokens_limit=generation.max_new_tokens,
+            temperature=generation.temperature, top_p=1.0, seed=config.run.seed)
         self.gateway.__enter__()
         say(f"agent: {config.agent.function} through the gateway at {self.gateway.base_url} "
             f"({self.tasks.describe()}; {config.agent.concurrency} episodes at once, "
