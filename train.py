@@ -279,6 +279,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             say(finished[0])
             return finished[1]
         check_run_env(config, say, lambda: run_tokenizer(config))
+        if config.agent.function is not None:  # --agent: the loop imports, the tasks read
+            from algorithms.gateway.agent_loop import load_agent
+            from algorithms.gateway.tasks import read_task_file
+
+            load_agent(config.agent.function)
+            if config.agent.tasks is not None:
+                read_task_file(config.agent.tasks)
         if needs_stage(config):  # --sft.warm-start: the SFT stage first, in <run>/sft
             run_dir = default_run_dir(config)
             try:
