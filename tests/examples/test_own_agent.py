@@ -1,0 +1,38 @@
+"""examples/own_agent.py plays the cpu-demo's house through the gateway: with an engine
+that answers as the env's expert it wins, and every call is recorded and joined."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+import agentgym  # noqa: F401
+from agentgym.tools import env_tools
+from algorithms.agent.tool_calls import format_call
+from algorithms.gateway.server import Gateway
+from examples.own_agent import _demo_task, agent
+from tests.algorithms.chat_cases import smollm2_tokenizer
+from tests.algorithms.gateway.helpers import ScriptedEngine
+
+
+def test_the_example_agent_wins_with_an_expert_behind_the_gateway():
+    tokenizer = smollm2_tokenizer()
+    task = _demo_task(5)
+    mirror = gym.make(task["env_id"], **task["env_kwargs"])
+    mirror.reset(seed=task["seed"], options={"task_id": task["task_id"]})
+    tools = env_tools(task["env_id"], task["env_kwargs"])
+
+    def expert(prompt):
+        action = mirror.unwrapped.expert_action()
+        mirror.step(action)
+        text = format_call(*tools.to_call(action))
+        return [*tokenizer(text, add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]
+
+    with Gateway(ScriptedEngine(expert), tokenizer, max_prompt_tokens=4096) as gateway:
+        url = gateway.open_session(task)
+        episode_return = agent(url, task)
+        record = gateway.close_session(url)
+    mirror.close()
+    assert episode_return > 0
+    assert record.calls and all(c.tool_status == "ok" for c in record.calls)
+    assert record.breaks == 0 and record.joins == len(record.calls) - 1
+    assert record.task == task
