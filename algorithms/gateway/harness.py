@@ -16,7 +16,8 @@ the run's engine and tokenizer once, and for each iteration:
    process died; ``off_policy`` (a call sampled at another temperature or top-p than the
    learner scores) guards the gateway's pinning: it samples every call at the run's
    ``generation.temperature`` and top-p 1, whatever the loop asks, and at most
-   ``generation.max_new_tokens`` tokens (the default when a call asks none; more is a 400);
+   ``generation.max_new_tokens`` tokens (:class:`CappedEngine`; also the number a call
+   that asks none gets);
 4. turns the others into a :class:`~algorithms.agent.step_batch.StepBatch`
    (:func:`~algorithms.gateway.episodes.harness_batch`: one row per model call, the exact
    recorded ids).
@@ -77,6 +78,31 @@ def off_policy_problem(call: CallRecord, temperature: float) -> str | None:
     return None
 
 
+class CappedEngine:
+    """The run's engine, sampling at most ``cap`` tokens per response whatever a call
+    asks (a loop's ``max_tokens`` is an upper bound: the run's
+    ``generation.max_new_tokens`` is the one the recipe trains with)."""
+
+    def __init__(self, engine: Any, cap: int):
+        self.engine = engine
+        self.cap = int(cap)
+
+    @property
+    def top_p(self) -> float:
+        return self.engine.top_p
+
+    @top_p.setter
+    def top_p(self, value: float) -> None:
+        self.engine.top_p = value
+
+    def generate(self, prompts: Any, *, max_new_tokens: int, **kwargs: Any) -> Any:
+        return self.engine.generate(prompts, max_new_tokens=min(int(max_new_tokens), self.cap),
+                                    **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
 class HarnessSampler:
     """The ``--agent`` rollout (module docstring).
 
@@ -102,13 +128,13 @@ class HarnessSampler:
             from algorithms.gateway.server import Gateway as gateway_factory
         generation = config.generation
         self.gateway = gateway_factory(
-            engine, tokenizer, host=config.agent.host, port=config.agent.port,
+            CappedEngine(engine, generation.max_new_tokens), tokenizer,
+            host=config.agent.host, port=config.agent.port,
             max_prompt_tokens=config.prompt.max_prompt_tokens,
             chat_template=(Path(config.prompt.tool_template).read_text(encoding="utf-8")
                            if config.prompt.tool_template else None),
             rewrite=config.prompt.bridge_rewrite,
             default_max_tokens=generation.max_new_tokens,
-            max_tokens_limit=generation.max_new_tokens,
             temperature=generation.temperature, top_p=1.0, seed=config.run.seed)
         self.gateway.__enter__()
         say(f"agent: {config.agent.function} through the gateway at {self.gateway.base_url} "
