@@ -199,8 +199,6 @@ def harness_batch(episodes: Sequence[PlayedEpisode], pad_id: int) -> StepBatch:
             observations=tuple(observation_text(c) for c in calls),
             tasks=tuple(str(row[0].task.get("task", "")) for row in rows),
             call_statuses=tuple(c.tool_status or "" for c in calls),
-            tool_results=("",) * n,
-            replies=("",) * n,
             calls=tuple(call_log(row[2], row[4], row[0].result.anchors is not None)
                         for row in rows)),
         anchor_ids=intern_anchors(anchors),
