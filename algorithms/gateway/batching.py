@@ -3,8 +3,11 @@ one engine call.
 
 :class:`GenerationQueue` takes requests (prompt ids and :class:`~algorithms.gateway.protocol.Sampling`)
 from any thread and answers each with a :class:`concurrent.futures.Future`. Its thread
-takes the first waiting request, waits ``window_s`` for more (up to ``max_batch``), and
-groups them by the settings an engine call takes as one: temperature, top-p, stop
+takes the first waiting request and waits for more (up to ``max_batch``): with an
+``expected`` count (the gateway's: its open sessions, each of which may be about to call)
+until that many wait or ``max_wait_s`` has passed since the first, so that a batch does
+not leave before the sessions whose answers came together have called again, and one
+session alone never waits; without one, ``window_s``. Then it groups them by the settings an engine call takes as one: temperature, top-p, stop
 strings and seed. Each group is one ``engine.generate`` call, at the group's largest
 ``max_tokens``; a row is then cut to its own request's ``max_tokens`` (the tokens kept
 are those sampled: a shorter limit only drops the end). Requests without a seed share
@@ -18,7 +21,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,26 +61,34 @@ class GenerationQueue:
 
     Args:
         engine: a :class:`~algorithms.engines.GenerationEngine`.
-        window_s: how long to wait for more requests after the first.
+        window_s: how long to wait for more requests after the first (without
+            ``expected``).
+        max_wait_s: how long to wait, at most, for ``expected`` requests.
+        expected: how many requests may come soon (``None``: unknown).
         max_batch: requests per engine call at most.
         seed: seeds the generator of the seeds of requests that give none.
     """
 
-    def __init__(self, engine: Any, *, window_s: float = 0.01, max_batch: int = 64,
-                 seed: int = 0):
+    def __init__(self, engine: Any, *, window_s: float = 0.01, max_wait_s: float = 0.25,
+                 max_batch: int = 64, seed: int = 0,
+                 expected: Callable[[], int] | None = None):
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1; got {max_batch}")
         if window_s < 0:
             raise ValueError(f"window_s must be at least 0; got {window_s}")
         self.engine = engine
         self.window_s = window_s
+        self.max_wait_s = max_wait_s
         self.max_batch = max_batch
+        self.expected = expected
+        self._changed = threading.Condition()
         self._seeds = random.Random(seed)
         self._queue: queue.Queue[_Pending] = queue.Queue()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.engine_calls = 0
         self.requests = 0
+        self.batch_sizes: list[int] = []
 
     def start(self) -> None:
         if self._thread is not None:
@@ -106,7 +117,9 @@ class GenerationQueue:
         if self._stopping.is_set() or self._thread is None:
             pending.future.set_exception(GenerationError("the gateway is not running"))
         else:
-            self._queue.put(pending)
+            with self._changed:
+                self._queue.put(pending)
+                self._changed.notify_all()
         return pending.future
 
     def _take(self) -> list[_Pending]:
@@ -115,14 +128,24 @@ class GenerationQueue:
         except queue.Empty:
             return []
         batch = [first]
-        deadline = time.monotonic() + self.window_s
-        while len(batch) < self.max_batch:
-            left = deadline - time.monotonic()
-            try:
-                batch.append(self._queue.get(timeout=left) if left > 0
-                             else self._queue.get_nowait())
-            except queue.Empty:
-                break
+        start = time.monotonic()
+        with self._changed:
+            while len(batch) < self.max_batch:
+                try:
+                    batch.append(self._queue.get_nowait())
+                    continue
+                except queue.Empty:
+                    pass
+                if self.expected is not None:
+                    if len(batch) >= self.expected():
+                        break
+                    until = start + self.max_wait_s
+                else:
+                    until = start + self.window_s
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(timeout=min(left, 0.05))
         return batch
 
     def _run(self) -> None:
@@ -158,6 +181,7 @@ class GenerationQueue:
                 engine.top_p = old_top_p
         self.engine_calls += 1
         self.requests += len(group)
+        self.batch_sizes.append(len(group))
         if len(rows) != len(group):
             failure = GenerationError(f"the engine gave {len(rows)} responses for "
                                       f"{len(group)} prompts")

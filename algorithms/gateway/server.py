@@ -82,7 +82,9 @@ class Gateway:
         temperature: when set, every request samples at it (a trainer pins the
             temperature its learner scores at); ``None``: each request's own.
         top_p: likewise for top-p.
-        batch_window_s: how long the generation thread waits for more requests.
+        batch_max_wait_s: how long the generation thread waits, at most, for every open
+            session to call before it samples those that did
+            (:mod:`algorithms.gateway.batching`).
         max_batch: requests per engine call at most.
         seed: seeds the seeds of requests that give none.
         end_ids: ids that end a turn (``None``: EOS and the templates' end tokens).
@@ -93,7 +95,8 @@ class Gateway:
                  rewrite: RewritePolicy = "keep", model_name: str = "agentgym-policy",
                  default_max_tokens: int = 256, max_tokens_limit: int = 4096,
                  temperature: float | None = None, top_p: float | None = None,
-                 batch_window_s: float = 0.01, max_batch: int = 64, seed: int = 0,
+                 batch_max_wait_s: float = 0.25,
+                 max_batch: int = 64, seed: int = 0,
                  end_ids: Sequence[int] | None = None):
         if max_prompt_tokens < 1:
             raise ValueError(f"max_prompt_tokens must be at least 1; got {max_prompt_tokens}")
@@ -106,8 +109,8 @@ class Gateway:
         self.limits = Limits(default_max_tokens, max_tokens_limit, temperature, top_p)
         self.renderer = ChatRenderer(tokenizer, chat_template=chat_template, rewrite=rewrite,
                                      end_ids=end_ids)
-        self.queue = GenerationQueue(engine, window_s=batch_window_s, max_batch=max_batch,
-                                     seed=seed)
+        self.queue = GenerationQueue(engine, max_wait_s=batch_max_wait_s, max_batch=max_batch,
+                                     seed=seed, expected=lambda: self.open_sessions)
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
         self._render_lock = threading.Lock()

@@ -32,7 +32,7 @@ def play(url, tools, turns, results, index):
 
 
 def test_a_multi_turn_session_records_the_ids_the_engine_sampled(engine, tiny, keydoor_tools):
-    with Gateway(engine, tiny.tokenizer, max_prompt_tokens=2048, batch_window_s=0.0) as gw:
+    with Gateway(engine, tiny.tokenizer, max_prompt_tokens=2048) as gw:
         url = gw.open_session({"task_id": 1})
         before = len(engine.given)
         results: dict[int, list] = {}
@@ -52,7 +52,7 @@ def test_a_multi_turn_session_records_the_ids_the_engine_sampled(engine, tiny, k
 
 
 def test_sixteen_concurrent_sessions_share_engine_calls(engine, tiny, keydoor_tools):
-    with Gateway(engine, tiny.tokenizer, max_prompt_tokens=2048, batch_window_s=0.05) as gw:
+    with Gateway(engine, tiny.tokenizer, max_prompt_tokens=20485) as gw:
         urls = [gw.open_session({"task_id": i}) for i in range(16)]
         calls_before = gw.queue.engine_calls
         results: dict[int, list] = {}

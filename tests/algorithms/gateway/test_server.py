@@ -37,7 +37,7 @@ def engine(script):
 
 @pytest.fixture
 def gateway(engine, smollm2):
-    with Gateway(engine, smollm2, max_prompt_tokens=600, batch_window_s=0.0) as gw:
+    with Gateway(engine, smollm2, max_prompt_tokens=600) as gw:
         yield gw
 
 
