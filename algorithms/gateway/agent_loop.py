@@ -32,7 +32,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -90,11 +90,12 @@ def load_agent(spec: str) -> Callable[..., Any]:
 
 @dataclass(frozen=True)
 class EpisodeJob:
-    """One episode to play: its position in the iteration, its task, its session URL."""
+    """One episode to play: its position in the iteration, its task, its session URL
+    (``""`` until :func:`play_episodes`' ``on_start`` gives it one)."""
 
     index: int
     task: dict[str, Any]
-    base_url: str
+    base_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,8 @@ def _context(spec: str) -> Any:
 
 
 def play_episodes(spec: str, jobs: Sequence[EpisodeJob], *, concurrency: int,
-                  timeout: float, on_end: Callable[[EpisodeJob], None] | None = None
+                  timeout: float, on_start: Callable[[EpisodeJob], str] | None = None,
+                  on_end: Callable[[EpisodeJob], None] | None = None
                   ) -> list[EpisodeOutcome]:
     """Play every job, at most ``concurrency`` at once, each within ``timeout`` seconds
     (module docstring); return their outcomes in job order.
@@ -246,7 +248,11 @@ def play_episodes(spec: str, jobs: Sequence[EpisodeJob], *, concurrency: int,
         jobs: the episodes.
         concurrency: processes at once (>= 1).
         timeout: seconds one episode may take (> 0).
-        on_end: called with each job as soon as it ended, however it ended.
+        on_start: called with each job right before its process starts; returns its
+            ``base_url`` (the harness opens the episode's session there, so that the
+            gateway waits only for sessions whose loop runs). ``None``: the job's own.
+        on_end: called with each job (its ``base_url`` filled) as soon as it ended,
+            however it ended.
     """
     context = _context(spec)
     paths, cwd = list(sys.path), os.getcwd()
@@ -267,6 +273,8 @@ def play_episodes(spec: str, jobs: Sequence[EpisodeJob], *, concurrency: int,
     while waiting or running:
         while waiting and len(running) < concurrency:
             job = waiting.pop()
+            if on_start is not None:
+                job = replace(job, base_url=on_start(job))
             receive, send = context.Pipe(duplex=False)
             process = context.Process(target=_play, daemon=True, name=f"agent-episode-{job.index}",
                                       args=(spec, paths, cwd, dict(os.environ),

@@ -7,10 +7,11 @@ stands (same ``sample(iteration) -> (rollout, batch, metrics)``). It starts the 
 the run's engine and tokenizer once, and for each iteration:
 
 1. takes ``env.num_groups`` tasks (:class:`~algorithms.gateway.tasks.TaskSource`);
-2. opens one session per episode, ``env.group_size`` episodes per task, and plays them,
-   ``agent.concurrency`` at a time, each in a process of its own within ``agent.timeout``
-   seconds (:func:`~algorithms.gateway.agent_loop.play_episodes`); each episode's session
-   is closed as soon as it ends (a call of a stopped loop then gets 404);
+2. plays ``env.group_size`` episodes per task, ``agent.concurrency`` at a time, each in a
+   process of its own within ``agent.timeout`` seconds
+   (:func:`~algorithms.gateway.agent_loop.play_episodes`), each with a session of its own,
+   opened when its process starts and closed as soon as it ends (a call of a stopped loop
+   then gets 404; the gateway batches the calls of the sessions open);
 3. leaves out, and counts, every episode that failed (:data:`FAILURES`): the loop raised,
    timed out, returned no reward it could be trained on, made no model call, or its
    process died; ``off_policy`` (a call sampled at another temperature or top-p than the
@@ -151,19 +152,19 @@ class HarnessSampler:
         config = self.config
         group_size = config.env.group_size
         tasks = self.tasks.tasks(iteration)
-        jobs = []
-        for group, task in enumerate(tasks):
-            for member in range(group_size):
-                url = self.gateway.open_session(task)
-                jobs.append(EpisodeJob(group * group_size + member, task, url))
+        jobs = [EpisodeJob(group * group_size + member, task)
+                for group, task in enumerate(tasks) for member in range(group_size)]
         sessions: dict[int, SessionRecord] = {}
+
+        def started(job: EpisodeJob) -> str:  # a session is open while its loop runs
+            return self.gateway.open_session(job.task)
 
         def ended(job: EpisodeJob) -> None:
             sessions[job.index] = self.gateway.close_session(job.base_url)
 
         outcomes = play_episodes(config.agent.function, jobs,
                                  concurrency=config.agent.concurrency,
-                                 timeout=config.agent.timeout, on_end=ended)
+                                 timeout=config.agent.timeout, on_start=started, on_end=ended)
         kept, failures = self._kept(jobs, outcomes, sessions, group_size)
         metrics = self._metrics(outcomes, failures, kept)
         if failures:
