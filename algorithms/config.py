@@ -968,9 +968,11 @@ class AgentConfig:
     concurrency: int = 8
     """Episodes played at once (each in a process of its own)."""
 
-    timeout: float = 300.0
+    timeout: float = 1800.0
     """Seconds one episode may take; a loop still running then is stopped, its session
-    closed, and the episode left out of the update (counted in ``agent/timeouts``)."""
+    closed, and the episode left out of the update (counted in ``agent/timeout``). The
+    default leaves room for SmolLM2 on two busy CPU cores (8 concurrent episodes of the
+    cpu-demo house took over 300 s each there)."""
 
     host: str = "127.0.0.1"
     """Address the gateway binds (loopback: only this machine reaches it)."""
