@@ -262,3 +262,16 @@ def test_the_agent_flags_read_into_the_config(tmp_path):
     saved = TrainConfig().to_dict()
     del saved["agent"]  # a run saved before --agent existed reads as one without it
     assert TrainConfig.from_dict(json.loads(json.dumps(saved))).agent.function is None
+
+
+def test_the_run_summary_counts_the_loops_episodes_and_joins():
+    from algorithms.agent.summary import tool_call_lines
+
+    rows = [{"rollout/tool_calls/ok": 3.0, "rollout/tool_calls/no_call": 1.0,
+             "agent/episodes": 4.0, "agent/failed": 1.0, "agent/timeout": 1.0,
+             "agent/exception": 0.0, "agent/calls": 4.0, "agent/joins": 1.0,
+             "agent/breaks": 0.0, "agent/episode_seconds": 2.0}] * 2
+    assert tool_call_lines(rows) == [
+        "tool calls (8 attempts over 2 iterations): ok 6, no_call 2",
+        "your loop: 8 episodes, 2 left out (2 timeout); 8 model calls of the episodes kept, "
+        "2 joined the call before, 0 broke (a new sample row)"]
