@@ -33,6 +33,7 @@ previous call's prompt and completion, and those that did not; over the kept epi
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -80,13 +81,19 @@ def off_policy_problem(call: CallRecord, temperature: float) -> str | None:
 
 
 class CappedEngine:
-    """The run's engine, sampling at most ``cap`` tokens per response whatever a call
-    asks (a loop's ``max_tokens`` is an upper bound: the run's
-    ``generation.max_new_tokens`` is the one the recipe trains with)."""
+    """The run's engine as the gateway sees it: at most ``cap`` tokens per response,
+    whatever a call asks (a loop's ``max_tokens`` is an upper bound: the run's
+    ``generation.max_new_tokens`` is the one the recipe trains with), and open only
+    during a rollout. :meth:`close` waits for a generation in flight and refuses later
+    ones (a stopped loop's request still queued is answered with an error), so the
+    engine never samples while the learner updates the weights it shares."""
 
     def __init__(self, engine: Any, cap: int):
         self.engine = engine
         self.cap = int(cap)
+        self._state = threading.Condition()
+        self._open = False
+        self._running = 0
 
     @property
     def top_p(self) -> float:
@@ -96,9 +103,30 @@ class CappedEngine:
     def top_p(self, value: float) -> None:
         self.engine.top_p = value
 
+    def open(self) -> None:
+        """Let generations run (a rollout starts)."""
+        with self._state:
+            self._open = True
+
+    def close(self) -> None:
+        """Refuse new generations and wait for the one in flight (a rollout ended)."""
+        with self._state:
+            self._open = False
+            while self._running:
+                self._state.wait()
+
     def generate(self, prompts: Any, *, max_new_tokens: int, **kwargs: Any) -> Any:
-        return self.engine.generate(prompts, max_new_tokens=min(int(max_new_tokens), self.cap),
-                                    **kwargs)
+        with self._state:
+            if not self._open:
+                raise RuntimeError("the iteration's rollout is over (its episodes ended)")
+            self._running += 1
+        try:
+            return self.engine.generate(prompts, max_new_tokens=min(int(max_new_tokens),
+                                                                    self.cap), **kwargs)
+        finally:
+            with self._state:
+                self._running -= 1
+                self._state.notify_all()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.engine, name)
@@ -128,8 +156,9 @@ class HarnessSampler:
         if gateway_factory is None:
             from algorithms.gateway.server import Gateway as gateway_factory
         generation = config.generation
+        self.engine = CappedEngine(engine, generation.max_new_tokens)
         self.gateway = gateway_factory(
-            CappedEngine(engine, generation.max_new_tokens), tokenizer,
+            self.engine, tokenizer,
             host=config.agent.host, port=config.agent.port,
             max_prompt_tokens=config.prompt.max_prompt_tokens,
             chat_template=(Path(config.prompt.tool_template).read_text(encoding="utf-8")
@@ -162,9 +191,14 @@ class HarnessSampler:
         def ended(job: EpisodeJob) -> None:
             sessions[job.index] = self.gateway.close_session(job.base_url)
 
-        outcomes = play_episodes(config.agent.function, jobs,
-                                 concurrency=config.agent.concurrency,
-                                 timeout=config.agent.timeout, on_start=started, on_end=ended)
+        self.engine.open()
+        try:
+            outcomes = play_episodes(config.agent.function, jobs,
+                                     concurrency=config.agent.concurrency,
+                                     timeout=config.agent.timeout, on_start=started,
+                                     on_end=ended)
+        finally:
+            self.engine.close()  # nothing samples while the learner updates
         kept, failures = self._kept(jobs, outcomes, sessions, group_size)
         metrics = self._metrics(outcomes, failures, kept)
         if failures:

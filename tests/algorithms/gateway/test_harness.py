@@ -275,3 +275,39 @@ def test_the_run_summary_counts_the_loops_episodes_and_joins():
         "tool calls (8 attempts over 2 iterations): ok 6, no_call 2",
         "your loop: 8 episodes, 2 left out (2 timeout); 8 model calls of the episodes kept, "
         "2 joined the call before, 0 broke (a new sample row)"]
+
+
+def test_the_engine_samples_only_during_a_rollout_and_at_most_the_runs_tokens():
+    import threading
+
+    from algorithms.gateway.harness import CappedEngine
+
+    class Slow:
+        top_p = 1.0
+
+        def __init__(self):
+            self.asked, self.started = [], threading.Event()
+
+        def generate(self, prompts, *, max_new_tokens, **kwargs):
+            self.asked.append(max_new_tokens)
+            self.started.set()
+            time.sleep(0.5)
+            return [(1,)] * len(prompts)
+
+    slow = Slow()
+    engine = CappedEngine(slow, 32)
+    with pytest.raises(RuntimeError, match="rollout is over"):
+        engine.generate([[1]], max_new_tokens=8)
+    engine.open()
+    assert engine.generate([[1]], max_new_tokens=64, temperature=1.0) == [(1,)]
+    thread = threading.Thread(target=engine.generate, args=([[1]],),
+                              kwargs={"max_new_tokens": 8})
+    slow.started.clear()
+    thread.start()
+    slow.started.wait(5)
+    began = time.monotonic()
+    engine.close()  # waits for the generation in flight
+    assert time.monotonic() - began > 0.2 and not thread.is_alive()
+    assert slow.asked == [32, 8]
+    engine.top_p = 0.5
+    assert slow.top_p == 0.5
