@@ -328,3 +328,53 @@ def test_the_agent_and_engine_packages_do_not_import_the_gateway():
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                     [node.module or ""] if isinstance(node, ast.ImportFrom) else []
                 assert not any(n.startswith("algorithms.gateway") for n in names), path
+
+
+TRIMMING = ("{%- for message in messages -%}{{- '<|im_start|>' + message.role + '\\n' + "
+            "(((message.content or '') | trim) if message.role == 'assistant' else "
+            "message.content) + '<|im_end|>\\n' -}}{%- endfor -%}"
+            "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}")
+
+
+@pytest.mark.parametrize("rewrite, how, joined", [("keep", "kept", True),
+                                                  ("end", "fresh", False)])
+def test_a_template_that_rewrites_an_answer_keeps_the_ids_or_renders_afresh(
+        smollm2, rewrite, how, joined):
+    answer = ids(smollm2, "  go north  ")
+    engine = ScriptedEngine(lambda prompt: answer)
+    with Gateway(engine, smollm2, max_prompt_tokens=600, chat_template=TRIMMING,
+                 rewrite=rewrite) as gw:
+        url = gw.open_session({})
+        sdk = client(url)
+        message = sdk.chat.completions.create(model="m", messages=TASK).choices[0].message
+        assert message.content == "  go north  "
+        sdk.chat.completions.create(model="m", messages=[
+            *TASK, message.model_dump(exclude_none=True), {"role": "user", "content": "ok"}])
+        record = gw.close_session(url)
+    first, second = record.calls
+    assert second.bridge == how and second.joined is joined
+    if joined:  # the answer's ids as sampled, though the template trims its text
+        assert second.prompt_ids[:len(first.prompt_ids) + len(answer)] == \
+            first.prompt_ids + tuple(answer)
+
+
+def test_a_body_over_the_limit_is_413_and_the_server_goes_on(gateway):
+    url = gateway.open_session({})
+    response = httpx.post(f"{url}/chat/completions", content=b" " * (33 * 1024 * 1024),
+                          timeout=120)
+    assert response.status_code == 413 and "error" in response.json()
+    assert httpx.get(f"{url}/models").status_code == 200
+
+
+def test_a_stopped_gateway_has_no_url_and_refuses_sessions(engine, smollm2):
+    gateway = Gateway(engine, smollm2, max_prompt_tokens=100).start()
+    url = gateway.open_session({})
+    gateway.stop()
+    with pytest.raises(RuntimeError):
+        print(gateway.base_url)
+    with pytest.raises(RuntimeError):
+        gateway.open_session({})
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/models", timeout=5)
+    with pytest.raises(ValueError):
+        Gateway(engine, smollm2, max_prompt_tokens=0)
