@@ -1118,7 +1118,7 @@ class TrainConfig:
                             f"generation.engine {generation.engine} cannot load it (use hf)")
         problems += self._overlap_problems()
         if self.agent.function is not None:
-            problems += self._agent_problems()
+            problems += agent_problems(self)
         if self.run.eval_only and self.run.resume:
             problems.append("run.eval_only and run.resume are exclusive")
         if self.env.ray_address is not None and self.env.backend != "ray":
@@ -1142,39 +1142,6 @@ class TrainConfig:
         if problems:
             raise ConfigError("invalid config: " + "; ".join(problems))
         return self
-
-    def _agent_problems(self) -> list[str]:
-        """Settings that cannot train a loop of your own (``--agent``): each refusal says
-        why (``docs/own-agent.md``)."""
-        agent, problems = self.agent, []
-        module, _, name = (agent.function or "").partition(":")
-        if not module or not name:
-            problems.append(f"--agent takes MODULE:FUNCTION (e.g. examples.own_agent:agent), "
-                            f"got {agent.function!r}")
-        if agent.concurrency < 1 or not agent.timeout > 0 or not 0 <= agent.port <= 65535:
-            problems.append("agent.concurrency must be >= 1, agent.timeout > 0 and "
-                            "agent.port in 0..65535")
-        refusals = {
-            "ppo": "--algo ppo is refused with --agent: its critic bootstraps GAE from the "
-                   "state each step led to, and a loop's calls need not be the turns of one "
-                   "chain of states; use a group algorithm (gigpo, hgpo, graphgpo, grpo, ...)",
-            "sft": "--algo sft is refused with --agent: it trains on expert trajectories, "
-                   "not on your loop's episodes; warm-start with --sft.warm-start (the env's "
-                   "expert) before the --agent run",
-        }
-        if self.algo in refusals:
-            problems.append(refusals[self.algo])
-        if self.learner.dynamic_sampling:
-            problems.append("learner.dynamic_sampling is refused with --agent: its extra "
-                            "rollouts of fresh groups are not played by your loop yet")
-        if self.run.max_staleness > 0:
-            problems.append("run.max_staleness > 0 is refused with --agent: the overlapped "
-                            "rollout runs the in-process loop")
-        if self.run.eval_only or self.run.eval_every or self.run.eval_before_train:
-            problems.append("held-out evaluation (--eval-only, --run.eval-every, "
-                            "--run.eval-before-train) plays the in-process loop, not your "
-                            "agent; turn it off with --agent")
-        return problems
 
     def _overlap_problems(self) -> list[str]:
         """Settings of the overlapped rollout and its corrections that cannot work."""
@@ -1394,6 +1361,40 @@ def _from_dict(section: type, data: dict[str, Any], prefix: str, unknown: list[s
             value = tuple(value)
         values[name] = value
     return section(**values)
+
+
+def agent_problems(config: TrainConfig) -> list[str]:
+    """Settings that cannot train a loop of your own (``--agent``): each refusal says
+    why (``docs/own-agent.md``)."""
+    agent, problems = config.agent, []
+    module, _, name = (agent.function or "").partition(":")
+    if not module or not name:
+        problems.append(f"--agent takes MODULE:FUNCTION (e.g. examples.own_agent:agent), "
+                        f"got {agent.function!r}")
+    if agent.concurrency < 1 or not agent.timeout > 0 or not 0 <= agent.port <= 65535:
+        problems.append("agent.concurrency must be >= 1, agent.timeout > 0 and "
+                        "agent.port in 0..65535")
+    refusals = {
+        "ppo": "--algo ppo is refused with --agent: its critic bootstraps GAE from the "
+               "state each step led to, and a loop's calls need not be the turns of one "
+               "chain of states; use a group algorithm (gigpo, hgpo, graphgpo, grpo, ...)",
+        "sft": "--algo sft is refused with --agent: it trains on expert trajectories, "
+               "not on your loop's episodes; warm-start with --sft.warm-start (the env's "
+               "expert) before the --agent run",
+    }
+    if config.algo in refusals:
+        problems.append(refusals[config.algo])
+    if config.learner.dynamic_sampling:
+        problems.append("learner.dynamic_sampling is refused with --agent: its extra "
+                        "rollouts of fresh groups are not played by your loop yet")
+    if config.run.max_staleness > 0:
+        problems.append("run.max_staleness > 0 is refused with --agent: the overlapped "
+                        "rollout runs the in-process loop")
+    if config.run.eval_only or config.run.eval_every or config.run.eval_before_train:
+        problems.append("held-out evaluation (--eval-only, --run.eval-every, "
+                        "--run.eval-before-train) plays the in-process loop, not your "
+                        "agent; turn it off with --agent")
+    return problems
 
 
 def env_kwargs_problems(config: TrainConfig) -> list[str]:
