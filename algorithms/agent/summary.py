@@ -269,7 +269,8 @@ def agent_lines(rows: list[dict[str, float]]) -> list[str]:
 
     kinds = sorted({key.rpartition("/")[2] for r in rows for key in r
                     if key.startswith("agent/")} - {"episodes", "failed", "calls", "joins",
-                                                     "breaks", "episode_seconds"})
+                                                     "breaks", "episode_seconds",
+                                                     "transcript"})
     failed = ", ".join(f"{total(f'agent/{kind}')} {kind}" for kind in kinds
                        if total(f"agent/{kind}"))
     return [f"your loop: {total('agent/episodes')} episodes, {total('agent/failed')} left out"

@@ -4,11 +4,17 @@ learner updates on.
 Each model call of an episode is one step row, in the order the calls finished: its
 prompt ids are exactly the :class:`~algorithms.gateway.records.CallRecord`'s
 ``prompt_ids`` and its response ids exactly its ``completion_ids`` (the ids the engine was
-given and sampled; nothing is re-tokenized), its behaviour log-probs the engine's. Rows are
-in the window layout: each call is scored on its own prompt, whether or not it joined the
-call before it (a joined call's prompt holds the earlier calls' completions as prompt
-tokens, mask 0, just as the joined row would; the joins and breaks are counted,
-:func:`~algorithms.gateway.joining.join_calls`).
+given and sampled; nothing is re-tokenized), its behaviour log-probs the engine's.
+
+Layout (:func:`batch_layout`): when every episode's calls all joined (each call's prompt
+starts with the previous call's prompt and completion, to the id), the batch takes the
+``transcript`` layout: each episode is one sequence, its last call's prompt and
+completion, which the learner scores in one forward pass, every call's completion a span
+of it (the tokens between, the loop's new messages, with loss mask 0: the joined row of
+:func:`~algorithms.gateway.joining.join_calls`). A batch with any break (a loop that
+rewrote its history) takes the ``window`` layout: each call scored on its own prompt.
+The same tokens are trained in the same contexts either way; the transcript layout
+costs one pass per episode instead of one per call.
 
 Step groups and rewards:
 
@@ -135,6 +141,19 @@ def call_log(call: CallRecord, anchor: Hashable, from_loop: bool) -> dict[str, A
             "bridge": getattr(call, "bridge", ""), "elapsed_s": float(call.elapsed_s)}
 
 
+def batch_layout(episodes: Sequence[PlayedEpisode]) -> str:
+    """``"transcript"`` when every call after an episode's first extends the one before
+    it (:func:`~algorithms.gateway.joining.prompt_extends`), else ``"window"``."""
+    from algorithms.gateway.joining import prompt_extends
+
+    for episode in episodes:
+        calls = list(episode.calls)
+        if not all(prompt_extends(before, call.prompt_ids)
+                   for before, call in zip(calls, calls[1:])):
+            return "window"
+    return "transcript"
+
+
 def harness_batch(episodes: Sequence[PlayedEpisode], pad_id: int) -> StepBatch:
     """The step batch of ``episodes`` (each with at least one call), rows sorted by
     trajectory then call (module docstring).
@@ -205,5 +224,5 @@ def harness_batch(episodes: Sequence[PlayedEpisode], pad_id: int) -> StepBatch:
         next_anchors=tuple(row[5] for row in rows),
         budget_cut=np.zeros(n, dtype=bool),
         behaviour_log_probs=behaviour,
-        layout="window",
+        layout=batch_layout(episodes),
     )

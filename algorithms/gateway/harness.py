@@ -27,7 +27,8 @@ Metrics (``metrics.jsonl``, and the console line's ``failed=`` and ``joins/break
 ``agent/episodes``, ``agent/failed`` and ``agent/<kind>`` for each failure kind,
 ``agent/calls``, ``agent/joins`` and ``agent/breaks`` (calls whose prompt extended the
 previous call's prompt and completion, and those that did not; over the kept episodes),
-``agent/episode_seconds``. An iteration in which every episode failed stops the run
+``agent/episode_seconds``, ``agent/transcript`` (1 when the batch took the transcript
+layout: every kept episode's calls joined). An iteration in which every episode failed stops the run
 (:class:`AllEpisodesFailedError`, one line, exit status 1).
 """
 
@@ -53,7 +54,12 @@ from algorithms.gateway.agent_loop import (
     load_agent,
     play_episodes,
 )
-from algorithms.gateway.episodes import PlayedEpisode, harness_batch, result_problem
+from algorithms.gateway.episodes import (
+    PlayedEpisode,
+    batch_layout,
+    harness_batch,
+    result_problem,
+)
 from algorithms.gateway.records import CallRecord, SessionRecord
 from algorithms.gateway.tasks import TaskSource
 
@@ -253,7 +259,8 @@ class HarnessSampler:
                    "agent/calls": float(len(calls)),
                    "agent/joins": float(joins),
                    "agent/breaks": float(sum(len(e.calls) - 1 for e in kept) - joins),
-                   "agent/episode_seconds": float(np.mean([o.elapsed_s for o in outcomes]))}
+                   "agent/episode_seconds": float(np.mean([o.elapsed_s for o in outcomes])),
+                   "agent/transcript": float(batch_layout(kept) == "transcript")}
         return metrics
 
     def close(self) -> None:

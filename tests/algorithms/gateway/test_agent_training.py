@@ -79,6 +79,7 @@ def test_two_gigpo_iterations_train_exactly_the_ids_the_engine_sampled(
     assert "iteration 2/2: success=" in out and "failed=0/4" in out
     assert f"joins/breaks={metrics['agent/joins']:.0f}/0" in out
     batch = trainer.last_batch
+    assert batch.layout == "transcript" and metrics["agent/transcript"] == 1
     sampled = {(p, r): lp for p, r, lp in engines[0].sampled}
     last_iteration = engines[0].sampled[-len(batch):]
     rows = set()

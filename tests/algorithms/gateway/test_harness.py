@@ -195,6 +195,15 @@ def test_each_call_is_one_row_with_its_recorded_ids():
     assert batch.format_ok.tolist() == [True, False, True]
     assert batch.log.calls[1]["joined"] is True and batch.log.calls[1]["anchor"] == "s1"
     assert batch.log.calls[0]["anchor_from"] == "default"
+    assert batch.layout == "transcript"  # every call extends the one before it
+    from algorithms.training.transcript import transcript_view
+
+    view = transcript_view(batch)  # the learner's view: one sequence per episode
+    assert view.sequence_ids[0][view.sequence_mask[0] == 1].tolist() == [5, 6, 7, 8, 9, 10, 11]
+    assert view.response_starts.tolist() == [3, 6, 3]
+    rewritten = [_call([5, 6, 7], [8, 9]), _call([5, 6, 99, 8, 9, 10], [11])]  # a break
+    assert harness_batch([PlayedEpisode(0, 0, {}, rewritten, LoopResult(1.0))],
+                         pad_id=0).layout == "window"
 
 
 def test_the_loops_anchors_and_rewards_replace_the_defaults():
@@ -211,21 +220,27 @@ def test_the_loops_anchors_and_rewards_replace_the_defaults():
         harness_batch([PlayedEpisode(0, 0, {}, calls, LoopResult(1.0, anchors=("a",)))], 0)
 
 
+@pytest.mark.parametrize("layout", ["window", "transcript"])
 @pytest.mark.parametrize("algo", ["gigpo", "hgpo", "graphgpo", "grpo", "rloo",
                                   "reinforce_pp", "dr_grpo", "gspo"])
-def test_every_group_algorithm_takes_harness_rows(algo):
+def test_every_group_algorithm_takes_harness_rows(algo, layout):
     """Two groups of two episodes; in group 0 both first calls answer the same state "s"
     and the rewards differ, so GiGPO gives their first calls step advantages of opposite
-    signs."""
+    signs (calls that rewrite their prompt: the window layout; calls that extend it: the
+    transcript layout)."""
     from algorithms.config import with_algo
     from algorithms.training.estimation import estimate_advantages
 
     def episode(traj, group, reward, anchors):
-        calls = [_call([1, 2, k], [3], anchor=a) for k, a in enumerate(anchors)]
+        if layout == "window":
+            calls = [_call([1, 2, k], [3], anchor=a) for k, a in enumerate(anchors)]
+        else:
+            calls = [_call([1, 2] + [3, 4] * k, [3], anchor=a) for k, a in enumerate(anchors)]
         return PlayedEpisode(traj, group, {"task_id": f"t{group}"}, calls, LoopResult(reward))
 
     batch = harness_batch([episode(0, 0, 1.0, ["s", "u"]), episode(1, 0, 0.0, ["s", "v"]),
                            episode(2, 1, 1.0, ["w"]), episode(3, 1, 1.0, ["w"])], pad_id=0)
+    assert batch.layout == layout
     config = with_algo(_config(), algo)
     signals = estimate_advantages(batch, config)
     assert signals.advantages.shape == (len(batch),)
