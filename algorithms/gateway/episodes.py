@@ -149,7 +149,7 @@ def batch_layout(episodes: Sequence[PlayedEpisode]) -> str:
     for episode in episodes:
         calls = list(episode.calls)
         if not all(prompt_extends(before, call.prompt_ids)
-                   for before, call in zip(calls, calls[1:])):
+                   for before, call in zip(calls, calls[1:], strict=False)):
             return "window"
     return "transcript"
 
