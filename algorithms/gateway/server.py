@@ -21,7 +21,6 @@ The server is uvicorn in a daemon thread, its access log off (the URLs hold the 
 from __future__ import annotations
 
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -134,24 +133,24 @@ class Gateway:
 
         from algorithms.gateway.app import create_app
 
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(create_app(self), log_level="warning", access_log=False,
-                                lifespan="off", timeout_keep_alive=30)
+        # uvicorn binds the socket itself: served on a socket bound here (``sockets=``),
+        # every response took 44 ms on loopback (measured; under 1 ms this way)
+        config = uvicorn.Config(create_app(self), host=self.host, port=self.port,
+                                log_level="warning", access_log=False, lifespan="off",
+                                timeout_keep_alive=30)
         self._server = uvicorn.Server(config)
         self.queue.start()
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
-                                        name="gateway-server", daemon=True)
+        self._thread = threading.Thread(target=self._server.run, name="gateway-server",
+                                        daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 30
         while not self._server.started:
             if time.monotonic() > deadline or not self._thread.is_alive():
                 self.stop()
-                raise RuntimeError("the gateway's server did not start")
+                raise RuntimeError(f"the gateway's server did not start on "
+                                   f"{self.host}:{self.port}")
             time.sleep(0.01)
+        self.port = int(self._server.servers[0].sockets[0].getsockname()[1])
         return self
 
     def stop(self) -> None:
