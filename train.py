@@ -15,8 +15,10 @@ Examples::
     python train.py --preset alfworld-1.5b --dry-run  # the plan and its checks; runs nothing
     agentgym-train --env.env-id my_env:MyEnv-v0      # from any folder (pip install -e .)
 
-``--engine auto|hf|vllm|openai``, ``--resume``, ``--eval-only`` and ``--checkpoint PATH`` are short for
-``--generation.engine``, ``--run.resume``, ``--run.eval-only`` and ``--run.checkpoint``. ``--preset NAME`` picks the
+``--engine auto|hf|vllm|openai``, ``--resume``, ``--eval-only``, ``--checkpoint PATH`` and
+``--agent MODULE:FUNCTION`` are short for ``--generation.engine``, ``--run.resume``,
+``--run.eval-only``, ``--run.checkpoint`` and ``--agent.function`` (your own agent loop,
+trained through the gateway: docs/own-agent.md). ``--preset NAME`` picks the
 starting values (default: ``cpu-demo`` without a GPU,
 ``alfworld-1.5b`` with one); every other flag overrides a single field. Run
 ``python train.py --preset NAME --help`` to see that preset's values as the defaults.
@@ -91,7 +93,10 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
     pre.add_argument("--eval-only", action="store_true")
     pre.add_argument("--checkpoint", default=None)
     pre.add_argument("--algo", default=None)
+    pre.add_argument("--agent", default=None)
     known, rest = pre.parse_known_args(argv)
+    if known.agent is not None:  # short for --agent.function
+        rest = [*rest, "--agent.function", known.agent]
     # Short aliases of --generation.engine, --run.resume, --run.eval-only, --run.checkpoint.
     if known.engine is not None:
         rest = [*rest, "--generation.engine", known.engine]
@@ -274,6 +279,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
             say(finished[0])
             return finished[1]
         check_run_env(config, say, lambda: run_tokenizer(config))
+        if config.agent.function is not None:  # --agent: the loop imports, the tasks read
+            from algorithms.gateway.agent_loop import load_agent
+            from algorithms.gateway.tasks import read_task_file
+
+            load_agent(config.agent.function)
+            if config.agent.tasks is not None:
+                read_task_file(config.agent.tasks)
         if needs_stage(config):  # --sft.warm-start: the SFT stage first, in <run>/sft
             run_dir = default_run_dir(config)
             try:

@@ -948,6 +948,40 @@ class SFTConfig:
 
 
 @dataclass(frozen=True)
+class AgentConfig:
+    """Your own agent loop, trained through the gateway (``--agent MODULE:FUNCTION``;
+    ``docs/own-agent.md``). Unset (``function`` ``None``), the trainer's own loop plays."""
+
+    function: str | None = None
+    """The loop to train, ``MODULE:FUNCTION`` (the current folder is importable): called as
+    ``FUNCTION(base_url, task)`` once per episode, it returns the episode's reward (a
+    float) or a dict with ``"reward"`` and optionally ``"anchors"`` (one per model call),
+    ``"rewards"`` (one per model call, instead of the reward on the last) and
+    ``"success"``. ``None``: the trainer's in-process loop."""
+
+    tasks: str | None = None
+    """Tasks from a JSONL file, one task dict per line (passed to the loop as it is),
+    ``env.num_groups`` of them per iteration in file order, cycled. ``None``: tasks drawn
+    from ``env.env_id`` with the in-process rollout's seeds (each dict has ``env_id``,
+    ``env_kwargs``, ``task_id``, ``seed``, ``task``, ``observation``)."""
+
+    concurrency: int = 8
+    """Episodes played at once (each in a process of its own)."""
+
+    timeout: float = 1800.0
+    """Seconds one episode may take; a loop still running then is stopped, its session
+    closed, and the episode left out of the update (counted in ``agent/timeout``). The
+    default leaves room for SmolLM2 on two busy CPU cores (8 concurrent episodes of the
+    cpu-demo house took over 300 s each there)."""
+
+    host: str = "127.0.0.1"
+    """Address the gateway binds (loopback: only this machine reaches it)."""
+
+    port: int = 0
+    """Port the gateway binds (0: a free one)."""
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     """A full training run."""
 
@@ -974,6 +1008,8 @@ class TrainConfig:
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     run: RunConfig = field(default_factory=RunConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    """Your own agent loop through the gateway (``--agent MODULE:FUNCTION``)."""
 
     @property
     def estimator(self) -> Estimator | None:
@@ -1081,6 +1117,8 @@ class TrainConfig:
             problems.append(f"model.name_or_path {TINY_MODEL!r} is built in this process; "
                             f"generation.engine {generation.engine} cannot load it (use hf)")
         problems += self._overlap_problems()
+        if self.agent.function is not None:
+            problems += agent_problems(self)
         if self.run.eval_only and self.run.resume:
             problems.append("run.eval_only and run.resume are exclusive")
         if self.env.ray_address is not None and self.env.backend != "ray":
@@ -1283,6 +1321,8 @@ def upgrade_saved_config(data: dict[str, Any]) -> dict[str, Any]:
     0.1 and ``gamma`` 0.95; a GiGPO run saved with ``gamma`` 0.1 keeps its discount 0.1.
     """
     upgraded = dict(data)
+    if "agent" not in upgraded and "sft" in upgraded:  # saved before --agent existed
+        upgraded["agent"] = dataclasses.asdict(AgentConfig())
     for moved in MOVED_SETTINGS:
         section = upgraded.get(moved.section)
         if not isinstance(section, dict) or moved.field in section or moved.was not in section:
@@ -1321,6 +1361,40 @@ def _from_dict(section: type, data: dict[str, Any], prefix: str, unknown: list[s
             value = tuple(value)
         values[name] = value
     return section(**values)
+
+
+def agent_problems(config: TrainConfig) -> list[str]:
+    """Settings that cannot train a loop of your own (``--agent``): each refusal says
+    why (``docs/own-agent.md``)."""
+    agent, problems = config.agent, []
+    module, _, name = (agent.function or "").partition(":")
+    if not module or not name:
+        problems.append(f"--agent takes MODULE:FUNCTION (e.g. examples.own_agent:agent), "
+                        f"got {agent.function!r}")
+    if agent.concurrency < 1 or not agent.timeout > 0 or not 0 <= agent.port <= 65535:
+        problems.append("agent.concurrency must be >= 1, agent.timeout > 0 and "
+                        "agent.port in 0..65535")
+    refusals = {
+        "ppo": "--algo ppo is refused with --agent: its critic bootstraps GAE from the "
+               "state each step led to, and a loop's calls need not be the turns of one "
+               "chain of states; use a group algorithm (gigpo, hgpo, graphgpo, grpo, ...)",
+        "sft": "--algo sft is refused with --agent: it trains on expert trajectories, "
+               "not on your loop's episodes; warm-start with --sft.warm-start (the env's "
+               "expert) before the --agent run",
+    }
+    if config.algo in refusals:
+        problems.append(refusals[config.algo])
+    if config.learner.dynamic_sampling:
+        problems.append("learner.dynamic_sampling is refused with --agent: its extra "
+                        "rollouts of fresh groups are not played by your loop yet")
+    if config.run.max_staleness > 0:
+        problems.append("run.max_staleness > 0 is refused with --agent: the overlapped "
+                        "rollout runs the in-process loop")
+    if config.run.eval_only or config.run.eval_every or config.run.eval_before_train:
+        problems.append("held-out evaluation (--eval-only, --run.eval-every, "
+                        "--run.eval-before-train) plays the in-process loop, not your "
+                        "agent; turn it off with --agent")
+    return problems
 
 
 def env_kwargs_problems(config: TrainConfig) -> list[str]:

@@ -41,6 +41,18 @@ before the record file beside it::
 
 Steps without images have no ``images`` key (text envs' records are unchanged).
 
+A loop of your own (``train.py --agent``): each step is one model call, and has ``"call"``
+(:func:`algorithms.gateway.episodes.call_log`): the messages the loop sent since the model
+last spoke, the response (content and parsed tool calls), the finish reason, the tool-call
+parser's status, the anchor and whether the loop gave it, whether the call joined the one
+before it (its prompt extended that call's prompt and completion) or broke, and its
+seconds::
+
+    {"step": 1, ..., "call": {"messages": [{"role": "tool", "content": "..."}],
+     "response": {"role": "assistant", "content": null, "tool_calls": [...]},
+     "finish_reason": "tool_calls", "tool_status": "ok", "anchor": "3f2a...",
+     "anchor_from": "default", "joined": true, "bridge": "extended", "elapsed_s": 0.41}}
+
 Tool calls (``prompt.action_format tool-call``): each step has ``"tool_call"``, the
 statuses of its call attempts (:mod:`algorithms.agent.tool_calls`) and the tool message
 that answered it::
@@ -205,6 +217,8 @@ def trajectory_records(batch: StepBatch, tokenizer: Any, *, iteration: int, spli
                 steps[-1]["tool_call"] = {
                     "statuses": statuses.split(","),
                     "result": batch.log.tool_results[row] if batch.log.tool_results else ""}
+            if batch.log.calls:  # a loop of your own (--agent): the model call itself
+                steps[-1]["call"] = batch.log.calls[row]
             if batch.images is not None and batch.images[row]:
                 steps[-1]["images"] = list(batch.images[row])  # arrays: write_records
         records.append({

@@ -49,6 +49,9 @@ class StepLog:
         replies: N texts the env answered each action with (its next observation: the
             last step's is the episode's final one, "Game over ..." or "Invalid move";
             empty likewise).
+        calls: N model calls of a loop of your own (``--agent``), each a JSON-able dict:
+            the messages it answered, the response, its anchor, whether it joined the call
+            before (:mod:`algorithms.gateway.episodes`); empty for the in-process loop.
     """
 
     task_ids: tuple[str, ...] = per_row()
@@ -60,6 +63,7 @@ class StepLog:
     call_statuses: tuple[str, ...] = per_row(default=())
     tool_results: tuple[str, ...] = per_row(default=())
     replies: tuple[str, ...] = per_row(default=())
+    calls: tuple[dict[str, Any], ...] = per_row(default=())
 
     def __len__(self) -> int:
         return len(self.task_ids)

@@ -249,6 +249,8 @@ def tool_call_lines(rows: list[dict[str, float]]) -> list[str]:
     total = sum(calls.values())
     lines = [f"tool calls ({int(total)} attempts over {len(rows)} iterations): "
              + ", ".join(f"{status} {int(count)}" for status, count in calls.items())]
+    if "agent/episodes" in rows[0]:  # --agent: the gateway bridged the loop's calls
+        return lines + agent_lines(rows)
     bridge = {name: int(sum(r.get(f"rollout/bridge_{name}", 0.0) for r in rows))
               for name in ("extended", "kept", "ended")}
     turns = sum(bridge.values())
@@ -257,3 +259,21 @@ def tool_call_lines(rows: list[dict[str, float]]) -> list[str]:
                  f"rewrote, {bridge['ended']} ended a trajectory" if turns else
                  "chat bridge: no turn bridged (the window layout renders every prompt afresh)")
     return lines
+
+
+def agent_lines(rows: list[dict[str, float]]) -> list[str]:
+    """The summary of a loop of your own (``train.py --agent``) over the whole run: its
+    episodes, those left out by kind, and its calls that joined and broke."""
+    def total(key: str) -> int:
+        return int(sum(r.get(key, 0.0) for r in rows))
+
+    kinds = sorted({key.rpartition("/")[2] for r in rows for key in r
+                    if key.startswith("agent/")} - {"episodes", "failed", "calls", "joins",
+                                                     "breaks", "episode_seconds",
+                                                     "transcript"})
+    failed = ", ".join(f"{total(f'agent/{kind}')} {kind}" for kind in kinds
+                       if total(f"agent/{kind}"))
+    return [f"your loop: {total('agent/episodes')} episodes, {total('agent/failed')} left out"
+            f"{f' ({failed})' if failed else ''}; {total('agent/calls')} model calls of the "
+            f"episodes kept, {total('agent/joins')} joined the call before, "
+            f"{total('agent/breaks')} broke (a new sample row)"]

@@ -58,12 +58,17 @@ def duration(seconds: float) -> str:
 
 def iteration_figures(metrics: dict[str, float]) -> dict[str, str]:
     """The figures a progress bar shows after an iteration: success, return and, when
-    prompts were cut to fit ``--prompt.max-prompt-tokens``, the share cut (``cut``)."""
+    prompts were cut to fit ``--prompt.max-prompt-tokens``, the share cut (``cut``); with
+    ``--agent``, the failed episodes of all (``failed``) and the calls that joined the one
+    before and that broke (``joins/breaks``)."""
     figures = {"success": f"{metrics['rollout/success']:.2f}",
                "ret": f"{metrics['rollout/return']:.2f}"}
     cut = metrics.get("rollout/prompt_cut_rate", 0.0)
     if cut > 0:
         figures["cut"] = f"{cut:.0%}"
+    if "agent/episodes" in metrics:  # a loop of your own (--agent): its counts
+        figures["failed"] = f"{metrics['agent/failed']:.0f}/{metrics['agent/episodes']:.0f}"
+        figures["joins/breaks"] = f"{metrics['agent/joins']:.0f}/{metrics['agent/breaks']:.0f}"
     return figures
 
 

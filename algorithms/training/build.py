@@ -208,6 +208,8 @@ def build_vec_env(config: TrainConfig, make_vec_env: VecEnvFactory, group_count:
     """The training envs of this rank: ``group_count`` groups of ``env.group_size``, made
     by ``make_vec_env`` with the training kwargs."""
     env = config.env
+    if config.agent.function is not None:  # your loop plays (--agent): no envs of ours
+        return None
     say(f"building {group_count * env.group_size} {env.env_id} envs ({env.backend} backend"
         f"{', per rank' if ranks.distributed else ''})")
     return make_vec_env(env.kwargs(), group_count * env.group_size, env.group_size)
@@ -259,6 +261,12 @@ def build_samplers(config: TrainConfig, vec_env: Any, engine: Any, policy: Polic
             (:func:`check_overlap_engine`) or score the reference
             (:func:`check_reference_engine`).
     """
+    if config.agent.function is not None:  # --agent: your loop through the gateway
+        if ranks.distributed:
+            raise ConfigError("--agent runs in one process; torchrun is not supported with it")
+        from algorithms.gateway.harness import HarnessSampler
+
+        return HarnessSampler(config, engine, policy.tokenizer, say=say), None
     sampler = Sampler(config, vec_env, engine, policy.tokenizer, temperature, ranks,
                       group_first, bars, say, vision=policy.vision)
     if config.run.max_staleness == 0:

@@ -57,6 +57,8 @@ def close_run(trainer: Trainer) -> None:
             trainer.engine.close()
             trainer.engine = None
         trainer.overlap.close()
+    if hasattr(trainer.sampler, "close"):  # the --agent rollout's gateway
+        trainer.sampler.close()
     if trainer.vec_env is not None:
         trainer.vec_env.close()
         trainer.vec_env = None

@@ -584,3 +584,59 @@ def test_curve_axes_have_labelled_ticks(more_page, shots):
     drawn = page.evaluate(axes)
     assert [label for label, _ in drawn["y"]] == ["-1", "-0.5", "0", "0.5", "1"]
     assert [cy for _, cy in drawn["points"]] == pytest.approx([at(drawn["y"], 0.0)] * 12)
+
+
+@pytest.fixture(scope="module")
+def harness_run(tmp_path_factory) -> Path:
+    """A recorded ``train.py --agent`` run: the tiny model played by an openai-SDK loop of
+    one's own through the gateway (one iteration)."""
+    pytest.importorskip("openai")
+    import train
+    from tests.algorithms.gateway.test_agent_training import LOOPS, SMOKE
+
+    root = tmp_path_factory.mktemp("harness")
+    train.main([*SMOKE, "--run.iterations", "1", "--run.output-dir", str(root),
+                "--run.run-name", "harness", "--agent", f"{LOOPS}:keydoor"])
+    return root / "harness"
+
+
+def test_harness_records_carry_each_call(harness_run):
+    records = read_records(harness_run / "records" / "train" / "iter_000001.jsonl.gz")
+    steps = [step for record in records for step in record["steps"]]
+    assert steps and all(step["call"]["response"]["role"] == "assistant" for step in steps)
+    assert all(step["call"]["joined"] == (step["step"] > 0) for step in steps)
+    assert all(step["call"]["anchor_from"] == "default" for step in steps)
+    assert all(record["final_observation"] is None for record in records)
+
+
+@pytest.mark.browser
+def test_a_harness_step_shows_the_call_as_made(harness_run, browser, shots):
+    server = make_server([harness_run], port=0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        page = _open(browser, f"http://127.0.0.1:{server.server_address[1]}")
+        records = read_records(harness_run / "records" / "train" / "iter_000001.jsonl.gz")
+        page.click("#tab-rollouts")
+        page.click('[data-testid="iteration-train-1"]')
+        record = records[0]
+        first, second = record["steps"][0], record["steps"][1]
+        label = page.inner_text(f'.step[data-traj="{record["traj_id"]}"][data-step="1"]')
+        assert label.startswith("call 1: ") and " · joined · r " in label
+        page.click(f'.step[data-traj="{record["traj_id"]}"][data-step="0"]')
+        messages = page.inner_text("#detail-call-messages")
+        assert messages.startswith("[user] Your task: ")
+        assert page.inner_text("#detail-call-joined") == "the episode's first call"
+        page.click(f'.step[data-traj="{record["traj_id"]}"][data-step="1"]')
+        assert page.inner_text("#detail-call-messages").startswith(
+            f"[{second['call']['messages'][0]['role']}] ")
+        assert page.inner_text("#detail-call-joined").startswith(
+            "joined: the prompt extends the previous call's prompt and completion")
+        assert page.inner_text("#detail-anchor") == (
+            f"{second['call']['anchor']} (default: what the loop sent since the model last "
+            "spoke)")
+        assert first["call"]["anchor"] != second["call"]["anchor"]
+        page.screenshot(path=str(shots / "harness-call.png"), full_page=True)
+        page.close()
+    finally:
+        server.shutdown()
+        server.server_close()
