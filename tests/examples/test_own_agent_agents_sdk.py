@@ -1,9 +1,15 @@
 """examples/own_agent_agents_sdk.py (the OpenAI Agents SDK, ``openai-agents==0.24.0``, in
 a venv of its own: ``.ci/venv_tests.sh agents``) plays KeyDoor through the gateway: with
 an engine that answers as the env's expert it wins, every call is recorded with its ids
-and parsed ``ok``, and the SDK's re-sent history joins every call to the one before."""
+and parsed ``ok``, and the SDK's re-sent history joins every call to the one before; ``train.py --agent``
+trains it on the tiny model."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -20,6 +26,8 @@ from tests.algorithms.chat_cases import smollm2_tokenizer  # noqa: E402
 from tests.algorithms.gateway.helpers import ScriptedEngine  # noqa: E402
 
 pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).parents[2]
 
 THINK = "Let me think."
 
@@ -97,3 +105,24 @@ def test_a_text_answer_ends_the_sdk_run_and_the_next_run_still_joins():
     after_text = record.calls[3].messages
     assert after_text[-2] == {"role": "assistant", "content": THINK}
     assert after_text[-1]["role"] == "user" and after_text[-1]["content"].startswith(NUDGE)
+
+
+def test_train_py_trains_the_agents_sdk_agent(tmp_path):
+    # One GiGPO iteration on the tiny model: each episode's SDK loop runs in a forked
+    # worker process of the harness, against its own session URL.
+    run = subprocess.run(
+        [sys.executable, "train.py", "--preset", "cpu-demo-tools", "--model.name-or-path",
+         "tiny", "--sft.no-warm-start", "--env.num-groups", "2", "--env.group-size", "2",
+         "--env.max-steps", "3", "--run.iterations", "1", "--run.no-tensorboard",
+         "--run.no-progress", "--run.output-dir", str(tmp_path), "--run.run-name", "sdk",
+         "--agent", "examples.own_agent_agents_sdk:agent", "--agent.concurrency", "4"],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = (tmp_path / "sdk" / "metrics.jsonl").read_text().splitlines()
+    metrics = json.loads(lines[-1])
+    assert metrics["agent/episodes"] == 4 and metrics["agent/failed"] == 0
+    # The random model's answers are text or broken calls; the SDK re-sends each as it
+    # came back, so every call after an episode's first still joins.
+    assert metrics["agent/calls"] >= 4
+    assert metrics["agent/joins"] == metrics["agent/calls"] - 4
+    assert metrics["agent/breaks"] == 0
