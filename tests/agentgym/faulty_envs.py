@@ -9,6 +9,7 @@ anywhere)."""
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import signal
 import time
@@ -268,12 +269,15 @@ class UnseededStepEnv(ScriptedTextEnv):
 
 
 class UnseededTaskEnv(ScriptedTextEnv):
-    """The scripted door env that draws its task from Python's global ``random``."""
+    """The scripted door env whose task draw ignores the seed: each reset, of any instance,
+    takes the next task (as a draw from unseeded global state would, but never the same
+    task twice running, so the check's verdict cannot depend on what ran before)."""
+
+    _draws = itertools.count()
 
     def task_id_for_seed(self, rng: Any) -> str:
-        import random
-
-        return random.choice(list(self.task_ids))
+        ids = list(self.task_ids)
+        return ids[next(UnseededTaskEnv._draws) % len(ids)]
 
 
 class IntTaskEnv(ScriptedTextEnv):
