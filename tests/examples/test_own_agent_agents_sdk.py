@@ -1,8 +1,8 @@
 """examples/own_agent_agents_sdk.py (the OpenAI Agents SDK, ``openai-agents==0.24.0``, in
 a venv of its own: ``.ci/venv_tests.sh agents``) plays KeyDoor through the gateway: with
 an engine that answers as the env's expert it wins, every call is recorded with its ids
-and parsed ``ok``, and the SDK's re-sent history joins every call to the one before; ``train.py --agent``
-trains it on the tiny model."""
+and parsed ``ok``, and the SDK's re-sent history joins every call to the one before.
+``train.py --agent`` trains it on the tiny model."""
 
 from __future__ import annotations
 
