@@ -171,6 +171,7 @@ class HarnessSampler:
                            if config.prompt.tool_template else None),
             rewrite=config.prompt.bridge_rewrite,
             default_max_tokens=generation.max_new_tokens,
+            max_tokens_cap=generation.max_new_tokens,
             temperature=generation.temperature, top_p=1.0, seed=config.run.seed)
         self.gateway.__enter__()
         say(f"agent: {config.agent.function} through the gateway at {self.gateway.base_url} "

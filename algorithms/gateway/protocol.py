@@ -86,12 +86,15 @@ class Limits:
         max_tokens_limit: completion tokens a request may ask for at most.
         temperature: when set, every request samples at it (what it asks is ignored).
         top_p: when set, every request samples with it.
+        max_tokens_cap: when set, a request's ``max_tokens`` (asked or default) is cut to
+            it: a trainer's recipe length, so that a response it cuts ends as ``length``.
     """
 
     default_max_tokens: int = 256
     max_tokens_limit: int = 4096
     temperature: float | None = None
     top_p: float | None = None
+    max_tokens_cap: int | None = None
 
 
 @dataclass(frozen=True)
@@ -204,11 +207,13 @@ def _common(body: Mapping[str, Any], limits: Limits, *, tokens_keys: tuple[str, 
     else:
         raise RequestError("stop must be a string or a list of strings", param="stop")
     seed = _integer(body, "seed")
+    if max_tokens is None:
+        max_tokens = min(limits.default_max_tokens, limits.max_tokens_limit)
+    if limits.max_tokens_cap is not None:
+        max_tokens = min(max_tokens, limits.max_tokens_cap)
     return Sampling(temperature if limits.temperature is None else limits.temperature,
                     top_p if limits.top_p is None else limits.top_p,
-                    max_tokens if max_tokens is not None else min(limits.default_max_tokens,
-                                                                  limits.max_tokens_limit),
-                    stops, None if seed is None else seed % (2**63))
+                    max_tokens, stops, None if seed is None else seed % (2**63))
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:

@@ -78,6 +78,8 @@ class Gateway:
         model_name: the model's name in responses and ``/models``.
         default_max_tokens: completion tokens when a request says none.
         max_tokens_limit: completion tokens a request may ask for at most.
+        max_tokens_cap: when set, requests asking more get this many at most, and a
+            response cut there ends as ``length`` (a trainer's ``generation.max_new_tokens``).
         temperature: when set, every request samples at it (a trainer pins the
             temperature its learner scores at); ``None``: each request's own.
         top_p: likewise for top-p.
@@ -93,6 +95,7 @@ class Gateway:
                  max_prompt_tokens: int, chat_template: str | None = None,
                  rewrite: RewritePolicy = "keep", model_name: str = "agentgym-policy",
                  default_max_tokens: int = 256, max_tokens_limit: int = 4096,
+                 max_tokens_cap: int | None = None,
                  temperature: float | None = None, top_p: float | None = None,
                  batch_max_wait_s: float = 0.25,
                  max_batch: int = 64, seed: int = 0,
@@ -105,7 +108,8 @@ class Gateway:
         self.port = port
         self.max_prompt_tokens = max_prompt_tokens
         self.model_name = model_name
-        self.limits = Limits(default_max_tokens, max_tokens_limit, temperature, top_p)
+        self.limits = Limits(default_max_tokens, max_tokens_limit, temperature, top_p,
+                             max_tokens_cap)
         self.renderer = ChatRenderer(tokenizer, chat_template=chat_template, rewrite=rewrite,
                                      end_ids=end_ids)
         self.queue = GenerationQueue(engine, max_wait_s=batch_max_wait_s, max_batch=max_batch,

@@ -112,6 +112,20 @@ def test_max_tokens_cuts_and_says_length(gateway, script, smollm2):
         ids(smollm2, "one two three four five", end=False)[:3])
 
 
+def test_a_cap_below_the_asked_max_tokens_cuts_there_and_says_length(engine, script,
+                                                                       smollm2):
+    # a trainer caps responses at its recipe's length; a loop asking more is cut there,
+    # and a cut response must say so (not "stop", as an ended one would)
+    script.append(ids(smollm2, "one two three four five", end=False))
+    with Gateway(engine, smollm2, max_prompt_tokens=600, max_tokens_cap=3) as capped:
+        url = capped.open_session({})
+        choice = client(url).chat.completions.create(model="m", messages=TASK,
+                                                     max_tokens=64).choices[0]
+        assert choice.finish_reason == "length"
+        assert capped.close_session(url).calls[0].completion_ids == tuple(
+            ids(smollm2, "one two three four five", end=False)[:3])
+
+
 def test_a_continued_chat_trains_on_the_sampled_ids_not_their_retokenization(
         gateway, script, smollm2, keydoor_tools):
     # "hello" sampled as two ids, "hel" "lo": its text tokenizes to one id
