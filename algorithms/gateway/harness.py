@@ -17,8 +17,9 @@ the run's engine and tokenizer once, and for each iteration:
    process died; ``off_policy`` (a call sampled at another temperature or top-p than the
    learner scores) guards the gateway's pinning: it samples every call at the run's
    ``generation.temperature`` and top-p 1, whatever the loop asks, and at most
-   ``generation.max_new_tokens`` tokens (:class:`CappedEngine`; also the number a call
-   that asks none gets);
+   ``generation.max_new_tokens`` tokens (the gateway's ``max_tokens_cap``, so that a call
+   cut there ends as ``length``; :class:`CappedEngine` holds the engine to it too; also
+   the number a call that asks none gets);
 4. turns the others into a :class:`~algorithms.agent.step_batch.StepBatch`
    (:func:`~algorithms.gateway.episodes.harness_batch`: one row per model call, the exact
    recorded ids).

@@ -102,27 +102,19 @@ def test_tool_choice_none_reads_no_call_and_content_ends_before_a_stop_string(
                                                        end=False))
 
 
-def test_max_tokens_cuts_and_says_length(gateway, script, smollm2):
+@pytest.mark.parametrize("cap, asked", [
+    (None, {"max_completion_tokens": 3}),  # the request's own max_tokens
+    # a trainer caps responses at its recipe's length: a loop asking more is cut there,
+    # and the cut response must say so (not "stop", as an ended one would)
+    (3, {"max_tokens": 64})])
+def test_max_tokens_cuts_and_says_length(engine, script, smollm2, cap, asked):
     script.append(ids(smollm2, "one two three four five", end=False))
-    url = gateway.open_session({})
-    choice = client(url).chat.completions.create(model="m", messages=TASK,
-                                                 max_completion_tokens=3).choices[0]
-    assert choice.finish_reason == "length"
-    assert gateway.close_session(url).calls[0].completion_ids == tuple(
-        ids(smollm2, "one two three four five", end=False)[:3])
-
-
-def test_a_cap_below_the_asked_max_tokens_cuts_there_and_says_length(engine, script,
-                                                                       smollm2):
-    # a trainer caps responses at its recipe's length; a loop asking more is cut there,
-    # and a cut response must say so (not "stop", as an ended one would)
-    script.append(ids(smollm2, "one two three four five", end=False))
-    with Gateway(engine, smollm2, max_prompt_tokens=600, max_tokens_cap=3) as capped:
-        url = capped.open_session({})
+    with Gateway(engine, smollm2, max_prompt_tokens=600, max_tokens_cap=cap) as gateway:
+        url = gateway.open_session({})
         choice = client(url).chat.completions.create(model="m", messages=TASK,
-                                                     max_tokens=64).choices[0]
+                                                     **asked).choices[0]
         assert choice.finish_reason == "length"
-        assert capped.close_session(url).calls[0].completion_ids == tuple(
+        assert gateway.close_session(url).calls[0].completion_ids == tuple(
             ids(smollm2, "one two three four five", end=False)[:3])
 
 
