@@ -867,9 +867,11 @@ def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any
     """Per method: each measure's (:data:`SMOLLM2_MEASURES`) mean, 95% bootstrap interval
     and every seed; the
     estimator's time share and the step-group figures (means over seeds and iterations);
-    the mean rise (:func:`learning_rise`), the share of collapsed runs (:func:`collapsed`)
-    and the preregistered learning condition
-    (:data:`SMOLLM2_LEARNING_RISE`, read on the baseline's rise); per measure the paired
+    the mean rise (:func:`learning_rise`) with its 95% bootstrap interval over seeds and
+    every seed's, the share of collapsed runs (:func:`collapsed`) and the preregistered
+    learning conditions, read on the baseline's rise: T4's (mean rise at least
+    :data:`SMOLLM2_LEARNING_RISE`, ``informative``) and C1's (the interval's lower end
+    above 0, ``rise_interval_above_zero``); per measure the paired
     permutation tests of each method against :data:`SMOLLM2_BASELINE`, with the mean
     paired difference, its 95% paired-bootstrap interval and Holm's correction over the
     methods. Only ever called on an unblinded study (:func:`blinding`)."""
@@ -884,8 +886,11 @@ def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any
             mean, low, high = bootstrap_ci(values)
             row[measure] = {"mean": mean, "ci95": [low, high], "per_seed": values}
         row["advantage_share"] = float(np.mean([f["advantage_share"] for f in seeds.values()]))
-        row["rise"] = float(np.mean([learning_rise(f["train_success"])
-                                     for f in seeds.values()]))
+        rises = [learning_rise(seeds[s]["train_success"]) for s in sorted(seeds)]
+        rise, rise_low, rise_high = bootstrap_ci(rises)
+        row["rise"] = rise
+        row["rise_ci95"] = [rise_low, rise_high]
+        row["rise_per_seed"] = rises
         row["collapse_share"] = float(np.mean([collapsed(f["train_success"])
                                                for f in seeds.values()]))
         for key in ("format_error_rate", "step_only_share", "step_nonzero_share",
@@ -915,8 +920,11 @@ def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any
     learning = None
     if SMOLLM2_BASELINE in table:
         rise = table[SMOLLM2_BASELINE]["rise"]
+        interval = table[SMOLLM2_BASELINE]["rise_ci95"]
         learning = {"baseline_rise": rise, "threshold": SMOLLM2_LEARNING_RISE,
-                    "informative": bool(rise >= SMOLLM2_LEARNING_RISE)}
+                    "informative": bool(rise >= SMOLLM2_LEARNING_RISE),
+                    "baseline_rise_ci95": interval,
+                    "rise_interval_above_zero": bool(interval[0] > 0)}
     return {"methods": table, "paired_tests": tests, "learning_condition": learning}
 
 
@@ -1207,6 +1215,10 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
               f" {'>=' if condition['informative'] else '<'} {condition['threshold']}: the "
               f"comparisons are {'' if condition['informative'] else 'un'}informative "
               "(docs/credit-assignment.md, preregistration)")
+        low, high = condition["baseline_rise_ci95"]
+        print(f"  {SMOLLM2_BASELINE}'s rise, 95% bootstrap interval over seeds [{low:.3f}, "
+              f"{high:.3f}]: {'above' if condition['rise_interval_above_zero'] else 'not above'}"
+              " 0 (C1's learning condition)")
     for measure, family in summary["paired_tests"].items():
         for label, test in family.items():
             low, high = test["difference_ci95"]

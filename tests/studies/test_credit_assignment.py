@@ -368,8 +368,9 @@ def test_the_pretrained_lm_studys_figures_of_a_run():
 
 
 def test_the_learning_condition_reads_the_baselines_mean_rise():
-    """The preregistered gate: GRPO's rise (last two iterations' mean training success
-    minus iteration 1's), averaged over seeds, against 0.3 (hand-computed cases)."""
+    """The preregistered gates on GRPO's rise (last two iterations' mean training success
+    minus iteration 1's): T4's, its mean over seeds against 0.3, and C1's, the lower end
+    of its bootstrap interval over seeds against 0 (hand-computed cases)."""
     from studies.credit_assignment import learning_rise, smollm2_summary
 
     assert learning_rise([0.125, 0.0, 0.5, 0.25, 0.125, 0.5]) == pytest.approx(0.1875)
@@ -382,12 +383,23 @@ def test_the_learning_condition_reads_the_baselines_mean_rise():
     learns = {0: run([0.0, 0.25, 0.5, 0.5]), 1: run([0.25, 0.5, 0.5, 0.75])}  # 0.5, 0.375
     flat = {0: run([0.0, 0.0, 0.25, 0.25]), 1: run([0.25, 0.25, 0.5, 0.25])}  # 0.25, 0.125
     summary = smollm2_summary({"gigpo": flat, "grpo": learns})
-    assert summary["learning_condition"] == {"baseline_rise": pytest.approx(0.4375),
-                                             "threshold": 0.3, "informative": True}
+    # two seeds: every bootstrap mean lies between the two rises, 0.375 and 0.5
+    assert summary["learning_condition"] == {
+        "baseline_rise": pytest.approx(0.4375), "threshold": 0.3, "informative": True,
+        "baseline_rise_ci95": [pytest.approx(0.375), pytest.approx(0.5)],
+        "rise_interval_above_zero": True}
     assert summary["methods"]["gigpo"]["rise"] == pytest.approx(0.1875)
+    assert summary["methods"]["gigpo"]["rise_per_seed"] == [pytest.approx(0.25),
+                                                            pytest.approx(0.125)]
     summary = smollm2_summary({"gigpo": learns, "grpo": flat})
     assert summary["learning_condition"]["informative"] is False
     assert summary["learning_condition"]["baseline_rise"] == pytest.approx(0.1875)
+    # T4's rule fails (0.1875 < 0.3) where C1's holds: the interval [0.125, 0.25] is above 0
+    assert summary["learning_condition"]["rise_interval_above_zero"] is True
+    falls = {0: run([0.5, 0.25, 0.25, 0.25]), 1: run([0.25, 0.25, 0.5, 0.25])}  # -0.25, 0.125
+    condition = smollm2_summary({"gigpo": learns, "grpo": falls})["learning_condition"]
+    assert condition["baseline_rise_ci95"][0] == pytest.approx(-0.25)
+    assert condition["rise_interval_above_zero"] is False
 
 
 def test_a_run_collapsed_after_three_zero_iterations_past_the_first():
