@@ -6,7 +6,9 @@ endpoint (the gateway's session URL when training; any server otherwise); ``task
 task dict (``env_id``, ``env_kwargs``, ``seed``, ``task_id``, ``task``, ...). The agent
 builds the env itself, resets it on the task, and plays it: the env's tools go in the
 request, each tool call the model makes becomes the env's action, the env's reply comes
-back as the tool message. It returns the episode's return.
+back as the tool message. It returns the episode's return; a chat that outgrows the
+server's context (a 400 with ``code`` ``context_length_exceeded``) ends the episode with
+the return so far, so that the episode still trains, where any other error raises.
 
 Run it on its own (no training): it starts a gateway in front of the tiny smoke model
 (random weights, no download) and plays one task of the cpu-demo's KeyDoor house::
@@ -49,8 +51,13 @@ def agent(base_url: str, task: dict[str, Any]) -> float:
                                         f"\n\nYou see: {observation}"}]
         total = 0.0
         for _ in range(MAX_TURNS):
-            reply = client.chat.completions.create(model="policy", messages=messages,
-                                                   tools=tools.schemas, max_tokens=64)
+            try:
+                reply = client.chat.completions.create(model="policy", messages=messages,
+                                                       tools=tools.schemas, max_tokens=64)
+            except openai.BadRequestError as error:
+                if error.code == "context_length_exceeded":
+                    break  # the chat outgrew the context: the episode ends here, as lost
+                raise
             message = reply.choices[0].message
             messages.append(message.model_dump(exclude_none=True))
             calls = message.tool_calls or []

@@ -36,3 +36,24 @@ def test_the_example_agent_wins_with_an_expert_behind_the_gateway():
     assert record.calls and all(c.tool_status == "ok" for c in record.calls)
     assert record.breaks == 0 and record.joins == len(record.calls) - 1
     assert record.task == task
+
+
+def test_the_example_agent_ends_its_episode_when_the_chat_outgrows_the_context():
+    """An answer with no tool call makes the chat grow by a nudge and the observation each
+    turn; at the gateway's prompt limit the call gets a 400 (context_length_exceeded),
+    and the agent returns the return so far instead of raising: the calls before it stay
+    recorded, each under the limit."""
+    tokenizer = smollm2_tokenizer()
+    task = _demo_task(5)
+    answer = [*tokenizer("I am not sure.", add_special_tokens=False)["input_ids"],
+              tokenizer.eos_token_id]
+    limit = 700
+    with Gateway(ScriptedEngine(lambda prompt: answer), tokenizer,
+                 max_prompt_tokens=limit) as gateway:
+        url = gateway.open_session(task)
+        episode_return = agent(url, task)
+        record = gateway.close_session(url)
+    assert episode_return == 0.0
+    assert 2 <= len(record.calls) < 30  # cut by the limit, not by MAX_TURNS
+    assert all(len(call.prompt_ids) <= limit for call in record.calls)
+    assert {call.tool_status for call in record.calls} == {"no_call"}
