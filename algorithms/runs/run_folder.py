@@ -5,17 +5,21 @@ docstring). A folder that already holds a run is never silently reused: a new ru
 refused (:class:`RunFolderError`) unless ``run.overwrite``; ``run.resume`` needs a
 checkpoint there and the same settings outside ``run.*``. ``run.eval_only`` writes to a
 folder of its own (:func:`eval_only_dir`). A setup that fails in a new run removes what it
-wrote (:func:`discard_new_run`), so the same command can be tried again.
+wrote (:func:`discard_new_run`), so the same command can be tried again. One process at a
+time uses a folder (:func:`lock_run_folder`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
+from algorithms.config import ConfigError, TrainConfig
 from algorithms.runs import distributed
 from algorithms.runs.checkpoint import (
     CheckpointError,
@@ -23,7 +27,6 @@ from algorithms.runs.checkpoint import (
     latest_checkpoint,
     resolve_checkpoint,
 )
-from algorithms.config import ConfigError, TrainConfig
 from algorithms.runs.distributed import Ranks
 
 RUN_FILES = ("config.json", "metrics.jsonl", "tensorboard", "curves.png", "checkpoints",
@@ -33,7 +36,72 @@ RUN_FILES = ("config.json", "metrics.jsonl", "tensorboard", "curves.png", "check
 
 class RunFolderError(ConfigError):
     """A run folder that cannot be used as asked (reuse without overwrite, nothing to
-    resume)."""
+    resume, another process using it)."""
+
+
+LOCK_FILE = ".lock"
+"""The run folder's lock file (:func:`lock_run_folder`); it holds the holder's pid."""
+
+
+class FolderLock:
+    """A run folder held by this process (:func:`lock_run_folder`); :meth:`release`
+    gives it up (so does the end of the process, however it ends)."""
+
+    def __init__(self, handle: Any, run_dir: Path, created: bool) -> None:
+        self._handle = handle
+        self.run_dir = run_dir
+        self.created = created  # the folder did not exist before the lock made it
+
+    def release(self, *, remove: bool = False) -> None:
+        """Give the folder up; with ``remove``, first delete the lock file and, when the
+        lock made the folder and nothing else is in it, the folder."""
+        if self._handle is None:
+            return
+        if remove:
+            with contextlib.suppress(OSError):
+                (self.run_dir / LOCK_FILE).unlink()
+            if self.created:
+                with contextlib.suppress(OSError):  # not empty: keep it
+                    self.run_dir.rmdir()
+        self._handle.close()  # closing the file drops its flock
+        self._handle = None
+
+
+def lock_run_folder(run_dir: Path) -> FolderLock | None:
+    """Hold ``run_dir`` for this process, so that no second run writes into it.
+
+    Two processes in one folder write over each other's metrics, checkpoints and curves
+    without an error (a job started again while its first workers still run, say).
+    The lock is an advisory ``flock`` on ``run_dir/.lock``, which the kernel drops when
+    the process ends, so a killed run leaves no stale lock. Where ``fcntl`` is missing
+    (Windows) no lock is taken and ``None`` is returned.
+
+    Raises:
+        RunFolderError: another process holds the folder; the message names its pid.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return None
+    run_dir = Path(run_dir)
+    created = not run_dir.exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(run_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 (held)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held by another process
+        handle.seek(0)
+        holder = handle.read().strip() or "a process that wrote no pid"
+        handle.close()
+        raise RunFolderError(
+            f"{run_dir} is in use by another run ({holder}): two runs in one folder "
+            "would write over each other's metrics and checkpoints; wait for it to end "
+            "or stop it, or pick another folder with --run.run-name NAME") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    handle.flush()
+    return FolderLock(handle, run_dir, created)
 
 
 def default_run_dir(config: TrainConfig) -> Path:

@@ -64,7 +64,13 @@ from algorithms.runs.run_checkpoint import (
     restored_message,
     save_run_checkpoint,
 )
-from algorithms.runs.run_folder import default_run_dir, discard_new_run, prepare_on_rank0
+from algorithms.runs.run_folder import (
+    FolderLock,
+    default_run_dir,
+    discard_new_run,
+    lock_run_folder,
+    prepare_on_rank0,
+)
 from algorithms.runs.termination import StopNow, TermSignal
 from algorithms.training.batch_scoring import worker_reference_log_probs
 from algorithms.training.build import (
@@ -125,6 +131,7 @@ class Trainer:
         self.logger: MetricsLogger | None = None
         self.start_iteration = 0
         self.resumed_from: Path | None = None  # the checkpoint a resumed run started from
+        self.folder_lock: FolderLock | None = None  # held from setup() to close()
         self.term = TermSignal(0.0)  # marks the iteration's phases (run() installs one)
         self.group_first, self.group_count = distributed.group_block(
             config.env.num_groups, ranks)
@@ -149,14 +156,29 @@ class Trainer:
         :func:`~algorithms.runs.run_folder.discard_new_run`), so the same command can be tried again."""
         config = self.config
         check_model_sources(config, policy_given=self._policy is not None)
-        checkpoint = prepare_on_rank0(config, self.run_dir, self.ranks)
+        # one process per folder: a second run there is refused before anything is
+        # touched (a failed lock leaves the other run's files alone)
+        self.folder_lock = lock_run_folder(self.run_dir) if self.ranks.main else None
+        try:
+            checkpoint = prepare_on_rank0(config, self.run_dir, self.ranks)
+        except BaseException:
+            self._release_folder(remove=True)
+            raise
         try:
             self._build(checkpoint)
         except BaseException:
-            self.close()
+            close_run(self)  # the folder stays held until its new files are gone
             if not config.run.resume and self.ranks.main:
                 discard_new_run(self.run_dir)
+            self._release_folder(remove=not config.run.resume)
             raise
+
+    def _release_folder(self, *, remove: bool = False) -> None:
+        """Give the run folder's lock up (:func:`~algorithms.runs.run_folder.lock_run_folder`);
+        ``remove``: a setup that failed, whose folder keeps no lock file."""
+        if self.folder_lock is not None:
+            self.folder_lock.release(remove=remove)
+            self.folder_lock = None
 
     def _build(self, checkpoint: Path | None) -> None:
         """:meth:`setup` after the run folder was checked."""
@@ -388,8 +410,10 @@ class Trainer:
         return path
 
     def close(self) -> None:
-        """Close the envs, the logger and the engine (:func:`close_run`)."""
+        """Close the envs, the logger and the engine (:func:`close_run`), and give the
+        run folder up."""
         close_run(self)
+        self._release_folder()
 
 
 class UntrainedRunError(RuntimeError):

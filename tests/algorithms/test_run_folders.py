@@ -210,3 +210,67 @@ def test_an_sft_run_is_finished_at_its_steps_or_epochs(tmp_path, sft, finished):
     assert (found is not None) == finished
     if finished:
         assert "is after optimizer step 4" in found[0] and found[1]["sft/loss"] == 0.5
+
+
+_HOLDER = """
+import sys, time
+from pathlib import Path
+from algorithms.runs.run_folder import lock_run_folder
+lock = lock_run_folder(Path(sys.argv[1]))
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def _hold_in_another_process(run_dir):
+    """A process that holds ``run_dir``'s lock until killed (what an orphaned worker of a
+    stopped job does)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(run_dir)], cwd=root,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+@pytest.mark.skipif(__import__("sys").platform == "win32", reason="the lock is POSIX flock")
+def test_a_folder_in_use_by_another_process_is_refused_and_left_alone(tmp_path):
+    """Two processes in one folder would write over each other's metrics and
+    checkpoints; the second is refused before it touches anything, named by the holder's
+    pid, whatever its mode (resume included), and the folder is free once the holder is
+    killed."""
+    _train(tmp_path, iterations=2)
+    before = {p.name: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()
+              and p.name != ".lock"}
+    holder = _hold_in_another_process(tmp_path)
+    try:
+        for run in ({"iterations": 3, "resume": True}, {"overwrite": True}, {}):
+            with pytest.raises(RunFolderError,
+                               match=rf"in use by another run \(pid {holder.pid}, since "):
+                _train(tmp_path, **run)
+        after = {p.name: p.stat().st_mtime_ns for p in tmp_path.rglob("*") if p.is_file()
+                 and p.name != ".lock"}
+        assert after == before  # nothing deleted, appended or rewritten
+    finally:
+        holder.kill()
+        holder.wait()
+    _train(tmp_path, iterations=3, resume=True)  # the kernel dropped the dead one's lock
+    assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+
+
+def test_one_process_holds_a_folder_once_and_gives_it_up_on_close(tmp_path):
+    from algorithms.runs.run_folder import lock_run_folder
+
+    first = lock_run_folder(tmp_path / "run")
+    assert first is not None and first.created
+    with pytest.raises(RunFolderError, match=r"in use by another run \(pid \d+"):
+        lock_run_folder(tmp_path / "run")  # a second trainer in this process, too
+    first.release()
+    lock_run_folder(tmp_path / "run").release(remove=True)  # free again; removes nothing
+    assert (tmp_path / "run").exists()  # it existed when the second lock was taken
+    lock = lock_run_folder(tmp_path / "new")
+    lock.release(remove=True)
+    assert not (tmp_path / "new").exists()  # the lock made it, and nothing else is there

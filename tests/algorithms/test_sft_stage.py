@@ -104,6 +104,23 @@ def test_a_folder_holding_a_run_is_refused_before_the_stage_trains(tmp_path, wor
     assert not factory.trainers
 
 
+def test_a_stage_folder_in_use_is_refused_and_left_alone(tmp_path, words):
+    """The stage's folder held by another trainer (here: one in this process; a second
+    process is refused alike, tests/algorithms/test_run_folders.py): refused, not
+    trained into."""
+    from algorithms.runs.run_folder import lock_run_folder
+
+    run_dir = tmp_path / "run"
+    held = lock_run_folder(run_dir / STAGE_DIR)
+    try:
+        with pytest.raises(RunFolderError, match="in use by another run"):
+            run_stage(rl_config(tmp_path), run_dir, trainer_factory=Factory(words),
+                      say=lambda line: None)
+        assert sorted(p.name for p in (run_dir / STAGE_DIR).iterdir()) == [".lock"]
+    finally:
+        held.release()
+
+
 def test_when_there_is_no_stage(tmp_path):
     config = rl_config(tmp_path)
     assert needs_stage(config)
