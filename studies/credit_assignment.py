@@ -930,8 +930,9 @@ def smollm2_summary(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, Any
 
 def smollm2_plot(runs: dict[str, dict[int, dict[str, Any]]], prefix: str, caption: str,
                  folder: Path) -> list[Path]:
-    """Training success, format errors and the share of steps moved by the step term
-    alone per iteration (mean over seeds; bands: min-max over seeds; a method keeps its
+    """Training success, invalid actions (C1's primary measure; a study whose JSON
+    predates the figure leaves its panel empty), format errors and the share of steps
+    moved by the step term alone per iteration (mean over seeds; bands: min-max over seeds; a method keeps its
     colour in every panel, GRPO having no step term), and each step method's step-group
     sizes over training (GiGPO Fig. 3)."""
     import matplotlib
@@ -939,15 +940,16 @@ def smollm2_plot(runs: dict[str, dict[int, dict[str, Any]]], prefix: str, captio
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
     for index, (method, seeds) in enumerate(runs.items()):
         ordered = [seeds[s] for s in sorted(seeds)]
         iters = ordered[0]["iterations"]
-        for ax, key in zip(axes, ("train_success", "format_error_rate", "step_only_share"),
-                           strict=True):
+        for ax, key in zip(axes, ("train_success", "invalid_action_rate",
+                                  "format_error_rate", "step_only_share"), strict=True):
             if all(key in f for f in ordered):  # one colour per method in every panel
                 _band(ax, iters, [f[key] for f in ordered], method, color=f"C{index}")
-    for ax, title in zip(axes, ("training success", "format-error rate",
+    for ax, title in zip(axes, ("training success", "invalid-action rate (format errors "
+                                "included)", "format-error rate",
                                 "steps with a step term where the episode term is 0"),
                          strict=True):
         ax.set_title(title, fontsize=10)
@@ -955,9 +957,9 @@ def smollm2_plot(runs: dict[str, dict[int, dict[str, Any]]], prefix: str, captio
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
-    if not axes[2].lines:  # a GRPO-only study (a pilot): say why the panel is empty
-        axes[2].text(0.5, 0.5, "no method here has a step term", ha="center",
-                     va="center", transform=axes[2].transAxes, fontsize=9)
+    if not axes[3].lines:  # a GRPO-only study (a pilot): say why the panel is empty
+        axes[3].text(0.5, 0.5, "no method here has a step term", ha="center",
+                     va="center", transform=axes[3].transAxes, fontsize=9)
     fig.suptitle(caption, fontsize=10)
     fig.tight_layout()
     written = [folder / f"{prefix}_curves.png"]
@@ -1116,12 +1118,13 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
           f"load at start {load[0]:.2f}", flush=True)
     out = results / f"credit_assignment_{name}.json"
     recorded = recorded_runs(out, iterations, eval_episodes, args.model, task, variant)
-    planned, jobs, taken = [], [], 0
+    planned, jobs, taken, finished = [], [], 0, 0
     for seed in seeds:  # seed-major: a study cut by the clock leaves whole seeds
         for method in methods:
             run_dir = workdir / method / f"seed{seed}"
             planned.append((method, seed, run_dir))
             if not args.rerun and (run_dir / "done.json").exists():
+                finished += 1
                 continue
             if not args.rerun and seed in recorded.runs.get(method, {}):
                 taken += 1
@@ -1130,9 +1133,11 @@ def main_smollm2(args: argparse.Namespace, argv: list[str] | None) -> int:
                          "iterations": iterations, "eval_episodes": eval_episodes,
                          "model": args.model, "keep_checkpoints": args.keep_checkpoints,
                          "task": task, "variant": variant})
-    if taken:
-        print(f"  {taken} of the {len(planned)} runs read from {out} (their run folders are "
-              "not here); --rerun runs them again", flush=True)
+    if taken or finished:
+        print(f"  {taken + finished} of the {len(planned)} runs are in: {taken} read from "
+              f"{out} (their run folders are not here), {finished} from their finished run "
+              f"folders under {workdir}; {len(jobs)} to run (--rerun runs all again)",
+              flush=True)
     plan = recorded.plan | {(method, seed) for method, seed, _ in planned}
     unblinded = recorded.unblinded
     runs: dict[str, dict[int, dict[str, Any]]] = {

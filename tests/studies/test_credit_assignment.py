@@ -672,11 +672,18 @@ def test_the_pretrained_lm_study_carries_on_from_its_json_where_run_folders_are_
     assert main([*base, "--methods", "grpo", "gigpo", "--seeds", "1", "2", "3",
                  "--workdir", str(tmp_path / "b")]) == 0
     assert order == [("grpo", 3), ("gigpo", 3)]
-    assert "4 of the 6 runs read from" in capsys.readouterr().out
+    assert "4 of the 6 runs are in: 4 read from" in capsys.readouterr().out
     data = json.loads(path.read_text())
     assert list(data["runs"]) == ["gigpo", "grpo"] and data["seeds"] == [1, 2, 3]
     assert data["runs"]["gigpo"]["1"] == first["runs"]["gigpo"]["1"]
     assert data["summary"]["methods"]["grpo"]["seeds"] == [1, 2, 3]
+    # the same command again: every run is in, and the count says from where
+    order.clear()
+    assert main([*base, "--methods", "grpo", "gigpo", "--seeds", "1", "2", "3",
+                 "--workdir", str(tmp_path / "b")]) == 0
+    assert order == []
+    assert ("6 of the 6 runs are in: 4 read from" in (out := capsys.readouterr().out)
+            and "2 from their finished run folders" in out and "; 0 to run" in out)
 
     # a subset keeps the other runs the JSON holds
     order.clear()
@@ -730,7 +737,7 @@ def test_the_pretrained_lm_study_carries_on_from_its_json_where_run_folders_are_
 
 
 def _plotted_panels(runs, tmp_path, monkeypatch):
-    """The three axes of the curves figure :func:`smollm2_plot` draws for ``runs``."""
+    """The four axes of the curves figure :func:`smollm2_plot` draws for ``runs``."""
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
@@ -743,20 +750,24 @@ def _plotted_panels(runs, tmp_path, monkeypatch):
 
 
 def test_the_pretrained_lm_plot_keeps_each_methods_colour_in_every_panel(tmp_path, monkeypatch):
-    """GRPO has no step term, so the third panel skips it; the methods after it keep the
-    colours of the first panel's legend (they once took the next colour in the cycle)."""
+    """GRPO has no step term, so the step panel skips it; the methods after it keep the
+    colours of the first panel's legend (they once took the next colour in the cycle).
+    The invalid-action panel (C1's primary measure) shows every method."""
 
     def run(step: bool):
-        f = {"iterations": [1, 2], "train_success": [0.0, 0.5], "format_error_rate": [0.1, 0.0]}
+        f = {"iterations": [1, 2], "train_success": [0.0, 0.5], "format_error_rate": [0.1, 0.0],
+             "invalid_action_rate": [0.2, 0.1]}
         return {**f, "step_only_share": [0.0, 0.1]} if step else f
 
     runs = {m: {0: run(m != "grpo"), 1: run(m != "grpo")}
             for m in ("gigpo", "grpo", "hgpo", "graphgpo")}
-    success, _, step_only = _plotted_panels(runs, tmp_path, monkeypatch)
+    success, invalid, _, step_only = _plotted_panels(runs, tmp_path, monkeypatch)
 
     def colours(ax):
         return {line.get_label(): line.get_color() for line in ax.lines}
 
+    assert colours(invalid) == colours(success)
+    assert list(invalid.lines[0].get_ydata()) == [0.2, 0.1]  # the mean over seeds
     assert list(colours(step_only)) == ["gigpo", "hgpo", "graphgpo"]
     assert colours(step_only) == {m: c for m, c in colours(success).items() if m != "grpo"}
     assert len(set(colours(success).values())) == 4
@@ -764,10 +775,13 @@ def test_the_pretrained_lm_plot_keeps_each_methods_colour_in_every_panel(tmp_pat
 
 def test_the_pretrained_lm_plot_says_why_the_step_panel_of_a_grpo_study_is_empty(
         tmp_path, monkeypatch):
-    """A pilot runs GRPO alone: its third panel has no curve, and says so instead of
-    showing an empty frame."""
+    """A pilot runs GRPO alone: its step panel has no curve, and says so instead of
+    showing an empty frame (its JSON, older than the invalid-action figure, leaves that
+    panel empty too)."""
     run = {"iterations": [1, 2], "train_success": [0.0, 0.5], "format_error_rate": [0.1, 0.0]}
-    success, _, step_only = _plotted_panels({"grpo": {0: run, 1: run}}, tmp_path, monkeypatch)
+    success, invalid, _, step_only = _plotted_panels({"grpo": {0: run, 1: run}}, tmp_path,
+                                                     monkeypatch)
+    assert not invalid.lines
     assert [line.get_label() for line in success.lines] == ["grpo"]
     assert not step_only.lines and step_only.get_legend() is None
     assert [t.get_text() for t in step_only.texts] == ["no method here has a step term"]
