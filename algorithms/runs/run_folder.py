@@ -52,17 +52,17 @@ class FolderLock:
         self.run_dir = run_dir
         self.created = created  # the folder did not exist before the lock made it
 
-    def release(self, *, remove: bool = False) -> None:
-        """Give the folder up; with ``remove``, first delete the lock file and, when the
-        lock made the folder and nothing else is in it, the folder."""
+    def release(self, *, remove_folder: bool = False) -> None:
+        """Delete the lock file (still held, so no other process takes the name in
+        between) and give the folder up; ``remove_folder``: also the folder, when the
+        lock made it and nothing else is in it."""
         if self._handle is None:
             return
-        if remove:
-            with contextlib.suppress(OSError):
-                (self.run_dir / LOCK_FILE).unlink()
-            if self.created:
-                with contextlib.suppress(OSError):  # not empty: keep it
-                    self.run_dir.rmdir()
+        with contextlib.suppress(OSError):
+            (self.run_dir / LOCK_FILE).unlink()
+        if remove_folder and self.created:
+            with contextlib.suppress(OSError):  # not empty: keep it
+                self.run_dir.rmdir()
         self._handle.close()  # closing the file drops its flock
         self._handle = None
 
@@ -73,8 +73,8 @@ def lock_run_folder(run_dir: Path) -> FolderLock | None:
     Two processes in one folder write over each other's metrics, checkpoints and curves
     without an error (a job started again while its first workers still run, say).
     The lock is an advisory ``flock`` on ``run_dir/.lock``, which the kernel drops when
-    the process ends, so a killed run leaves no stale lock. Where ``fcntl`` is missing
-    (Windows) no lock is taken and ``None`` is returned.
+    the process ends, so a killed run leaves no stale lock; a run that ends deletes the
+    file. Where ``fcntl`` is missing (Windows) no lock is taken and ``None`` is returned.
 
     Raises:
         RunFolderError: another process holds the folder; the message names its pid.
@@ -86,22 +86,49 @@ def lock_run_folder(run_dir: Path) -> FolderLock | None:
     run_dir = Path(run_dir)
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(run_dir / LOCK_FILE, "a+", encoding="utf-8")  # noqa: SIM115 (held)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # held by another process
-        handle.seek(0)
-        holder = handle.read().strip() or "a process that wrote no pid"
+    path = run_dir / LOCK_FILE
+    while True:
+        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 (held until release)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held by another process
+            handle.seek(0)
+            holder = handle.read().strip() or "a process that wrote no pid yet"
+            handle.close()
+            raise RunFolderError(
+                f"{run_dir} is in use by another run ({holder}): two runs in one folder "
+                "would write over each other's metrics and checkpoints; wait for it to end "
+                "or stop it, or pick another folder with --run.run-name NAME") from None
+        try:  # the holder may have deleted the file between our open and our lock
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
         handle.close()
-        raise RunFolderError(
-            f"{run_dir} is in use by another run ({holder}): two runs in one folder "
-            "would write over each other's metrics and checkpoints; wait for it to end "
-            "or stop it, or pick another folder with --run.run-name NAME") from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     handle.flush()
     return FolderLock(handle, run_dir, created)
+
+
+def take_run_folder(config: TrainConfig, run_dir: Path, ranks: Ranks
+                    ) -> tuple[FolderLock | None, Path | None]:
+    """Hold the folder (rank 0, :func:`lock_run_folder`), then check it
+    (:func:`prepare_on_rank0`): ``(the lock, the checkpoint to load)``. A folder that is
+    refused is given back as it was (a folder the lock made is removed again)."""
+    lock = lock_run_folder(run_dir) if ranks.main else None
+    try:
+        return lock, prepare_on_rank0(config, run_dir, ranks)
+    except BaseException:
+        release_folder(lock, remove_folder=True)
+        raise
+
+
+def release_folder(lock: FolderLock | None, *, remove_folder: bool = False) -> None:
+    """Give ``lock`` up (:meth:`FolderLock.release`), where a lock was taken."""
+    if lock is not None:
+        lock.release(remove_folder=remove_folder)
 
 
 def default_run_dir(config: TrainConfig) -> Path:
@@ -244,9 +271,12 @@ def discard_new_run(run_dir: Path) -> None:
     that leaves it empty. :func:`prepare_run_folder` left none there before (it refuses a
     folder holding a run, or empties it with ``run.overwrite``), so every file removed is
     this setup's."""
-    for name in holds_run(run_dir):
+    for name in (*holds_run(run_dir), LOCK_FILE):  # its lock file: the caller's own
         path = run_dir / name
-        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink()
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # not empty: something of the user's is there
         run_dir.rmdir()
 

@@ -56,7 +56,7 @@ from algorithms.engines import make_engine
 from algorithms.precision import autocast
 from algorithms.runs.console import progress_bar, quiet_dependency_bars, sft_step_line
 from algorithms.runs.memory import release_freed_memory
-from algorithms.runs.run_folder import lock_run_folder, prepare_run_folder
+from algorithms.runs.run_folder import take_run_folder
 from algorithms.runs.seeds import iteration_seed
 from algorithms.sft.data import (
     SFTDataError,
@@ -177,12 +177,7 @@ class SFTTrainer(Trainer):
         config = self.config
         if self.ranks.distributed:
             raise ConfigError("--algo sft runs in one process; start it without torchrun")
-        self.folder_lock = lock_run_folder(self.run_dir)  # one process per folder
-        try:
-            checkpoint = prepare_run_folder(config, self.run_dir)
-        except BaseException:
-            self._release_folder(remove=True)
-            raise
+        self.folder_lock, checkpoint = take_run_folder(config, self.run_dir, self.ranks)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if not self.bars:  # a log file: no libraries' bars
             quiet_dependency_bars()

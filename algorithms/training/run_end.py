@@ -1,13 +1,14 @@
 """The end of a :class:`~algorithms.training.trainer.Trainer`'s run: the stop of a
 SIGTERM (which checkpoint it leaves, :mod:`algorithms.runs.termination`) and the closing
-of what the run opened (envs, logger, engine, an overlapped rollout)."""
+of what the run opened (envs, logger, engine, an overlapped rollout, the run folder's
+lock)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from algorithms.runs.run_folder import discard_new_run
+from algorithms.runs.run_folder import discard_new_run, release_folder
 from algorithms.runs.termination import StopNow, Terminated
 
 if TYPE_CHECKING:
@@ -47,10 +48,22 @@ def stopped(trainer: Trainer, stop: StopNow, saved: Path | None, previous: dict[
     return terminated(trainer, stop.iteration, saved, previous, stop.how, state)
 
 
-def close_run(trainer: Trainer) -> None:
+def abandon_setup(trainer: Trainer) -> None:
+    """After a setup that failed: close what it built, delete a new run's files
+    (:func:`~algorithms.runs.run_folder.discard_new_run`; the folder still held, so no
+    other process is in it), then give the folder up."""
+    close_run(trainer, keep_folder=True)
+    if not trainer.config.run.resume and trainer.ranks.main:
+        discard_new_run(trainer.run_dir)
+    release_folder(trainer.folder_lock)
+    trainer.folder_lock = None
+
+
+def close_run(trainer: Trainer, *, keep_folder: bool = False) -> None:
     """Close the envs, the logger and the engine (a vLLM engine shuts down here, while
-    a torchrun job's process group still exists). An overlapped rollout still running
-    ends on the closed engine's error first."""
+    a torchrun job's process group still exists), then give the run folder up (unless
+    ``keep_folder``). An overlapped rollout still running ends on the closed engine's
+    error first."""
     if trainer.overlap is not None:  # kept, closed: its spans stay readable
         trainer.overlap.cancel()
         if trainer.engine is not None and hasattr(trainer.engine, "close"):
@@ -68,3 +81,6 @@ def close_run(trainer: Trainer) -> None:
     if trainer.engine is not None and hasattr(trainer.engine, "close"):
         trainer.engine.close()
         trainer.engine = None
+    if not keep_folder:
+        release_folder(trainer.folder_lock)
+        trainer.folder_lock = None

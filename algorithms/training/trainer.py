@@ -67,9 +67,7 @@ from algorithms.runs.run_checkpoint import (
 from algorithms.runs.run_folder import (
     FolderLock,
     default_run_dir,
-    discard_new_run,
-    lock_run_folder,
-    prepare_on_rank0,
+    take_run_folder,
 )
 from algorithms.runs.termination import StopNow, TermSignal
 from algorithms.training.batch_scoring import worker_reference_log_probs
@@ -92,7 +90,7 @@ from algorithms.training.policy import (
     Policy,
     resolve_device,
 )
-from algorithms.training.run_end import close_run, stopped, terminated
+from algorithms.training.run_end import abandon_setup, close_run, stopped, terminated
 from algorithms.training.update_phases import UPDATE_PHASES, learn, timed
 
 
@@ -156,29 +154,12 @@ class Trainer:
         :func:`~algorithms.runs.run_folder.discard_new_run`), so the same command can be tried again."""
         config = self.config
         check_model_sources(config, policy_given=self._policy is not None)
-        # one process per folder: a second run there is refused before anything is
-        # touched (a failed lock leaves the other run's files alone)
-        self.folder_lock = lock_run_folder(self.run_dir) if self.ranks.main else None
-        try:
-            checkpoint = prepare_on_rank0(config, self.run_dir, self.ranks)
-        except BaseException:
-            self._release_folder(remove=True)
-            raise
+        self.folder_lock, checkpoint = take_run_folder(config, self.run_dir, self.ranks)
         try:
             self._build(checkpoint)
         except BaseException:
-            close_run(self)  # the folder stays held until its new files are gone
-            if not config.run.resume and self.ranks.main:
-                discard_new_run(self.run_dir)
-            self._release_folder(remove=not config.run.resume)
+            abandon_setup(self)  # a new run's files go, then the folder is given up
             raise
-
-    def _release_folder(self, *, remove: bool = False) -> None:
-        """Give the run folder's lock up (:func:`~algorithms.runs.run_folder.lock_run_folder`);
-        ``remove``: a setup that failed, whose folder keeps no lock file."""
-        if self.folder_lock is not None:
-            self.folder_lock.release(remove=remove)
-            self.folder_lock = None
 
     def _build(self, checkpoint: Path | None) -> None:
         """:meth:`setup` after the run folder was checked."""
@@ -410,10 +391,9 @@ class Trainer:
         return path
 
     def close(self) -> None:
-        """Close the envs, the logger and the engine (:func:`close_run`), and give the
-        run folder up."""
+        """Close the envs, the logger and the engine, and give the run folder up
+        (:func:`close_run`)."""
         close_run(self)
-        self._release_folder()
 
 
 class UntrainedRunError(RuntimeError):

@@ -257,7 +257,9 @@ def test_a_folder_in_use_by_another_process_is_refused_and_left_alone(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+    assert (tmp_path / ".lock").exists()  # the killed holder's file stays; its lock went
     _train(tmp_path, iterations=3, resume=True)  # the kernel dropped the dead one's lock
+    assert not (tmp_path / ".lock").exists()
     assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
 
 
@@ -269,8 +271,9 @@ def test_one_process_holds_a_folder_once_and_gives_it_up_on_close(tmp_path):
     with pytest.raises(RunFolderError, match=r"in use by another run \(pid \d+"):
         lock_run_folder(tmp_path / "run")  # a second trainer in this process, too
     first.release()
-    lock_run_folder(tmp_path / "run").release(remove=True)  # free again; removes nothing
+    assert not (tmp_path / "run" / ".lock").exists()  # an ended run leaves no lock file
+    lock_run_folder(tmp_path / "run").release(remove_folder=True)  # free again
     assert (tmp_path / "run").exists()  # it existed when the second lock was taken
     lock = lock_run_folder(tmp_path / "new")
-    lock.release(remove=True)
+    lock.release(remove_folder=True)
     assert not (tmp_path / "new").exists()  # the lock made it, and nothing else is there
