@@ -36,6 +36,15 @@ MAX_TURNS = 30
 SYSTEM = "You are an agent in a text environment. Act only by calling one of the tools."
 
 
+def _shown(observation: Any, info: dict[str, Any]) -> str:
+    """What the loop tells the model after a reset or a step: the observation, and the
+    actions the env offers there when it lists them (KeyDoor's ``open door`` appears
+    only in the door's room; without the list the model never learned to call it)."""
+    actions = info.get("admissible_actions")
+    return f"{observation}\n\nActions you can take now: {', '.join(actions)}." if actions \
+        else str(observation)
+
+
 def agent(base_url: str, task: dict[str, Any]) -> float:
     """Play ``task`` with the model behind ``base_url``; return the episode's return."""
     client = openai.OpenAI(base_url=base_url, api_key="unused")
@@ -48,7 +57,7 @@ def agent(base_url: str, task: dict[str, Any]) -> float:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": f"Your task: {info.get('task', task.get('task', ''))}"
-                                        f"\n\nYou see: {observation}"}]
+                                        f"\n\nYou see: {_shown(observation, info)}"}]
         total = 0.0
         for _ in range(MAX_TURNS):
             try:
@@ -73,7 +82,8 @@ def agent(base_url: str, task: dict[str, Any]) -> float:
             total += float(reward)
             if terminated or truncated:
                 break
-            result = f"{note}\n\n{observation}" if note else str(observation)
+            shown = _shown(observation, info)
+            result = f"{note}\n\n{shown}" if note else shown
             if calls:
                 messages.append({"role": "tool", "tool_call_id": calls[0].id,
                                  "content": result})

@@ -36,6 +36,12 @@ def test_the_example_agent_wins_with_an_expert_behind_the_gateway():
     assert record.calls and all(c.tool_status == "ok" for c in record.calls)
     assert record.breaks == 0 and record.joins == len(record.calls) - 1
     assert record.task == task
+    # each call shows the actions the env offers there: the door's room offers
+    # "open door", which the model had no way to know of before (a measured failure,
+    # docs/own-agent.md)
+    shown = [call.messages[-1]["content"] for call in record.calls]
+    assert all("Actions you can take now: " in text for text in shown)
+    assert "open door" in shown[-1]
 
 
 def test_the_example_agent_ends_its_episode_when_the_chat_outgrows_the_context():
