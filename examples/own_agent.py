@@ -33,15 +33,22 @@ from agentgym.tools import ToolCallError, env_tools
 MAX_TURNS = 30
 """Model calls per episode at most (the env's own step limit usually ends it first)."""
 
-SYSTEM = "You are an agent in a text environment. Act only by calling one of the tools."
+FIRST = ("You are an agent acting in a text environment through tools.\nYour task: {task}"
+         "\n\nYou see: {seen}\n\nCall exactly one tool.")
+"""The first message. No system message of its own (the chat template writes the tools
+there). The phrasing is that of AgentGym's in-process tool-call prompt, because the
+``cpu-demo-tools`` warm start was trained on it. SmolLM2-135M's SFT did not carry over to
+other phrasing: through an earlier version of this loop it never called ``open_door``
+(docs/own-agent.md). A loop of your own trains from a warm start made on its own prompts,
+or from none."""
 
 
 def _shown(observation: Any, info: dict[str, Any]) -> str:
     """What the loop tells the model after a reset or a step: the observation, and the
     actions the env offers there when it lists them (KeyDoor's ``open door`` appears
-    only in the door's room; without the list the model never learned to call it)."""
+    only in the door's room; its observation does not name it)."""
     actions = info.get("admissible_actions")
-    return f"{observation}\n\nActions you can take now: {', '.join(actions)}." if actions \
+    return f"{observation}\n\nActions you can take now:\n" + "\n".join(actions) if actions \
         else str(observation)
 
 
@@ -54,10 +61,8 @@ def agent(base_url: str, task: dict[str, Any]) -> float:
     try:
         observation, info = env.reset(seed=task.get("seed"),
                                       options={"task_id": task["task_id"]})
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"Your task: {info.get('task', task.get('task', ''))}"
-                                        f"\n\nYou see: {_shown(observation, info)}"}]
+        messages: list[dict[str, Any]] = [{"role": "user", "content": FIRST.format(
+            task=info.get("task", task.get("task", "")), seen=_shown(observation, info))}]
         total = 0.0
         for _ in range(MAX_TURNS):
             try:

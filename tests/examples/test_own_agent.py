@@ -40,7 +40,7 @@ def test_the_example_agent_wins_with_an_expert_behind_the_gateway():
     # "open door", which the model had no way to know of before (a measured failure,
     # docs/own-agent.md)
     shown = [call.messages[-1]["content"] for call in record.calls]
-    assert all("Actions you can take now: " in text for text in shown)
+    assert all("Actions you can take now:\n" in text for text in shown)
     assert "open door" in shown[-1]
 
 
