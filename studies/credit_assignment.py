@@ -932,9 +932,9 @@ def smollm2_plot(runs: dict[str, dict[int, dict[str, Any]]], prefix: str, captio
                  folder: Path) -> list[Path]:
     """Training success, invalid actions (C1's primary measure; a study whose JSON
     predates the figure leaves its panel empty), format errors and the share of steps
-    moved by the step term alone per iteration (mean over seeds; bands: min-max over seeds; a method keeps its
-    colour in every panel, GRPO having no step term), and each step method's step-group
-    sizes over training (GiGPO Fig. 3)."""
+    moved by the step term alone per iteration (mean over seeds; bands: min-max over
+    seeds; a method keeps its colour in every panel, GRPO having no step term), and each
+    step method's step-group sizes over training (GiGPO Fig. 3)."""
     import matplotlib
 
     matplotlib.use("Agg")

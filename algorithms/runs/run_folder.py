@@ -121,14 +121,9 @@ def take_run_folder(config: TrainConfig, run_dir: Path, ranks: Ranks
     try:
         return lock, prepare_on_rank0(config, run_dir, ranks)
     except BaseException:
-        release_folder(lock, remove_folder=True)
+        if lock is not None:
+            lock.release(remove_folder=True)
         raise
-
-
-def release_folder(lock: FolderLock | None, *, remove_folder: bool = False) -> None:
-    """Give ``lock`` up (:meth:`FolderLock.release`), where a lock was taken."""
-    if lock is not None:
-        lock.release(remove_folder=remove_folder)
 
 
 def default_run_dir(config: TrainConfig) -> Path:

@@ -178,6 +178,15 @@ class SFTTrainer(Trainer):
         if self.ranks.distributed:
             raise ConfigError("--algo sft runs in one process; start it without torchrun")
         self.folder_lock, checkpoint = take_run_folder(config, self.run_dir, self.ranks)
+        try:
+            self._build_stage(checkpoint)
+        except BaseException:
+            self.close()  # gives the folder up (its files stay, as a resume needs them)
+            raise
+
+    def _build_stage(self, checkpoint: Path | None) -> None:
+        """:meth:`setup` after the run folder was taken."""
+        config = self.config
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if not self.bars:  # a log file: no libraries' bars
             quiet_dependency_bars()

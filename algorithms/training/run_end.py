@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from algorithms.runs.run_folder import discard_new_run, release_folder
+from algorithms.runs.run_folder import discard_new_run
 from algorithms.runs.termination import StopNow, Terminated
 
 if TYPE_CHECKING:
@@ -55,8 +55,7 @@ def abandon_setup(trainer: Trainer) -> None:
     close_run(trainer, keep_folder=True)
     if not trainer.config.run.resume and trainer.ranks.main:
         discard_new_run(trainer.run_dir)
-    release_folder(trainer.folder_lock)
-    trainer.folder_lock = None
+    _give_folder_up(trainer)
 
 
 def close_run(trainer: Trainer, *, keep_folder: bool = False) -> None:
@@ -82,5 +81,11 @@ def close_run(trainer: Trainer, *, keep_folder: bool = False) -> None:
         trainer.engine.close()
         trainer.engine = None
     if not keep_folder:
-        release_folder(trainer.folder_lock)
+        _give_folder_up(trainer)
+
+
+def _give_folder_up(trainer: Trainer) -> None:
+    """Release the run folder's lock, where the trainer holds one."""
+    if trainer.folder_lock is not None:
+        trainer.folder_lock.release()
         trainer.folder_lock = None
