@@ -43,6 +43,14 @@ other phrasing: through an earlier version of this loop it never called ``open_d
 or from none."""
 
 
+WINDOW = 1
+"""Past steps the chat keeps: the request holds the first message (with the view of the
+oldest kept step) and the last ``WINDOW`` exchanges, as AgentGym's in-process window
+layout does (``prompt.history_window``). The ``cpu-demo-tools`` warm start was trained on
+one-step windows; through a chat that kept every step it opened the door in none of 54
+calls in the door's room (docs/own-agent.md). ``None`` keeps the whole chat."""
+
+
 def _shown(observation: Any, info: dict[str, Any]) -> str:
     """What the loop tells the model after a reset or a step: the observation, and the
     actions the env offers there when it lists them (KeyDoor's ``open door`` appears
@@ -61,10 +69,14 @@ def agent(base_url: str, task: dict[str, Any]) -> float:
     try:
         observation, info = env.reset(seed=task.get("seed"),
                                       options={"task_id": task["task_id"]})
-        messages: list[dict[str, Any]] = [{"role": "user", "content": FIRST.format(
-            task=info.get("task", task.get("task", "")), seen=_shown(observation, info))}]
+        goal = info.get("task", task.get("task", ""))
+        views = [_shown(observation, info)]  # the view before each step
+        exchanges: list[list[dict[str, Any]]] = []  # each step's answer and reply
         total = 0.0
         for _ in range(MAX_TURNS):
+            start = 0 if WINDOW is None else max(0, len(exchanges) - WINDOW)
+            messages = [{"role": "user", "content": FIRST.format(task=goal, seen=views[start])}]
+            messages += [message for exchange in exchanges[start:] for message in exchange]
             try:
                 reply = client.chat.completions.create(model="policy", messages=messages,
                                                        tools=tools.schemas, max_tokens=64)
@@ -73,7 +85,7 @@ def agent(base_url: str, task: dict[str, Any]) -> float:
                     break  # the chat outgrew the context: the episode ends here, as lost
                 raise
             message = reply.choices[0].message
-            messages.append(message.model_dump(exclude_none=True))
+            answer = message.model_dump(exclude_none=True)
             calls = message.tool_calls or []
             action, note = "", "You called no tool. Call one of the tools."
             if calls:
@@ -88,12 +100,11 @@ def agent(base_url: str, task: dict[str, Any]) -> float:
             if terminated or truncated:
                 break
             shown = _shown(observation, info)
+            views.append(shown)
             result = f"{note}\n\n{shown}" if note else shown
-            if calls:
-                messages.append({"role": "tool", "tool_call_id": calls[0].id,
-                                 "content": result})
-            else:
-                messages.append({"role": "user", "content": result})
+            exchanges.append([answer, {"role": "tool", "tool_call_id": calls[0].id,
+                                       "content": result} if calls
+                              else {"role": "user", "content": result}])
         return total
     finally:
         env.close()
